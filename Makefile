@@ -1,0 +1,136 @@
+# attnd — build, test and run. See README.md.
+#
+#   make            library, daemon, load generator
+#   make run        start attnd on the built-in demo model at 127.0.0.1:8080
+#   make test       build and run every test (installs missing Debian packages)
+#   make sanitize   the same tests on an ASan+UBSan build (in build-san/)
+#   make bench      benchmarks: figures and ratios measured in one run
+#
+# Sources are found by wildcard, so adding a module needs no Makefile edit:
+#   lib/*.c                    -> $(BUILD)/libattn.a        (the attention core)
+#   server/*.c but main.c      -> $(BUILD)/libattnd.a       (daemon modules)
+#   server/main.c              -> $(BUILD)/attnd
+#   tools/load/*.c but main.c  -> $(BUILD)/libattndload.a   (load generator modules)
+#   tools/load/main.c          -> $(BUILD)/attnd-load
+#   tests/common/*.c           -> $(BUILD)/libtestcommon.a  (test helpers)
+#   tests/unit/test_*.c        -> $(BUILD)/tests/unit/test_*        (one binary each)
+#   tests/integration/test_*.c -> $(BUILD)/tests/integration/test_*
+#   tests/bench/bench_*.c      -> $(BUILD)/bench/bench_*
+# BUILD can be overridden (make BUILD=build-x) so parallel builds never collide.
+
+BUILD    ?= build
+CC       ?= gcc
+SANITIZE ?= 0
+PREFIX   ?= /usr/local
+
+PKGS     := openblas jansson libmicrohttpd libcurl
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+OPT      ?= -O2
+WARN     := -std=c11 -Wall -Wextra -Wpedantic -Werror
+CPPFLAGS += -D_GNU_SOURCE -Ilib -Iserver -Itools/load -Itests/common
+CFLAGS   += $(WARN) $(OPT) -g -pthread -MMD -MP $(PKG_CFLAGS)
+LDLIBS   += $(PKG_LIBS) -lm -pthread
+
+ifeq ($(SANITIZE),1)
+OPT      := -O1
+CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS  += -fsanitize=address,undefined
+endif
+
+LIB_SRC     := $(wildcard lib/*.c)
+SERVER_SRC  := $(filter-out server/main.c,$(wildcard server/*.c))
+LOAD_SRC    := $(filter-out tools/load/main.c,$(wildcard tools/load/*.c))
+COMMON_SRC  := $(wildcard tests/common/*.c)
+UNIT_SRC    := $(wildcard tests/unit/test_*.c)
+ITEST_SRC   := $(wildcard tests/integration/test_*.c)
+BENCH_SRC   := $(wildcard tests/bench/bench_*.c)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+LIBATTN     := $(BUILD)/libattn.a
+LIBATTND    := $(BUILD)/libattnd.a
+LIBLOAD     := $(BUILD)/libattndload.a
+LIBCOMMON   := $(BUILD)/libtestcommon.a
+ATTND       := $(BUILD)/attnd
+ATTND_LOAD  := $(BUILD)/attnd-load
+UNIT_BINS   := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
+ITEST_BINS  := $(patsubst tests/integration/%.c,$(BUILD)/tests/integration/%,$(ITEST_SRC))
+BENCH_BINS  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+
+# Everything a test binary may need, in link order.
+TEST_LIBS   := $(LIBCOMMON) $(LIBLOAD) $(LIBATTND) $(LIBATTN)
+
+.PHONY: all deps run test test-only sanitize bench loadtest fuzz clean install docker-test
+.DEFAULT_GOAL := all
+
+all: $(ATTND) $(ATTND_LOAD)
+
+# Installs missing Debian packages (as root, via apt-get). Fast when all present.
+deps:
+	@scripts/deps.sh
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(LIBATTN): $(call obj,$(LIB_SRC))
+$(LIBATTND): $(call obj,$(SERVER_SRC))
+$(LIBLOAD): $(call obj,$(LOAD_SRC))
+$(LIBCOMMON): $(call obj,$(COMMON_SRC))
+$(LIBATTN) $(LIBATTND) $(LIBLOAD) $(LIBCOMMON):
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^ $(if $^,,$(BUILD)/obj/empty.o)
+
+# An archive with no members still needs one object; this keeps empty dirs building.
+$(BUILD)/obj/empty.o:
+	@mkdir -p $(dir $@)
+	echo 'typedef int attn_empty_translation_unit;' | $(CC) $(CFLAGS) -x c -c - -o $@
+$(LIBATTN) $(LIBATTND) $(LIBLOAD) $(LIBCOMMON): | $(BUILD)/obj/empty.o
+
+$(ATTND): $(call obj,server/main.c) $(LIBATTND) $(LIBATTN)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(ATTND_LOAD): $(call obj,tools/load/main.c) $(LIBLOAD)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/tests/unit/%: $(call obj,tests/unit/%.c) $(TEST_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/tests/integration/%: $(call obj,tests/integration/%.c) $(TEST_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/bench/%: $(call obj,tests/bench/%.c) $(TEST_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	$(ATTND) --config config/attnd.json --listen 127.0.0.1:8080
+
+# test: install deps, build everything, run the whole suite (tests/run.sh prints
+# one line per test and a closing "N passed, N failed").
+test: deps
+	@$(MAKE) --no-print-directory test-only
+
+test-only: all $(UNIT_BINS) $(ITEST_BINS)
+	BUILD=$(BUILD) tests/run.sh
+
+sanitize: deps
+	@$(MAKE) --no-print-directory BUILD=build-san SANITIZE=1 test-only
+
+bench: deps all $(BENCH_BINS)
+	BUILD=$(BUILD) scripts/bench.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(ATTND) $(ATTND_LOAD) $(DESTDIR)$(PREFIX)/bin/
+
+clean:
+	rm -rf build build-san build-*
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

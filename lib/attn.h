@@ -1,0 +1,191 @@
+/* attn.h — the public API of libattn: one multi-head attention layer, computed
+ * exactly as PyTorch's torch.nn.MultiheadAttention computes it, on OpenBLAS.
+ *
+ * This is the only header a user of the library includes. Every public symbol
+ * starts with attn_ / ATTN_. Types are opaque where they own memory; every
+ * function says who allocates and who frees. Errors are values: a status code
+ * plus, when the caller passes an attn_error, a message naming the problem.
+ * Nothing here calls exit() or abort(), and there is no global state.
+ *
+ * Shapes use the names of the maths:
+ *   h      number of heads            d_k  per-head query/key width
+ *   d_v    per-head value width       E_q  query embedding width
+ *   E_k    key embedding width        E_v  value embedding width
+ *   E_out  output width (rows of W_O, or h*d_v when the layer has no W_O)
+ *   T      query length of one sequence, S its key length
+ * All matrices are dense, row-major float32.
+ */
+#ifndef ATTN_H
+#define ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ATTN_VERSION_STRING "0.1.0"
+
+/* Status codes. Append-only: never renumber. */
+typedef enum attn_status {
+    ATTN_OK = 0,
+    ATTN_ERR_INVALID_ARG = 1,    /* NULL where a pointer is needed, a bad option   */
+    ATTN_ERR_SHAPE = 2,          /* dimensions disagree with each other / layer    */
+    ATTN_ERR_NONFINITE = 3,      /* NaN or infinity in an input                    */
+    ATTN_ERR_NOMEM = 4,          /* allocation failed                              */
+    ATTN_ERR_IO = 5,             /* a file could not be opened or read             */
+    ATTN_ERR_FORMAT = 6,         /* malformed safetensors file                     */
+    ATTN_ERR_MISSING_TENSOR = 7, /* a tensor the layer needs is absent             */
+    ATTN_ERR_DTYPE = 8,          /* unsupported dtype or size that disagrees       */
+    ATTN_ERR_LIMIT = 9,          /* a size limit would be exceeded (overflow)      */
+    ATTN_ERR_INTERNAL = 10       /* a bug: please report                           */
+} attn_status;
+
+/* Returns a static, never-NULL description of a status code. */
+const char *attn_strerror(attn_status status);
+
+/* Error detail. Functions taking an attn_error* fill it on failure when it is
+ * not NULL (code + a message naming the field/tensor/offset that is wrong),
+ * and leave it untouched on success. */
+#define ATTN_ERROR_MESSAGE_MAX 256
+typedef struct attn_error {
+    attn_status code;
+    char message[ATTN_ERROR_MESSAGE_MAX];
+} attn_error;
+
+/* ---------------------------------------------------------------- layers */
+
+typedef struct attn_layer attn_layer; /* opaque, immutable once built */
+
+/* Weights of a layer, as the caller hands them to attn_layer_create.
+ * Pointers are borrowed for the duration of the call only (the layer copies).
+ * A NULL bias means "no bias"; a NULL w_o means "no output projection"
+ * (then E_out = h*d_v). */
+typedef struct attn_layer_desc {
+    int num_heads;  /* h   >= 1 */
+    int head_dim_k; /* d_k >= 1 */
+    int head_dim_v; /* d_v >= 1 */
+    int embed_q;    /* E_q >= 1 */
+    int embed_k;    /* E_k >= 1 */
+    int embed_v;    /* E_v >= 1 */
+    int embed_out;  /* E_out >= 1; ignored (taken as h*d_v) when w_o is NULL */
+    const float *w_q; /* (h*d_k, E_q) */
+    const float *w_k; /* (h*d_k, E_k) */
+    const float *w_v; /* (h*d_v, E_v) */
+    const float *w_o; /* (E_out, h*d_v) or NULL */
+    const float *b_q; /* (h*d_k) or NULL */
+    const float *b_k; /* (h*d_k) or NULL */
+    const float *b_v; /* (h*d_v) or NULL */
+    const float *b_o; /* (E_out) or NULL; must be NULL when w_o is NULL */
+} attn_layer_desc;
+
+/* What a built layer looks like, for servers describing their models. */
+typedef struct attn_layer_info {
+    int num_heads, head_dim_k, head_dim_v;
+    int embed_q, embed_k, embed_v, embed_out;
+    int has_out_proj;
+    int has_bias_q, has_bias_k, has_bias_v, has_bias_out;
+    char source_dtype[8]; /* "F32", "F16", "BF16", "mixed", or "" if built in memory */
+    size_t param_count;   /* number of float parameters */
+} attn_layer_info;
+
+/* Builds a layer from caller-owned weights, which are copied.
+ * On success *out owns a new layer: free it with attn_layer_free.
+ * On failure *out is set to NULL and nothing is allocated. */
+attn_status attn_layer_create(const attn_layer_desc *desc, attn_layer **out,
+                              attn_error *err);
+
+/* Loads a layer from a safetensors file. Accepted tensor names:
+ *  - PyTorch nn.MultiheadAttention state_dict: in_proj_weight [3E,E] and
+ *    in_proj_bias [3E], or q_proj_weight/k_proj_weight/v_proj_weight (kdim/vdim),
+ *    out_proj.weight, out_proj.bias;
+ *  - explicit naming, for layers PyTorch cannot express (d_k != d_v, no W_O):
+ *    q_proj.weight, k_proj.weight, v_proj.weight, o_proj.weight and the
+ *    matching .bias tensors (o_proj.* optional).
+ * Dtypes F32, F16, BF16 (converted to float32). num_heads: 0 means "take it from
+ * __metadata__.num_heads"; a positive value overrides the metadata.
+ * On success *out owns a new layer (attn_layer_free); on failure *out is NULL,
+ * the file is closed and err names the problem (tensor, offset, shape). */
+attn_status attn_layer_load_safetensors(const char *path, int num_heads,
+                                        attn_layer **out, attn_error *err);
+
+/* The same from a buffer in memory (borrowed for the call). Used by fuzzers. */
+attn_status attn_layer_load_safetensors_mem(const void *data, size_t len, int num_heads,
+                                            attn_layer **out, attn_error *err);
+
+/* Frees a layer. NULL is allowed. The caller must ensure no forward is running. */
+void attn_layer_free(attn_layer *layer);
+
+/* Fills *info. Both pointers must be non-NULL. */
+void attn_layer_get_info(const attn_layer *layer, attn_layer_info *info);
+
+/* ---------------------------------------------------------------- forward */
+
+typedef enum attn_mask_kind {
+    ATTN_MASK_NONE = 0,
+    ATTN_MASK_BOOL = 1,  /* uint8_t, nonzero = blocked (PyTorch's bool convention) */
+    ATTN_MASK_FLOAT = 2  /* float, added to the scaled scores (-inf blocks)         */
+} attn_mask_kind;
+
+typedef enum attn_weights_mode {
+    ATTN_WEIGHTS_NONE = 0,     /* weights not returned                    */
+    ATTN_WEIGHTS_PER_HEAD = 1, /* weights: (h, T, S)                      */
+    ATTN_WEIGHTS_AVERAGE = 2   /* weights: (T, S), mean over heads        */
+} attn_weights_mode;
+
+/* One sequence of a (ragged) batch. All pointers are borrowed; outputs are
+ * caller-allocated and written only when attn_forward returns ATTN_OK.
+ * Self-attention: key == value == NULL and S = T (keys come from the query).
+ * Cross-attention: key (S, E_k) and value (S, E_v) both non-NULL; they may
+ * point to the same buffer when E_k == E_v. */
+typedef struct attn_seq {
+    int t;              /* T >= 1                                               */
+    int s;              /* S >= 1; must equal t for self-attention              */
+    const float *query; /* (T, E_q)                                             */
+    const float *key;   /* (S, E_k) or NULL                                     */
+    const float *value; /* (S, E_v) or NULL                                     */
+
+    /* Masks, all optional and combinable (a key is visible only if every mask
+     * lets it through). */
+    const uint8_t *key_padding_mask; /* (S), nonzero = ignore this key, or NULL */
+    int key_length;     /* keys at index >= key_length are padding; 0 = all valid */
+    int is_causal;      /* query t sees keys <= t (top-left aligned when T != S) */
+    int window;         /* >0: query t sees keys in [t-window+1, t+window-1];
+                           with is_causal that is [t-window+1, t]; 0 = none     */
+    attn_mask_kind attn_mask_kind;
+    int attn_mask_per_head; /* 0: mask is (T, S); 1: mask is (h, T, S)          */
+    const void *attn_mask;  /* uint8_t or float, as attn_mask_kind says         */
+
+    float *output;          /* (T, E_out), caller-allocated, required            */
+    attn_weights_mode weights_mode;
+    float *weights;         /* (h,T,S) or (T,S) per weights_mode, or NULL if NONE */
+} attn_seq;
+
+/* Counters filled by attn_forward (optional). */
+typedef struct attn_forward_stats {
+    uint64_t flops;        /* floating point operations performed (approx)   */
+    size_t peak_scratch;   /* bytes of scratch the call needed               */
+} attn_forward_stats;
+
+typedef struct attn_workspace attn_workspace; /* opaque scratch, one per thread */
+
+/* Creates an empty workspace that grows on demand and is reused across calls.
+ * Returns NULL on allocation failure. Free with attn_workspace_free.
+ * A workspace must not be used by two forwards at the same time. */
+attn_workspace *attn_workspace_create(void);
+void attn_workspace_free(attn_workspace *ws); /* NULL allowed */
+
+/* Runs the layer over n_seqs sequences (a ragged batch).
+ * ws: a workspace owned by the calling thread, or NULL to allocate scratch for
+ * this call only. Safe to call concurrently on one layer with distinct
+ * workspaces. On any error no output is written (outputs may hold partial
+ * garbage only if ATTN_ERR_INTERNAL) and err names the sequence and field,
+ * e.g. "seqs[2].query[5][3] is not finite". stats may be NULL. */
+attn_status attn_forward(const attn_layer *layer, const attn_seq *seqs, int n_seqs,
+                         attn_workspace *ws, attn_forward_stats *stats, attn_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ATTN_H */

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# deps.sh — installs the Debian packages attnd needs to build and test, when missing.
+# Usage: scripts/deps.sh [extra-package ...]
+# Runs apt-get only when something is missing; needs root for that (as CI has).
+set -euo pipefail
+
+packages=(gcc make pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev
+          libcurl4-openssl-dev curl ca-certificates "$@")
+
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps: installing missing Debian packages: ${missing[*]}" >&2
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
+        echo "deps: not root and no sudo; install these by hand: ${missing[*]}" >&2; exit 1
+    fi
+else SUDO=; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q >/dev/null
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null

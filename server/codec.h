@@ -1,0 +1,44 @@
+/* codec.h — JSON at the edge: request bodies into attnd_request, results and
+ * errors into response bodies. The only server module that knows JSON
+ * (config.c reads its own file). Runs on HTTP threads, never on workers.
+ */
+#ifndef ATTND_CODEC_H
+#define ATTND_CODEC_H
+
+#include <stddef.h>
+
+#include "attn.h"
+#include "request.h"
+
+/* Limits the decoder enforces; 0 means "no limit" for each. */
+typedef struct attnd_decode_limits {
+    int max_seq_len;            /* T and S per sequence            -> 413 */
+    int max_batch_seqs;         /* sequences in one request        -> 413 */
+    size_t max_weights_elems;   /* elements of requested weights   -> 413 */
+    size_t max_request_elems;   /* floats in query+key+value total -> 413 */
+    int max_json_depth;         /* nesting depth of the body       -> 400 */
+} attnd_decode_limits;
+
+/* Decodes a native /v1 attention request body for a model described by info.
+ * Validates everything: JSON syntax (line/column in the message), duplicate
+ * keys, unknown fields, types, shapes against the model's widths, masks'
+ * shapes, non-finite numbers, limits. Allocates the output (and weights)
+ * buffers too.
+ * Returns 0 and *out (free with attnd_request_free) on success; on failure
+ * returns -1, sets *out = NULL and fills *err (400/413/422, field named). */
+int attnd_codec_decode_request(const char *body, size_t len, const attn_layer_info *info,
+                               const attnd_decode_limits *limits, attnd_request **out,
+                               attnd_http_error *err);
+
+/* Encodes a finished request (outcome ATTND_DONE_OK) as the response body:
+ * {"model","id"?,"output","weights"?,"timing":{queue_us,compute_us,batch_size}}.
+ * Returns a malloc'd NUL-terminated body (caller frees) and its length in *len,
+ * or NULL on allocation failure. */
+char *attnd_codec_encode_response(const attnd_request *req, const char *model_name,
+                                  size_t *len);
+
+/* Encodes {"error":{"code","message","field"}}. Returns a malloc'd body (caller
+ * frees), or NULL on allocation failure. */
+char *attnd_codec_encode_error(const attnd_http_error *err, size_t *len);
+
+#endif

@@ -1,0 +1,61 @@
+/* scheduler.h — cross-client dynamic batching for one model.
+ *
+ * Requests wait in a bounded FIFO. A batch is cut when it holds
+ * max_batch_requests requests or max_batch_tokens tokens, or when its oldest
+ * request has waited max_queue_delay_us. Worker threads run each batch as ONE
+ * attn_forward over the concatenated (ragged) sequences of all its requests,
+ * fill each request's result fields and call its on_done. Workers only do
+ * maths: no JSON, no HTTP. A request whose deadline passed while queued is
+ * finished with ATTND_DONE_TIMEOUT and never computed.
+ */
+#ifndef ATTND_SCHEDULER_H
+#define ATTND_SCHEDULER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attn.h"
+#include "request.h"
+
+typedef struct attnd_sched_config {
+    int max_batch_requests;      /* >= 1; 1 turns batching off               */
+    size_t max_batch_tokens;     /* >= 1                                      */
+    int64_t max_queue_delay_us;  /* >= 0                                      */
+    int max_queue;               /* requests waiting, >= 1; beyond -> FULL    */
+    int workers;                 /* worker threads, >= 1                      */
+} attnd_sched_config;
+
+/* Called by a worker after each batch (for metrics); may be NULL. */
+typedef void (*attnd_batch_hook)(void *ctx, int n_requests, size_t n_tokens,
+                                 int64_t compute_us);
+
+typedef struct attnd_scheduler attnd_scheduler;
+
+typedef enum attnd_submit_result {
+    ATTND_SUBMIT_OK = 0,     /* queued: on_done will be called exactly once   */
+    ATTND_SUBMIT_FULL = 1,   /* queue full: answer 503 + Retry-After          */
+    ATTND_SUBMIT_CLOSED = 2  /* shutting down: answer 503                     */
+} attnd_submit_result;
+
+/* Starts the workers. The layer is borrowed and must outlive the scheduler.
+ * Returns NULL on failure (bad config, allocation, thread creation) with a
+ * message in err when err is non-NULL. */
+attnd_scheduler *attnd_scheduler_create(const attn_layer *layer, const attnd_sched_config *cfg,
+                                        attnd_batch_hook hook, void *hook_ctx,
+                                        attnd_http_error *err);
+
+/* Queues req (which must have on_done set). On anything but ATTND_SUBMIT_OK the
+ * request is untouched and still the caller's. Thread-safe. */
+attnd_submit_result attnd_scheduler_submit(attnd_scheduler *s, attnd_request *req);
+
+/* Requests waiting (not yet in a batch). Thread-safe, never blocks on compute. */
+int attnd_scheduler_queue_depth(attnd_scheduler *s);
+
+/* Stops accepting, finishes every queued and running request (each gets its
+ * on_done), joins the workers. Idempotent. */
+void attnd_scheduler_drain(attnd_scheduler *s);
+
+/* Drains (if not yet) and frees. NULL allowed. */
+void attnd_scheduler_free(attnd_scheduler *s);
+
+#endif
