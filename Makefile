@@ -126,6 +126,14 @@ sanitize: deps
 bench: deps all $(BENCH_BINS)
 	BUILD=$(BUILD) scripts/bench.sh
 
+# loadtest: start attnd on the demo model, run a short sweep, leave JSON/CSV/SVG in results/.
+loadtest: deps all
+	BUILD=$(BUILD) scripts/loadtest.sh
+
+# docker-test: build and run the image and the compose stack with podman (see docker/).
+docker-test:
+	scripts/docker-test.sh
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 $(ATTND) $(ATTND_LOAD) $(DESTDIR)$(PREFIX)/bin/

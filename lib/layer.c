@@ -1,0 +1,217 @@
+/* layer.c — building, describing and freeing an attention layer: dimension
+ * checks (overflow-safe), finiteness of the weights, and one owned copy of them.
+ */
+#include "layer_internal.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One weight tensor of the descriptor, for checking and copying in a loop. */
+typedef struct weight_spec {
+    const char *name;
+    const float *src;
+    size_t rows, cols;  /* cols = 1 for biases */
+    float **dst;        /* where the layer keeps its copy */
+} weight_spec;
+
+static attn_status check_dim(const char *name, int v, attn_error *err)
+{
+    if (v < 1) return attn__set_error(err, ATTN_ERR_SHAPE, "desc.%s = %d, must be >= 1", name, v);
+    return ATTN_OK;
+}
+
+static attn_status check_dims(const attn_layer_desc *d, attn_error *err)
+{
+    attn_status st;
+    if ((st = check_dim("num_heads", d->num_heads, err)) ||
+        (st = check_dim("head_dim_k", d->head_dim_k, err)) ||
+        (st = check_dim("head_dim_v", d->head_dim_v, err)) ||
+        (st = check_dim("embed_q", d->embed_q, err)) ||
+        (st = check_dim("embed_k", d->embed_k, err)) ||
+        (st = check_dim("embed_v", d->embed_v, err)))
+        return st;
+    if (d->w_o != NULL && (st = check_dim("embed_out", d->embed_out, err))) return st;
+    /* h*d_k and h*d_v are BLAS dimensions (int). */
+    if ((long long)d->num_heads * d->head_dim_k > INT_MAX ||
+        (long long)d->num_heads * d->head_dim_v > INT_MAX)
+        return attn__set_error(err, ATTN_ERR_LIMIT, "num_heads * head_dim exceeds %d", INT_MAX);
+    return ATTN_OK;
+}
+
+static attn_status check_pointers(const attn_layer_desc *d, attn_error *err)
+{
+    if (d->w_q == NULL) return attn__set_error(err, ATTN_ERR_INVALID_ARG, "desc.w_q is NULL");
+    if (d->w_k == NULL) return attn__set_error(err, ATTN_ERR_INVALID_ARG, "desc.w_k is NULL");
+    if (d->w_v == NULL) return attn__set_error(err, ATTN_ERR_INVALID_ARG, "desc.w_v is NULL");
+    if (d->b_o != NULL && d->w_o == NULL)
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG, "desc.b_o is given but desc.w_o is NULL");
+    return ATTN_OK;
+}
+
+/* Fills specs[0..7] (absent tensors have src == NULL). */
+static void describe_weights(const attn_layer_desc *d, attn_layer *l, weight_spec specs[8])
+{
+    size_t qk = (size_t)l->qk_dim, v = (size_t)l->v_dim, out = (size_t)l->e_out;
+    weight_spec s[8] = {
+        {"w_q", d->w_q, qk, (size_t)l->e_q, &l->w_q},
+        {"w_k", d->w_k, qk, (size_t)l->e_k, &l->w_k},
+        {"w_v", d->w_v, v, (size_t)l->e_v, &l->w_v},
+        {"w_o", d->w_o, out, v, &l->w_o},
+        {"b_q", d->b_q, qk, 1, &l->b_q},
+        {"b_k", d->b_k, qk, 1, &l->b_k},
+        {"b_v", d->b_v, v, 1, &l->b_v},
+        {"b_o", d->b_o, out, 1, &l->b_o},
+    };
+    memcpy(specs, s, sizeof s);
+}
+
+/* Sums the sizes (in floats, each padded to 16 for 64-byte alignment). */
+static attn_status total_floats(const weight_spec *specs, size_t *params, size_t *alloc,
+                                attn_error *err)
+{
+    size_t p = 0, a = 0, n;
+    for (int i = 0; i < 8; i++) {
+        if (specs[i].src == NULL) continue;
+        if (!attn__mul_size(specs[i].rows, specs[i].cols, &n) || !attn__add_size(p, n, &p) ||
+            !attn__add_size(n, 15, &n) || !attn__add_size(a, n / 16 * 16, &a) ||
+            a > SIZE_MAX / sizeof(float))
+            return attn__set_error(err, ATTN_ERR_LIMIT, "desc.%s is too large (size overflows)",
+                                   specs[i].name);
+    }
+    *params = p;
+    *alloc = a;
+    return ATTN_OK;
+}
+
+static attn_status check_finite(const weight_spec *w, attn_error *err)
+{
+    size_t n = w->rows * w->cols;
+    for (size_t i = 0; i < n; i++) {
+        if (isfinite(w->src[i])) continue;
+        if (w->cols == 1)
+            return attn__set_error(err, ATTN_ERR_NONFINITE, "desc.%s[%zu] is not finite", w->name, i);
+        return attn__set_error(err, ATTN_ERR_NONFINITE, "desc.%s[%zu][%zu] is not finite",
+                               w->name, i / w->cols, i % w->cols);
+    }
+    return ATTN_OK;
+}
+
+/* Largest L1 norm over the rows of a (rows, cols) matrix. */
+static double max_row_l1(const float *m, size_t rows, size_t cols)
+{
+    double best = 0.0;
+    for (size_t r = 0; r < rows; r++) {
+        double s = 0.0;
+        for (size_t c = 0; c < cols; c++) s += fabs((double)m[r * cols + c]);
+        if (s > best) best = s;
+    }
+    return best;
+}
+
+static double max_abs(const float *v, size_t n)
+{
+    double best = 0.0;
+    for (size_t i = 0; v != NULL && i < n; i++)
+        if (fabs((double)v[i]) > best) best = fabs((double)v[i]);
+    return best;
+}
+
+static void compute_bounds(attn_layer *l)
+{
+    l->l1_q = max_row_l1(l->w_q, (size_t)l->qk_dim, (size_t)l->e_q);
+    l->l1_k = max_row_l1(l->w_k, (size_t)l->qk_dim, (size_t)l->e_k);
+    l->l1_v = max_row_l1(l->w_v, (size_t)l->v_dim, (size_t)l->e_v);
+    l->l1_o = l->w_o ? max_row_l1(l->w_o, (size_t)l->e_out, (size_t)l->v_dim) : 1.0;
+    l->bmax_q = max_abs(l->b_q, (size_t)l->qk_dim);
+    l->bmax_k = max_abs(l->b_k, (size_t)l->qk_dim);
+    l->bmax_v = max_abs(l->b_v, (size_t)l->v_dim);
+    l->bmax_o = max_abs(l->b_o, (size_t)l->e_out);
+}
+
+attn_status attn_layer_create(const attn_layer_desc *desc, attn_layer **out, attn_error *err)
+{
+    attn_layer *l = NULL;
+    attn_status st;
+    weight_spec specs[8];
+    size_t n_params = 0, n_alloc = 0;
+
+    if (out == NULL) return attn__set_error(err, ATTN_ERR_INVALID_ARG, "out is NULL");
+    *out = NULL;
+    if (desc == NULL) return attn__set_error(err, ATTN_ERR_INVALID_ARG, "desc is NULL");
+    if ((st = check_pointers(desc, err)) || (st = check_dims(desc, err))) return st;
+
+    l = calloc(1, sizeof *l);
+    if (l == NULL) return attn__set_error(err, ATTN_ERR_NOMEM, "allocating the layer");
+    l->h = desc->num_heads;
+    l->d_k = desc->head_dim_k;
+    l->d_v = desc->head_dim_v;
+    l->e_q = desc->embed_q;
+    l->e_k = desc->embed_k;
+    l->e_v = desc->embed_v;
+    l->qk_dim = l->h * l->d_k;
+    l->v_dim = l->h * l->d_v;
+    l->e_out = desc->w_o ? desc->embed_out : l->v_dim;
+
+    describe_weights(desc, l, specs);
+    if ((st = total_floats(specs, &n_params, &n_alloc, err))) goto fail;
+    /* Allocate before reading the weights: absurd sizes fail here, untouched. */
+    l->params = aligned_alloc(64, (n_alloc ? n_alloc : 16) * sizeof(float));
+    if (l->params == NULL) {
+        st = attn__set_error(err, ATTN_ERR_NOMEM, "allocating %zu weights", n_params);
+        goto fail;
+    }
+    float *p = l->params;
+    for (int i = 0; i < 8; i++) {
+        if (specs[i].src == NULL) continue;
+        if ((st = check_finite(&specs[i], err))) goto fail;
+        size_t n = specs[i].rows * specs[i].cols;
+        memcpy(p, specs[i].src, n * sizeof(float));
+        *specs[i].dst = p;
+        p += (n + 15) / 16 * 16;
+    }
+    l->param_count = n_params;
+    compute_bounds(l);
+    *out = l;
+    return ATTN_OK;
+
+fail:
+    attn_layer_free(l);
+    return st;
+}
+
+void attn_layer_free(attn_layer *layer)
+{
+    if (layer == NULL) return;
+    free(layer->params);
+    free(layer);
+}
+
+void attn_layer_get_info(const attn_layer *l, attn_layer_info *info)
+{
+    if (l == NULL || info == NULL) return;
+    memset(info, 0, sizeof *info);
+    info->num_heads = l->h;
+    info->head_dim_k = l->d_k;
+    info->head_dim_v = l->d_v;
+    info->embed_q = l->e_q;
+    info->embed_k = l->e_k;
+    info->embed_v = l->e_v;
+    info->embed_out = l->e_out;
+    info->has_out_proj = l->w_o != NULL;
+    info->has_bias_q = l->b_q != NULL;
+    info->has_bias_k = l->b_k != NULL;
+    info->has_bias_v = l->b_v != NULL;
+    info->has_bias_out = l->b_o != NULL;
+    memcpy(info->source_dtype, l->source_dtype, sizeof info->source_dtype);
+    info->param_count = l->param_count;
+}
+
+void attn__layer_set_source_dtype(attn_layer *l, const char *dtype)
+{
+    if (l == NULL) return;
+    memset(l->source_dtype, 0, sizeof l->source_dtype);
+    if (dtype != NULL && strlen(dtype) < sizeof l->source_dtype)
+        memcpy(l->source_dtype, dtype, strlen(dtype));
+}

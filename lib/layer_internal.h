@@ -1,0 +1,67 @@
+/* layer_internal.h — what the library's own files share and users never see:
+ * the layout of struct attn_layer, the error helper, and overflow-safe size
+ * arithmetic. Symbols here start with attn__ and are not part of the public API.
+ */
+#ifndef ATTN_LAYER_INTERNAL_H
+#define ATTN_LAYER_INTERNAL_H
+
+#include "attn.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A built layer. Immutable after attn_layer_create returns, so any number of
+ * threads may read it at once. All weight pointers point into `params` (one
+ * 64-byte aligned block owned by the layer); absent biases / W_O are NULL. */
+struct attn_layer {
+    int h, d_k, d_v;          /* heads, per-head query/key and value width      */
+    int e_q, e_k, e_v, e_out; /* embedding widths; e_out = h*d_v without W_O    */
+    int qk_dim, v_dim;        /* h*d_k and h*d_v (checked to fit in int)        */
+
+    float *w_q; /* (qk_dim, e_q)  */
+    float *w_k; /* (qk_dim, e_k)  */
+    float *w_v; /* (v_dim,  e_v)  */
+    float *w_o; /* (e_out, v_dim) or NULL */
+    float *b_q; /* (qk_dim) or NULL */
+    float *b_k; /* (qk_dim) or NULL */
+    float *b_v; /* (v_dim)  or NULL */
+    float *b_o; /* (e_out)  or NULL */
+
+    /* Magnitude bounds used to reject inputs whose result would overflow
+     * float32: the largest L1 norm of a row of each projection matrix and the
+     * largest |bias| (0 when absent). For W_O the norm is 1 when absent. */
+    double l1_q, l1_k, l1_v, l1_o;
+    double bmax_q, bmax_k, bmax_v, bmax_o;
+
+    char source_dtype[8]; /* "F32", "F16", "BF16", "mixed" or "" */
+    size_t param_count;
+    float *params;        /* owns every weight above */
+};
+
+/* Fills err (when not NULL) with code and a printf-style message, truncated to
+ * ATTN_ERROR_MESSAGE_MAX. Returns code, so callers can `return attn__set_error(...)`. */
+attn_status attn__set_error(attn_error *err, attn_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Records which dtype the weights came from ("F32", "F16", "BF16", "mixed").
+ * Called by the safetensors loader right after attn_layer_create, before the
+ * layer is shared. NULL or an over-long string records "". */
+void attn__layer_set_source_dtype(attn_layer *l, const char *dtype);
+
+/* Overflow-checked size_t arithmetic: store a*b (a+b) in *out and return 1, or
+ * return 0 on overflow leaving *out untouched. */
+static inline int attn__mul_size(size_t a, size_t b, size_t *out)
+{
+    if (a != 0 && b > SIZE_MAX / a) return 0;
+    *out = a * b;
+    return 1;
+}
+
+static inline int attn__add_size(size_t a, size_t b, size_t *out)
+{
+    if (b > SIZE_MAX - a) return 0;
+    *out = a + b;
+    return 1;
+}
+
+#endif /* ATTN_LAYER_INTERNAL_H */

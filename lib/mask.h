@@ -1,0 +1,28 @@
+/* mask.h — mask resolution shared by the compute paths: every blocking rule of an
+ * attn_seq (key_length, causal, window, key padding, bool attn_mask) reduced to
+ * "row t sees keys in [lo, hi) except those a per-key mask blocks".
+ * Float attn_mask values are not handled here: kernels add them to the scores.
+ */
+#ifndef ATTN_MASK_H
+#define ATTN_MASK_H
+
+#include "attn.h"
+
+#include <stdint.h>
+
+/* The interval of keys row t may see under key_length, is_causal and window:
+ * [*lo, *hi), empty when *hi <= *lo. Requires 0 <= t < seq->t (validated seq). */
+void attn__mask_row_range(const attn_seq *seq, int t, int *lo, int *hi);
+
+/* The (T, S) plane of the bool / float attn_mask that applies to `head`, or
+ * NULL when the sequence has no mask of that kind. */
+const uint8_t *attn__mask_bool_plane(const attn_seq *seq, int head);
+const float *attn__mask_float_plane(const attn_seq *seq, int head);
+
+/* row: the S scores of query row t (float mask already added).
+ * Sets to -INFINITY every key in [lo, hi) that key_padding_mask or the bool
+ * plane (bool_plane may be NULL) blocks; keys outside [lo, hi) are untouched. */
+void attn__mask_block_row(const attn_seq *seq, const uint8_t *bool_plane, int t, int lo, int hi,
+                          float *row);
+
+#endif /* ATTN_MASK_H */

@@ -1,0 +1,37 @@
+/* status.c — status codes as text, and the one helper every library file uses
+ * to report an error (code + message naming the field that is wrong).
+ */
+#include "layer_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+const char *attn_strerror(attn_status status)
+{
+    switch (status) {
+    case ATTN_OK: return "success";
+    case ATTN_ERR_INVALID_ARG: return "invalid argument";
+    case ATTN_ERR_SHAPE: return "shape mismatch";
+    case ATTN_ERR_NONFINITE: return "non-finite value in input";
+    case ATTN_ERR_NOMEM: return "out of memory";
+    case ATTN_ERR_IO: return "I/O error";
+    case ATTN_ERR_FORMAT: return "malformed safetensors file";
+    case ATTN_ERR_MISSING_TENSOR: return "missing tensor";
+    case ATTN_ERR_DTYPE: return "unsupported or inconsistent dtype";
+    case ATTN_ERR_LIMIT: return "size limit exceeded";
+    case ATTN_ERR_INTERNAL: return "internal error";
+    }
+    return "unknown status";
+}
+
+attn_status attn__set_error(attn_error *err, attn_status code, const char *fmt, ...)
+{
+    if (err == NULL) return code;
+    err->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    if (n < 0) err->message[0] = '\0';
+    return code;
+}

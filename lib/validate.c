@@ -1,0 +1,186 @@
+/* validate.c — argument, shape, finiteness and overflow checks for a forward
+ * call (see validate.h). Runs before any output is touched.
+ */
+#include "validate.h"
+
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdbool.h>
+
+/* Results must stay below this; the slack covers rounding in long sums. */
+#define MAGNITUDE_LIMIT ((double)FLT_MAX / 4.0)
+
+static bool is_self(const attn_seq *s) { return s->key == NULL && s->value == NULL; }
+
+static attn_status check_pointers(const attn_seq *s, int i, attn_error *err)
+{
+    if (s->query == NULL)
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG, "seqs[%d].query is NULL", i);
+    if (s->output == NULL)
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG, "seqs[%d].output is NULL", i);
+    if ((s->key == NULL) != (s->value == NULL))
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG,
+                               "seqs[%d]: cross-attention needs both key and value "
+                               "(self-attention needs neither)", i);
+    if (s->attn_mask_kind != ATTN_MASK_NONE && s->attn_mask_kind != ATTN_MASK_BOOL &&
+        s->attn_mask_kind != ATTN_MASK_FLOAT)
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG, "seqs[%d].attn_mask_kind = %d is not valid",
+                               i, (int)s->attn_mask_kind);
+    if ((s->attn_mask_kind == ATTN_MASK_NONE) != (s->attn_mask == NULL))
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG,
+                               "seqs[%d].attn_mask is %s but attn_mask_kind is %s", i,
+                               s->attn_mask ? "set" : "NULL",
+                               s->attn_mask_kind == ATTN_MASK_NONE ? "NONE" : "BOOL/FLOAT");
+    if (s->attn_mask_per_head != 0 && s->attn_mask_per_head != 1)
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG, "seqs[%d].attn_mask_per_head = %d, must be 0 or 1",
+                               i, s->attn_mask_per_head);
+    if (s->weights_mode != ATTN_WEIGHTS_NONE && s->weights_mode != ATTN_WEIGHTS_PER_HEAD &&
+        s->weights_mode != ATTN_WEIGHTS_AVERAGE)
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG, "seqs[%d].weights_mode = %d is not valid",
+                               i, (int)s->weights_mode);
+    if ((s->weights_mode == ATTN_WEIGHTS_NONE) != (s->weights == NULL))
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG,
+                               "seqs[%d].weights is %s but weights_mode is %s", i,
+                               s->weights ? "set" : "NULL",
+                               s->weights_mode == ATTN_WEIGHTS_NONE ? "NONE" : "not NONE");
+    return ATTN_OK;
+}
+
+static attn_status check_shape(const attn_layer *l, const attn_seq *s, int i, attn_error *err)
+{
+    if (s->t < 1) return attn__set_error(err, ATTN_ERR_SHAPE, "seqs[%d].t = %d, must be >= 1", i, s->t);
+    if (s->s < 1) return attn__set_error(err, ATTN_ERR_SHAPE, "seqs[%d].s = %d, must be >= 1", i, s->s);
+    if (is_self(s)) {
+        if (s->s != s->t)
+            return attn__set_error(err, ATTN_ERR_SHAPE,
+                                   "seqs[%d]: self-attention needs s == t (s = %d, t = %d)", i, s->s, s->t);
+        if (l->e_k != l->e_q || l->e_v != l->e_q)
+            return attn__set_error(err, ATTN_ERR_SHAPE,
+                                   "seqs[%d]: self-attention needs embed_k == embed_v == embed_q "
+                                   "(layer has %d, %d, %d); pass key and value", i, l->e_k, l->e_v, l->e_q);
+    }
+    if (s->key_length < 0 || s->key_length > s->s)
+        return attn__set_error(err, ATTN_ERR_SHAPE, "seqs[%d].key_length = %d, must be in [0, s = %d]",
+                               i, s->key_length, s->s);
+    if (s->window < 0)
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG, "seqs[%d].window = %d, must be >= 0", i, s->window);
+    /* Every (T,S) or (h,T,S) array must be indexable with size_t. */
+    size_t n;
+    if (!attn__mul_size((size_t)s->t, (size_t)s->s, &n) || !attn__mul_size(n, (size_t)l->h, &n) ||
+        !attn__mul_size(n, sizeof(float), &n))
+        return attn__set_error(err, ATTN_ERR_LIMIT, "seqs[%d]: h*t*s overflows", i);
+    return ATTN_OK;
+}
+
+/* Scans a (rows, cols) matrix: returns 1 and sets *maxabs if all finite, else
+ * returns 0 with *bad the flat index of the first non-finite value. */
+static int scan(const float *m, size_t rows, size_t cols, double *maxabs, size_t *bad)
+{
+    float best = 0.0f;
+    size_t n = rows * cols; /* validated not to overflow by check_shape */
+    for (size_t i = 0; i < n; i++) {
+        float a = fabsf(m[i]);
+        if (!(a <= FLT_MAX)) { *bad = i; return 0; }
+        if (a > best) best = a;
+    }
+    *maxabs = best;
+    return 1;
+}
+
+static attn_status scan_input(const float *m, int rows, int cols, int i, const char *field,
+                              double *maxabs, attn_error *err)
+{
+    size_t n, bad;
+    if (!attn__mul_size((size_t)rows, (size_t)cols, &n))
+        return attn__set_error(err, ATTN_ERR_LIMIT, "seqs[%d].%s is too large", i, field);
+    if (!scan(m, (size_t)rows, (size_t)cols, maxabs, &bad))
+        return attn__set_error(err, ATTN_ERR_NONFINITE, "seqs[%d].%s[%zu][%zu] is not finite", i,
+                               field, bad / (size_t)cols, bad % (size_t)cols);
+    return ATTN_OK;
+}
+
+/* Float mask: NaN and +inf rejected, -inf allowed (it blocks). *maxpos gets the
+ * largest positive entry (0 if none). */
+static attn_status scan_float_mask(const attn_seq *s, int h, int i, double *maxpos, attn_error *err)
+{
+    size_t plane = (size_t)s->t * (size_t)s->s;
+    size_t n = plane * (size_t)(s->attn_mask_per_head ? h : 1);
+    const float *m = s->attn_mask;
+    float best = 0.0f;
+    for (size_t k = 0; k < n; k++) {
+        float v = m[k];
+        if (v > best) best = v;
+        if (!isnan(v) && v <= FLT_MAX) continue;
+        size_t r = (k % plane) / (size_t)s->s, c = k % (size_t)s->s;
+        const char *what = isnan(v) ? "is NaN" : "is +inf (only -inf may block)";
+        if (s->attn_mask_per_head)
+            return attn__set_error(err, ATTN_ERR_NONFINITE, "seqs[%d].attn_mask[%zu][%zu][%zu] %s", i,
+                                   k / plane, r, c, what);
+        return attn__set_error(err, ATTN_ERR_NONFINITE, "seqs[%d].attn_mask[%zu][%zu] %s", i, r, c, what);
+    }
+    *maxpos = best;
+    return ATTN_OK;
+}
+
+static attn_status too_large(int i, const char *where, attn_error *err)
+{
+    return attn__set_error(err, ATTN_ERR_LIMIT,
+                           "seqs[%d]: input magnitudes are so large that the %s would overflow float32",
+                           i, where);
+}
+
+/* Bounds every intermediate from the largest |input| and the layer's row norms,
+ * so the compute paths never meet an infinity they did not get as a mask. */
+static attn_status check_magnitudes(const attn_layer *l, int i, double mq, double mk, double mv,
+                                    double mask_pos, attn_error *err)
+{
+    double bq = l->l1_q * mq + l->bmax_q;
+    double bk = l->l1_k * mk + l->bmax_k;
+    double bv = l->l1_v * mv + l->bmax_v;
+    if (bq > MAGNITUDE_LIMIT || bk > MAGNITUDE_LIMIT || bv > MAGNITUDE_LIMIT)
+        return too_large(i, "projections", err);
+    /* |q.k| <= d_k * max|q| * max|k|, times 1/sqrt(d_k) */
+    if (sqrt((double)l->d_k) * bq * bk + mask_pos > MAGNITUDE_LIMIT)
+        return too_large(i, "attention scores", err);
+    if (l->l1_o * bv + l->bmax_o > MAGNITUDE_LIMIT) return too_large(i, "output", err);
+    return ATTN_OK;
+}
+
+static attn_status check_values(const attn_layer *l, const attn_seq *s, int i, attn_error *err)
+{
+    attn_status st;
+    double mq = 0, mk, mv, mpos = 0;
+    if ((st = scan_input(s->query, s->t, l->e_q, i, "query", &mq, err))) return st;
+    mk = mv = mq;
+    if (!is_self(s) && ((st = scan_input(s->key, s->s, l->e_k, i, "key", &mk, err)) ||
+                        (st = scan_input(s->value, s->s, l->e_v, i, "value", &mv, err))))
+        return st;
+    if (s->attn_mask_kind == ATTN_MASK_FLOAT && (st = scan_float_mask(s, l->h, i, &mpos, err)))
+        return st;
+    return check_magnitudes(l, i, mq, mk, mv, mpos, err);
+}
+
+attn_status attn__validate_forward(const attn_layer *layer, const attn_seq *seqs, int n_seqs,
+                                   attn_error *err)
+{
+    if (layer == NULL) return attn__set_error(err, ATTN_ERR_INVALID_ARG, "layer is NULL");
+    if (n_seqs < 0) return attn__set_error(err, ATTN_ERR_INVALID_ARG, "n_seqs = %d, must be >= 0", n_seqs);
+    if (n_seqs > 0 && seqs == NULL) return attn__set_error(err, ATTN_ERR_INVALID_ARG, "seqs is NULL");
+    long long rows_q = 0, rows_kv = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        attn_status st;
+        if ((st = check_pointers(&seqs[i], i, err)) || (st = check_shape(layer, &seqs[i], i, err)))
+            return st;
+        rows_q += seqs[i].t;
+        rows_kv += seqs[i].s;
+        if (rows_q > INT_MAX || rows_kv > INT_MAX)
+            return attn__set_error(err, ATTN_ERR_LIMIT, "seqs[0..%d]: more than %d rows in one batch",
+                                   i, INT_MAX);
+    }
+    for (int i = 0; i < n_seqs; i++) {
+        attn_status st = check_values(layer, &seqs[i], i, err);
+        if (st) return st;
+    }
+    return ATTN_OK;
+}

@@ -1,0 +1,25 @@
+/* workspace.h — internal view of attn_workspace: one growable, 64-byte aligned
+ * scratch block owned by one thread, carved into named buffers per call.
+ */
+#ifndef ATTN_WORKSPACE_H
+#define ATTN_WORKSPACE_H
+
+#include "layer_internal.h"
+
+struct attn_workspace {
+    void *buf;   /* owned; 64-byte aligned; contents undefined between calls */
+    size_t cap;  /* bytes available at buf */
+};
+
+#define ATTN__WS_ALIGN ((size_t)64)
+
+/* Reserves room for a buffer of count*elem bytes at the end of a layout being
+ * planned: *offset receives its (aligned) start, *total grows past it.
+ * Returns 0 on size_t overflow (then *total and *offset are unspecified). */
+int attn__ws_plan(size_t *total, size_t count, size_t elem, size_t *offset);
+
+/* Makes ws hold at least `bytes`. The old contents are discarded. Returns
+ * ATTN_OK, or ATTN_ERR_NOMEM with ws unchanged (still valid, old size). */
+attn_status attn__ws_reserve(attn_workspace *ws, size_t bytes, attn_error *err);
+
+#endif /* ATTN_WORKSPACE_H */
