@@ -1,0 +1,174 @@
+/* test_load_args.c — attnd-load's option parser: sweep syntax, ranges, durations, defaults,
+ * and bad input rejected with a message instead of being guessed at. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "load_args.h"
+
+static int sweep(const char *s, int integer, double *out, size_t max)
+{
+    double *v = NULL;
+    size_t n = 0;
+    char err[256];
+    if (load_parse_sweep(s, integer, &v, &n, err, sizeof err)) return -1;
+    for (size_t i = 0; i < n && i < max; i++) out[i] = v[i];
+    free(v);
+    return (int)n;
+}
+
+static void test_sweeps(void)
+{
+    double v[64];
+    CHECK_INT_EQ(sweep("1,8,64", 1, v, 64), 3);
+    CHECK(v[0] == 1 && v[1] == 8 && v[2] == 64);
+    CHECK_INT_EQ(sweep("1:64:x2", 1, v, 64), 7);
+    CHECK(v[0] == 1 && v[1] == 2 && v[5] == 32 && v[6] == 64);
+    CHECK_INT_EQ(sweep("1:100:x4", 1, v, 64), 4); /* 1 4 16 64: stops below the end */
+    CHECK(v[3] == 64);
+    CHECK_INT_EQ(sweep("10:40:+10", 1, v, 64), 4);
+    CHECK(v[0] == 10 && v[3] == 40);
+    CHECK_INT_EQ(sweep("1:4:x2,16", 1, v, 64), 4);
+    CHECK(v[3] == 16);
+    CHECK_INT_EQ(sweep("7", 1, v, 64), 1);
+    CHECK(v[0] == 7);
+    CHECK_INT_EQ(sweep("12.5,100", 0, v, 64), 2); /* rates may be fractional */
+    CHECK(v[0] == 12.5);
+
+    const char *bad[] = {"", ",", "1,,8", "1,8,", "0", "-4", "abc", "1:64", "1:64:2", "1:64:x1",
+                         "1:64:x0", "64:1:x2", "1:64:+0", "1:64:y2", "3.5", "1e7", "8 ", "1:x:x2"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK_MSG(sweep(bad[i], 1, v, 64) == -1, "'%s' accepted", bad[i]);
+    CHECK_INT_EQ(sweep("1:1000000:+1", 1, v, 64), -1); /* too many levels */
+}
+
+static void test_ranges_durations(void)
+{
+    int lo, hi;
+    char err[256];
+    double s;
+    CHECK(load_parse_range("32", 1 << 20, &lo, &hi, err, sizeof err) == 0 && lo == 32 && hi == 32);
+    CHECK(load_parse_range("16:128", 1 << 20, &lo, &hi, err, sizeof err) == 0 && lo == 16 && hi == 128);
+    CHECK(load_parse_range("128:16", 1 << 20, &lo, &hi, err, sizeof err) == -1);
+    CHECK(load_parse_range("0", 1 << 20, &lo, &hi, err, sizeof err) == -1);
+    CHECK(load_parse_range("16:", 1 << 20, &lo, &hi, err, sizeof err) == -1);
+    CHECK(load_parse_range("x", 1 << 20, &lo, &hi, err, sizeof err) == -1);
+    CHECK(load_parse_duration("5s", &s, err, sizeof err) == 0 && s == 5);
+    CHECK(load_parse_duration("500ms", &s, err, sizeof err) == 0 && s == 0.5);
+    CHECK(load_parse_duration("2m", &s, err, sizeof err) == 0 && s == 120);
+    CHECK(load_parse_duration("1.5", &s, err, sizeof err) == 0 && s == 1.5);
+    CHECK(load_parse_duration("0", &s, err, sizeof err) == 0 && s == 0);
+    CHECK(load_parse_duration("5h", &s, err, sizeof err) == -1);
+    CHECK(load_parse_duration("-1s", &s, err, sizeof err) == -1);
+    CHECK(load_parse_duration("s", &s, err, sizeof err) == -1);
+}
+
+/* Parses a NULL-terminated argument list; returns load_opts_parse's result. */
+static int parse(load_opts *o, const char *const *args, char *err, size_t el)
+{
+    char *argv[64];
+    int argc = 0;
+    argv[argc++] = (char *)"attnd-load";
+    for (; *args; args++) argv[argc++] = (char *)*args;
+    argv[argc] = NULL;
+    return load_opts_parse(o, argc, argv, err, el);
+}
+
+static void test_command_lines(void)
+{
+    load_opts o;
+    char err[256] = "";
+    const char *good[] = {"--url", "http://127.0.0.1:9000/", "--model", "demo", "--seq-len", "16:64",
+                          "--concurrency", "1:64:x2", "--duration", "4s", "--warmup", "0",
+                          "--cross", "--key-len", "100", "--need-weights", "--causal", "--window", "8",
+                          "--key-padding", "0.25", "--batch", "4", "--seed", "42", "--json", "r.json",
+                          "--max-error-rate", "0", NULL};
+    CHECK_INT_EQ(parse(&o, good, err, sizeof err), 0);
+    CHECK_STR_EQ(o.model, "demo");
+    CHECK(o.seq_min == 16 && o.seq_max == 64);
+    CHECK_INT_EQ(o.n_levels, 7);
+    CHECK(!o.is_rate && o.levels[6] == 64);
+    CHECK(o.duration_s == 4 && o.warmup_s == 0);
+    CHECK(o.cross && o.key_min == 100 && o.key_max == 100 && o.need_weights && o.causal);
+    CHECK(o.window == 8 && o.key_padding == 0.25 && o.batch == 4 && o.seed == 42);
+    CHECK(o.max_error_rate == 0 && !o.embed);
+    CHECK_STR_EQ(o.json_path, "r.json");
+    load_opts_free(&o);
+
+    const char *defaults[] = {NULL};
+    CHECK_INT_EQ(parse(&o, defaults, err, sizeof err), 0);
+    CHECK(o.n_levels == 1 && o.levels[0] == 1 && !o.is_rate);
+    CHECK(o.duration_s == 5 && o.warmup_s == 1 && o.max_error_rate == 0.01 && o.pool == 64);
+    CHECK_STR_EQ(o.url, "http://127.0.0.1:8080");
+    load_opts_free(&o);
+
+    const char *rate[] = {"--rate", "100,200.5", "--requests", "50", NULL};
+    CHECK_INT_EQ(parse(&o, rate, err, sizeof err), 0);
+    CHECK(o.is_rate && o.n_levels == 2 && o.levels[1] == 200.5 && o.requests == 50);
+    load_opts_free(&o);
+
+    const char *const bad[][6] = {
+        {"--concurrency", "1:64", NULL},
+        {"--concurrency", "0", NULL},
+        {"--concurrency", "100000", NULL},     /* above the connection cap */
+        {"--concurrency", "1", "--rate", "10", NULL},
+        {"--seq-len", "0", NULL},
+        {"--seq-len", "64:16", NULL},
+        {"--key-len", "8", NULL},              /* needs --cross */
+        {"--key-padding", "1", NULL},
+        {"--batch", "0", NULL},
+        {"--embed", "sixty", NULL},
+        {"--duration", "0", NULL},
+        {"--duration", "fast", NULL},
+        {"--max-error-rate", "2", NULL},
+        {"--url", "ftp://x", NULL},
+        {"--bogus", NULL},
+        {"--model", NULL},                     /* missing value */
+        {"stray", NULL},
+        {"--request-file", "x.json", "--cross", NULL},
+        {"--seq-len-dist", "/nonexistent/lengths.txt", NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err[0] = 0;
+        int rc = parse(&o, bad[i], err, sizeof err);
+        CHECK_MSG(rc == -1 && err[0], "'%s %s' accepted", bad[i][0], bad[i][1] ? bad[i][1] : "");
+        load_opts_free(&o);
+    }
+}
+
+static void test_seq_len_dist(void)
+{
+    char path[] = "/tmp/test_load_args.XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fputs("16\n# a comment\n\n32\r\n64\n", f);
+    fclose(f);
+    load_opts o;
+    char err[256];
+    const char *args[] = {"--seq-len-dist", path, NULL};
+    CHECK_INT_EQ(parse(&o, args, err, sizeof err), 0);
+    CHECK_INT_EQ(o.seq_dist_n, 3);
+    CHECK(o.seq_dist_n == 3 && o.seq_dist[0] == 16 && o.seq_dist[1] == 32 && o.seq_dist[2] == 64);
+    load_opts_free(&o);
+
+    f = fopen(path, "w");
+    fputs("16\nsixteen\n", f);
+    fclose(f);
+    err[0] = 0;
+    CHECK_INT_EQ(parse(&o, args, err, sizeof err), -1);
+    CHECK(strstr(err, ":2:") != NULL); /* names the line */
+    load_opts_free(&o);
+    unlink(path);
+}
+
+int main(void)
+{
+    test_sweeps();
+    test_ranges_durations();
+    test_command_lines();
+    test_seq_len_dist();
+    return check_summary();
+}

@@ -1,0 +1,262 @@
+/* test_load_check.c — attnd-load's response checker: a good body passes and yields its timing;
+ * wrong status, non-JSON, truncated JSON, missing or misshapen output/weights and a wrong id are
+ * each counted as the right error kind. Also: every generated pool request is valid JSON whose
+ * shapes agree with the response shape it expects. */
+#include <curl/curl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "load_args.h"
+#include "load_check.h"
+#include "load_reqgen.h"
+
+static load_kind check_str(long status, const char *body, const load_expect *w, load_timing *t)
+{
+    return load_check_response(status, body, body ? strlen(body) : 0, w, t);
+}
+
+#define GOOD_2x3 "[[0.5,-1,2e-3],[1,2,3]]"
+#define TIMING ",\"timing\":{\"queue_us\":412,\"compute_us\":180,\"batch_size\":6}"
+
+static void test_single(void)
+{
+    load_shape out = {0}, w = {0};
+    load_timing t;
+    CHECK_INT_EQ(load_shape_push_matrix(&out, 0, 2, 3), 0); /* T=2, E_out=3 */
+    CHECK_INT_EQ(load_shape_push_matrix(&w, 0, 2, 4), 0);   /* T=2, S=4 */
+    load_expect plain = {&out, NULL, "r1"}, weights = {&out, &w, NULL};
+
+    const char *good = "{\"model\":\"demo\",\"id\":\"r1\",\"output\":" GOOD_2x3 TIMING "}";
+    CHECK_INT_EQ(check_str(200, good, &plain, &t), LOAD_OK);
+    CHECK(t.has && t.queue_us == 412 && t.compute_us == 180 && t.batch_size == 6);
+    CHECK_INT_EQ(check_str(200, " \n{\"output\" : [ [1 , 2,3] ,[4,5,6] ] , \"id\":\"r1\"}\n", &plain, &t), LOAD_OK);
+    CHECK(!t.has);
+
+    /* status classes first, whatever the body */
+    CHECK_INT_EQ(check_str(500, good, &plain, &t), LOAD_ERR_HTTP_5XX);
+    CHECK_INT_EQ(check_str(503, "{\"error\":{}}", &plain, &t), LOAD_ERR_HTTP_503);
+    CHECK_INT_EQ(check_str(504, "", &plain, &t), LOAD_ERR_HTTP_504);
+    CHECK_INT_EQ(check_str(400, "{\"error\":{\"code\":\"invalid_shape\"}}", &plain, &t), LOAD_ERR_HTTP_4XX);
+    CHECK_INT_EQ(check_str(404, NULL, &plain, &t), LOAD_ERR_HTTP_4XX);
+    CHECK_INT_EQ(check_str(204, "", &plain, &t), LOAD_ERR_HTTP_OTHER);
+    CHECK_INT_EQ(check_str(302, "", &plain, &t), LOAD_ERR_HTTP_OTHER);
+    CHECK(!t.has);
+
+    /* not JSON, or not one complete object */
+    const char *bad_json[] = {
+        "", "   ", "not json", "[1,2]", "{\"output\":" GOOD_2x3,            /* truncated */
+        "{\"output\":" GOOD_2x3 "} extra", "{\"output\":[[1,2,3],[4,5,6],]}",
+        "{\"output\":[[01,2,3],[4,5,6]]}", "{\"output\":[[1.,2,3],[4,5,6]]}",
+        "{\"output\":[[1,2,3],[4,5,6]],\"x\":tru}", "{\"id\":\"r1\\q\",\"output\":" GOOD_2x3 "}",
+        "{\"id\":\"r1\n\",\"output\":" GOOD_2x3 "}", "{output:" GOOD_2x3 "}",
+        "{\"output\":[[NaN,2,3],[4,5,6]]}", "{\"output\":[[1,2,3],[4,5,6]],}",
+        "{\"a\":\"\\u12\"}", "{\"a\" 1}",
+    };
+    for (size_t i = 0; i < sizeof bad_json / sizeof *bad_json; i++)
+        CHECK_MSG(check_str(200, bad_json[i], &plain, &t) == LOAD_ERR_BAD_JSON, "body %zu: %s", i, bad_json[i]);
+    char deep[400];
+    memset(deep, '[', 200);
+    memset(deep + 200, ']', 200);
+    memcpy(deep, "{\"a\":", 5);
+    deep[399] = 0;
+    CHECK_INT_EQ(check_str(200, deep, &plain, &t), LOAD_ERR_BAD_JSON); /* nesting bound, no crash */
+
+    /* JSON, but the wrong content */
+    const char *bad_shape[] = {
+        "{\"id\":\"r1\"}",                                            /* no output */
+        "{\"id\":\"r1\",\"output\":[[1,2,3]]}",                       /* T short */
+        "{\"id\":\"r1\",\"output\":[[1,2,3],[4,5]]}",                 /* a short row */
+        "{\"id\":\"r1\",\"output\":[[1,2,3],[4,5,6],[7,8,9]]}",       /* T long */
+        "{\"id\":\"r1\",\"output\":[1,2,3,4,5,6]}",                   /* flat */
+        "{\"id\":\"r1\",\"output\":[[[1],[2],[3]],[4,5,6]]}",         /* too deep */
+        "{\"id\":\"r1\",\"output\":[[1,\"2\",3],[4,5,6]]}",           /* a string */
+        "{\"id\":\"r1\",\"output\":[[1,null,3],[4,5,6]]}",
+        "{\"id\":\"r1\",\"output\":{\"a\":1}}",
+        "{\"id\":\"r1\",\"output\":[[1,2,3],[4,5,6]],\"output\":[[1,2,3],[4,5,6]]}",
+        "{\"id\":\"r2\",\"output\":" GOOD_2x3 "}",                    /* someone else's answer */
+        "{\"output\":" GOOD_2x3 "}",                                  /* id not echoed */
+        "{\"id\":\"r1\",\"output\":" GOOD_2x3 ",\"weights\":[[1]]}",  /* weights not asked for */
+    };
+    for (size_t i = 0; i < sizeof bad_shape / sizeof *bad_shape; i++)
+        CHECK_MSG(check_str(200, bad_shape[i], &plain, &t) == LOAD_ERR_BAD_SHAPE, "body %zu: %s", i, bad_shape[i]);
+
+    /* weights asked for */
+    CHECK_INT_EQ(check_str(200, "{\"output\":" GOOD_2x3 ",\"weights\":[[0.25,0.25,0.25,0.25],[1,0,0,0]]}", &weights, &t), LOAD_OK);
+    CHECK_INT_EQ(check_str(200, "{\"output\":" GOOD_2x3 "}", &weights, &t), LOAD_ERR_BAD_SHAPE);
+    CHECK_INT_EQ(check_str(200, "{\"output\":" GOOD_2x3 ",\"weights\":[[1,0,0],[1,0,0,0]]}", &weights, &t), LOAD_ERR_BAD_SHAPE);
+    load_shape_free(&out);
+    load_shape_free(&w);
+}
+
+static void test_batch_ragged(void)
+{
+    load_shape out = {0};
+    load_timing t;
+    /* B=2: T=1 and T=2, E_out=2 */
+    CHECK_INT_EQ(load_shape_push(&out, 0, 2), 0);
+    CHECK_INT_EQ(load_shape_push_matrix(&out, 1, 1, 2), 0);
+    CHECK_INT_EQ(load_shape_push_matrix(&out, 1, 2, 2), 0);
+    load_expect w = {&out, NULL, NULL};
+    CHECK_INT_EQ(check_str(200, "{\"output\":[[[1,2]],[[3,4],[5,6]]]}", &w, &t), LOAD_OK);
+    CHECK_INT_EQ(check_str(200, "{\"output\":[[[3,4],[5,6]],[[1,2]]]}", &w, &t), LOAD_ERR_BAD_SHAPE); /* order */
+    CHECK_INT_EQ(check_str(200, "{\"output\":[[[1,2]]]}", &w, &t), LOAD_ERR_BAD_SHAPE);
+    CHECK_INT_EQ(check_str(200, "{\"output\":[[1,2],[3,4],[5,6]]}", &w, &t), LOAD_ERR_BAD_SHAPE); /* unbatched */
+    load_shape_free(&out);
+}
+
+static void test_kinds(void)
+{
+    CHECK_INT_EQ(load_kind_from_curl(CURLE_OK), LOAD_OK);
+    CHECK_INT_EQ(load_kind_from_curl(CURLE_OPERATION_TIMEDOUT), LOAD_ERR_TIMEOUT);
+    CHECK_INT_EQ(load_kind_from_curl(CURLE_COULDNT_CONNECT), LOAD_ERR_TRANSPORT);
+    CHECK_INT_EQ(load_kind_from_curl(CURLE_RECV_ERROR), LOAD_ERR_TRANSPORT);
+    CHECK_STR_EQ(load_kind_name(LOAD_ERR_HTTP_503), "http_503");
+    CHECK_STR_EQ(load_kind_name(LOAD_ERR_BAD_SHAPE), "bad_shape");
+    CHECK_STR_EQ(load_kind_name(LOAD_KIND_COUNT), "?");
+}
+
+/* Builds the response a correct server would give to r (zeros), from the request JSON alone. */
+static char *fake_response(const char *body, int e_out, int *nseq_out)
+{
+    json_t *req = json_loads(body, 0, NULL), *q = json_object_get(req, "query");
+    json_t *k = json_object_get(req, "key"), *resp;
+    int batched = json_is_array(json_array_get(json_array_get(q, 0), 0));
+    size_t nseq = batched ? json_array_size(q) : 1;
+    json_t *outs = json_array(), *ws = json_array();
+    for (size_t b = 0; b < nseq; b++) {
+        json_t *qb = batched ? json_array_get(q, b) : q, *kb = k ? (batched ? json_array_get(k, b) : k) : qb;
+        json_t *o = json_array(), *w = json_array();
+        for (size_t i = 0; i < json_array_size(qb); i++) {
+            json_t *row = json_array(), *wrow = json_array();
+            for (int e = 0; e < e_out; e++) json_array_append_new(row, json_real(0));
+            for (size_t j = 0; j < json_array_size(kb); j++) json_array_append_new(wrow, json_real(0));
+            json_array_append_new(o, row);
+            json_array_append_new(w, wrow);
+        }
+        json_array_append_new(outs, o);
+        json_array_append_new(ws, w);
+    }
+    resp = json_pack("{s:O, s:o}", "id", json_object_get(req, "id"), "output",
+                     batched ? json_incref(outs) : json_incref(json_array_get(outs, 0)));
+    if (json_is_true(json_object_get(req, "need_weights")))
+        json_object_set(resp, "weights", batched ? ws : json_array_get(ws, 0));
+    char *s = json_dumps(resp, JSON_COMPACT);
+    *nseq_out = (int)nseq;
+    json_decref(outs);
+    json_decref(ws);
+    json_decref(resp);
+    json_decref(req);
+    return s;
+}
+
+static void test_pool_roundtrip(const char *const *args)
+{
+    char *argv[32];
+    int argc = 0;
+    char err[256];
+    load_opts o;
+    load_pool p;
+    argv[argc++] = (char *)"attnd-load";
+    for (; *args; args++) argv[argc++] = (char *)*args;
+    CHECK_INT_EQ(load_opts_parse(&o, argc, argv, err, sizeof err), 0);
+    load_model m = {6, 5, 5, 7, 2}; /* E_q 6, E_k = E_v 5, E_out 7 */
+    CHECK_INT_EQ(load_pool_build(&p, &o, &m, err, sizeof err), 0);
+    CHECK_INT_EQ(p.n, (size_t)o.pool);
+    for (size_t i = 0; i < p.n; i++) {
+        const load_req *r = &p.reqs[i];
+        json_error_t je;
+        json_t *req = json_loadb(r->body, r->len, JSON_REJECT_DUPLICATES, &je);
+        CHECK_MSG(req != NULL, "pool body %zu is not JSON: %s", i, je.text);
+        json_t *q = json_object_get(req, "query");
+        json_t *row = o.batch ? json_array_get(json_array_get(q, 0), 0) : json_array_get(q, 0);
+        CHECK_INT_EQ(json_array_size(row), 6);
+        if (o.cross) {
+            json_t *k = json_object_get(req, "key");
+            json_t *krow = o.batch ? json_array_get(json_array_get(k, 0), 0) : json_array_get(k, 0);
+            CHECK_INT_EQ(json_array_size(krow), 5);
+            CHECK(!json_object_get(req, "value")); /* E_k == E_v: value defaults to key */
+        }
+        json_decref(req);
+        int nseq;
+        char *resp = fake_response(r->body, 7, &nseq);
+        load_expect want = load_req_expect(r);
+        load_timing t;
+        CHECK_MSG(check_str(200, resp, &want, &t) == LOAD_OK, "request %zu: response rejected", i);
+        CHECK_INT_EQ(nseq, r->sequences);
+        free(resp);
+    }
+    load_pool_free(&p);
+    load_opts_free(&o);
+}
+
+/* A request file is sent verbatim; its expected shapes come from its own query/key and flags. */
+static void test_request_file(void)
+{
+    char path[] = "/tmp/test_load_check.XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    const char *body = "{\"id\":\"file-1\",\"query\":[[[1,2,3,4],[1,2,3,4]],[[1,2,3,4],[1,2,3,4],[0,0,0,0]]],"
+                       "\"key\":[[[1,1,1,1]],[[1,1,1,1],[2,2,2,2]]],\"need_weights\":true,"
+                       "\"average_attn_weights\":false}\n";
+    fputs(body, f);
+    fclose(f);
+    char *argv[] = {(char *)"attnd-load", (char *)"--request-file", path, NULL};
+    load_opts o;
+    load_pool p;
+    char err[256];
+    CHECK_INT_EQ(load_opts_parse(&o, 3, argv, err, sizeof err), 0);
+    load_model m = {4, 4, 4, 6, 2}; /* E_out 6, 2 heads */
+    CHECK_INT_EQ(load_pool_build(&p, &o, &m, err, sizeof err), 0);
+    CHECK_INT_EQ(p.n, 1);
+    if (p.n == 1) {
+        const load_req *r = &p.reqs[0];
+        CHECK_STR_EQ(r->body, body);
+        CHECK_INT_EQ(r->len, strlen(body));
+        CHECK_STR_EQ(r->id, "file-1");
+        CHECK_INT_EQ(r->tokens, 5);
+        CHECK_INT_EQ(r->sequences, 2);
+        CHECK(r->want_weights);
+        /* output: B=2 x T(2,3) x 6 */
+        int32_t out[] = {0, 2, 1, 2, 2, 6, 2, 6, 1, 3, 2, 6, 2, 6, 2, 6};
+        CHECK(r->output.n * 2 == sizeof out / sizeof *out && !memcmp(r->output.v, out, sizeof out));
+        /* weights per head: B=2 x h=2 x T x S(1,2) */
+        int32_t w[] = {0, 2, 1, 2, 2, 2, 3, 1, 3, 1, 2, 2, 3, 1, 3, 1,
+                       1, 2, 2, 3, 3, 2, 3, 2, 3, 2, 2, 3, 3, 2, 3, 2, 3, 2};
+        CHECK(r->weights.n * 2 == sizeof w / sizeof *w && !memcmp(r->weights.v, w, sizeof w));
+    }
+    load_pool_free(&p);
+    load_opts_free(&o);
+
+    f = fopen(path, "w");
+    fputs("{\"query\": [[1,2,3,4]", f); /* truncated */
+    fclose(f);
+    CHECK_INT_EQ(load_opts_parse(&o, 3, argv, err, sizeof err), 0);
+    err[0] = 0;
+    CHECK_INT_EQ(load_pool_build(&p, &o, &m, err, sizeof err), -1);
+    CHECK(strstr(err, path) != NULL);
+    CHECK_INT_EQ(p.n, 0);
+    load_opts_free(&o);
+    unlink(path);
+}
+
+int main(void)
+{
+    test_single();
+    test_batch_ragged();
+    test_kinds();
+    test_request_file();
+    const char *plain[] = {"--pool", "8", "--seq-len", "1:9", NULL};
+    const char *cross[] = {"--pool", "8", "--seq-len", "3:5", "--cross", "--key-len", "2:11",
+                           "--need-weights", "--key-padding", "0.5", "--causal", NULL};
+    const char *batch[] = {"--pool", "8", "--seq-len", "1:6", "--batch", "3", "--need-weights",
+                           "--cross", "--window", "2", NULL};
+    test_pool_roundtrip(plain);
+    test_pool_roundtrip(cross);
+    test_pool_roundtrip(batch);
+    return check_summary();
+}

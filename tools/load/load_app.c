@@ -1,0 +1,126 @@
+/* load_app.c — attnd-load's top level: options -> model widths -> request pool -> one run per
+ * level -> table, JSON, CSV, SVG -> exit status. */
+#include "load_app.h"
+
+#include <curl/curl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "load_args.h"
+#include "load_report.h"
+#include "load_reqgen.h"
+#include "load_runner.h"
+#include "load_svg.h"
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    load_runner_stop();
+}
+
+/* "model demo, T 16:64, E 64, batch 4, 4 s per level" for the chart. */
+static void describe(char *buf, size_t n, const load_opts *o, const load_model *m)
+{
+    int k = snprintf(buf, n, "model %s, ", o->model ? o->model : "(default)");
+    if (o->n_request_files)
+        k += snprintf(buf + k, n - (size_t)k, "%zu request file(s)", o->n_request_files);
+    else if (o->seq_dist_n)
+        k += snprintf(buf + k, n - (size_t)k, "T from file (%zu lengths), E %d", o->seq_dist_n,
+                      m->embed_q);
+    else
+        k += snprintf(buf + k, n - (size_t)k, "T %d:%d, E %d", o->seq_min, o->seq_max, m->embed_q);
+    if (o->cross && (size_t)k < n)
+        k += snprintf(buf + k, n - (size_t)k, ", cross S %d:%d", o->key_min, o->key_max);
+    if (o->batch && (size_t)k < n) k += snprintf(buf + k, n - (size_t)k, ", batch %d", o->batch);
+    if ((size_t)k < n) {
+        if (o->requests)
+            snprintf(buf + k, n - (size_t)k, ", %ld requests per level", o->requests);
+        else
+            snprintf(buf + k, n - (size_t)k, ", %g s per level", o->duration_s);
+    }
+}
+
+static int write_outputs(const load_opts *o, const load_model *m, const load_stats *lv, size_t n)
+{
+    char err[512], sub[256];
+    int rc = 0;
+    describe(sub, sizeof sub, o, m);
+    if (o->json_path && load_report_json(o->json_path, o, m, lv, n, err, sizeof err)) rc = -1;
+    if (!rc && o->csv_path && load_report_csv(o->csv_path, lv, n, err, sizeof err)) rc = -1;
+    if (!rc && o->svg_path && load_svg_write(o->svg_path, lv, n, sub, err, sizeof err)) rc = -1;
+    if (rc) fprintf(stderr, "attnd-load: %s\n", err);
+    return rc;
+}
+
+int load_app_main(int argc, char **argv)
+{
+    load_opts o;
+    load_model m = {0};
+    load_pool pool = {0};
+    load_runner *r = NULL;
+    load_stats *lv = NULL;
+    size_t done = 0;
+    char err[512] = "";
+    int status = LOAD_EXIT_SETUP;
+
+    if (load_opts_parse(&o, argc, argv, err, sizeof err)) {
+        fprintf(stderr, "attnd-load: %s\n", err);
+        load_opts_free(&o);
+        return LOAD_EXIT_USAGE;
+    }
+    if (o.help) {
+        load_opts_free(&o);
+        return LOAD_EXIT_OK;
+    }
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        fprintf(stderr, "attnd-load: curl_global_init failed\n");
+        load_opts_free(&o);
+        return LOAD_EXIT_SETUP;
+    }
+    if (o.embed)
+        m = (load_model){o.embed, o.embed, o.embed, o.embed, 1};
+    else if (load_fetch_model(&o, &m, err, sizeof err))
+        goto fail;
+    if (load_pool_build(&pool, &o, &m, err, sizeof err)) goto fail;
+    if (!(r = load_runner_new(&o, &pool, err, sizeof err))) goto fail;
+    if (!(lv = calloc(o.n_levels, sizeof *lv))) {
+        snprintf(err, sizeof err, "out of memory");
+        goto fail;
+    }
+    signal(SIGINT, on_sigint);
+    for (; done < o.n_levels; done++) {
+        int rc = load_run_level(r, o.levels[done], &lv[done], err, sizeof err);
+        if (rc < 0) goto fail;
+        if (rc > 0) {
+            fprintf(stderr, "attnd-load: interrupted; reporting %zu level(s)\n", done + 1);
+            done++;
+            break;
+        }
+    }
+    load_report_table(stdout, lv, done);
+    fflush(stdout);
+    if (write_outputs(&o, &m, lv, done)) goto out;
+    long ok = 0;
+    for (size_t i = 0; i < done; i++) ok += lv[i].ok;
+    double rate = load_error_rate(lv, done);
+    status = LOAD_EXIT_OK;
+    if (!ok || rate > o.max_error_rate) {
+        fprintf(stderr, "attnd-load: error rate %.4f (%s) above --max-error-rate %g\n", rate,
+                ok ? "some requests failed" : "no request succeeded", o.max_error_rate);
+        status = LOAD_EXIT_ERRORS;
+    }
+    goto out;
+fail:
+    fprintf(stderr, "attnd-load: %s\n", err);
+    status = LOAD_EXIT_SETUP;
+out:
+    for (size_t i = 0; lv && i < o.n_levels; i++) load_stats_free(&lv[i]);
+    free(lv);
+    load_runner_free(r);
+    load_pool_free(&pool);
+    load_opts_free(&o);
+    curl_global_cleanup();
+    return status;
+}

@@ -1,0 +1,408 @@
+/* load_args.c — attnd-load's command-line parser and the parsers of its value syntaxes.
+ * Every bad value is reported with the option's name and what was expected. */
+#include "load_args.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_LEVELS 256
+#define MAX_LEVEL 1e6
+#define MAX_SEQ (1 << 20)
+#define MAX_CONCURRENCY 65536
+
+static int errf(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* Whole string is a finite double. */
+static int parse_double(const char *s, double *v)
+{
+    char *end;
+    if (!*s) return -1;
+    errno = 0;
+    *v = strtod(s, &end);
+    return (*end || errno || !isfinite(*v)) ? -1 : 0;
+}
+
+static int parse_long(const char *s, long lo, long hi, long *v)
+{
+    char *end;
+    if (!*s) return -1;
+    errno = 0;
+    *v = strtol(s, &end, 10);
+    return (*end || errno || *v < lo || *v > hi) ? -1 : 0;
+}
+
+static int push_level(double **v, size_t *n, double x, int integer, char *err, size_t errlen)
+{
+    if (!(x > 0) || x > MAX_LEVEL) return errf(err, errlen, "level %g out of range (0, 1e6]", x);
+    if (integer && x != floor(x)) return errf(err, errlen, "level %g is not a whole number", x);
+    if (*n >= MAX_LEVELS) return errf(err, errlen, "more than %d levels", MAX_LEVELS);
+    (*v)[(*n)++] = x;
+    return 0;
+}
+
+/* One comma item: "a" or "a:b:xK" or "a:b:+K". */
+static int parse_sweep_item(char *item, int integer, double **v, size_t *n, char *err,
+                            size_t errlen)
+{
+    char *c1 = strchr(item, ':');
+    double a, b, k;
+    if (!c1) {
+        if (parse_double(item, &a)) return errf(err, errlen, "'%s' is not a number", item);
+        return push_level(v, n, a, integer, err, errlen);
+    }
+    char *c2 = strchr(c1 + 1, ':');
+    if (!c2) return errf(err, errlen, "range '%s' needs a step: A:B:xK or A:B:+K", item);
+    *c1 = *c2 = 0;
+    char op = c2[1];
+    if (parse_double(item, &a) || parse_double(c1 + 1, &b) || (op != 'x' && op != '+') ||
+        parse_double(c2 + 2, &k))
+        return errf(err, errlen, "bad range; expected A:B:xK or A:B:+K");
+    if (!(a > 0) || b < a) return errf(err, errlen, "range %g:%g: need 0 < A <= B", a, b);
+    if (op == 'x' ? !(k > 1) : !(k > 0))
+        return errf(err, errlen, "range step %c%g must be %s", op, k, op == 'x' ? "> 1" : "> 0");
+    for (double x = a; x <= b * (1 + 1e-12); x = op == 'x' ? x * k : x + k)
+        if (push_level(v, n, x, integer, err, errlen)) return -1;
+    return 0;
+}
+
+int load_parse_sweep(const char *s, int integer, double **out, size_t *n, char *err, size_t errlen)
+{
+    double *v = malloc(MAX_LEVELS * sizeof *v);
+    char *copy = strdup(s ? s : "");
+    size_t count = 0;
+    if (!v || !copy) {
+        errf(err, errlen, "out of memory");
+        goto fail;
+    }
+    if (!*copy) {
+        errf(err, errlen, "empty list");
+        goto fail;
+    }
+    for (char *item = copy, *next; item; item = next) {
+        next = strchr(item, ',');
+        if (next) *next++ = 0;
+        if (!*item) {
+            errf(err, errlen, "empty item in '%s'", s);
+            goto fail;
+        }
+        if (parse_sweep_item(item, integer, &v, &count, err, errlen)) goto fail;
+    }
+    free(copy);
+    *out = v;
+    *n = count;
+    return 0;
+fail:
+    free(v);
+    free(copy);
+    return -1;
+}
+
+int load_parse_range(const char *s, int max, int *lo, int *hi, char *err, size_t errlen)
+{
+    char buf[64];
+    long a, b;
+    if (strlen(s) >= sizeof buf) return errf(err, errlen, "'%s' too long", s);
+    strcpy(buf, s);
+    char *colon = strchr(buf, ':');
+    if (colon) *colon = 0;
+    if (parse_long(buf, 1, max, &a) || (colon && parse_long(colon + 1, 1, max, &b)))
+        return errf(err, errlen, "'%s': expected N or A:B with 1 <= A <= B <= %d", s, max);
+    if (!colon) b = a;
+    if (b < a) return errf(err, errlen, "'%s': A must not exceed B", s);
+    *lo = (int)a;
+    *hi = (int)b;
+    return 0;
+}
+
+int load_parse_duration(const char *s, double *secs, char *err, size_t errlen)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    double unit = !strcmp(end, "") || !strcmp(end, "s") ? 1
+                  : !strcmp(end, "ms")                  ? 1e-3
+                  : !strcmp(end, "m")                   ? 60
+                                                        : -1;
+    if (end == s || errno || unit < 0 || !isfinite(v) || v < 0 || v * unit > 86400)
+        return errf(err, errlen, "'%s': expected a duration like 5s, 500ms, 2m", s);
+    *secs = v * unit;
+    return 0;
+}
+
+static int read_seq_dist(load_opts *o, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    char line[128];
+    size_t cap = 0, lineno = 0;
+    if (!f) return errf(err, errlen, "--seq-len-dist: cannot open %s", path);
+    while (fgets(line, sizeof line, f)) {
+        long v;
+        lineno++;
+        line[strcspn(line, "\r\n")] = 0;
+        if (!line[0] || line[0] == '#') continue;
+        if (parse_long(line, 1, MAX_SEQ, &v)) {
+            fclose(f);
+            return errf(err, errlen, "--seq-len-dist %s:%zu: '%s' is not a length in 1..%d",
+                        path, lineno, line, MAX_SEQ);
+        }
+        if (o->seq_dist_n == cap) {
+            cap = cap ? 2 * cap : 64;
+            int *d = realloc(o->seq_dist, cap * sizeof *d);
+            if (!d) {
+                fclose(f);
+                return errf(err, errlen, "out of memory");
+            }
+            o->seq_dist = d;
+        }
+        o->seq_dist[o->seq_dist_n++] = (int)v;
+    }
+    fclose(f);
+    if (!o->seq_dist_n) return errf(err, errlen, "--seq-len-dist %s: no lengths", path);
+    return 0;
+}
+
+void load_usage(FILE *f)
+{
+    fputs(
+        "attnd-load — drive a running attnd with attention requests and measure it.\n"
+        "\n"
+        "usage: attnd-load [options]\n"
+        "\n"
+        "target\n"
+        "  --url URL              base URL (default http://127.0.0.1:8080)\n"
+        "  --model NAME           POST URL/v1/models/NAME/attention (default: /v1/attention)\n"
+        "requests (bodies are pre-generated into a pool, seeded; generation is not measured)\n"
+        "  --seq-len N|A:B        query length T, fixed or uniform in [A,B] (default 32)\n"
+        "  --seq-len-dist FILE    T sampled from FILE's lines (one length per line)\n"
+        "  --embed E              query width (default: asked from GET /v1/models/NAME)\n"
+        "  --cross                cross-attention: send key (and value) rows\n"
+        "  --key-len N|A:B        key length S with --cross (default: same as T)\n"
+        "  --need-weights         ask for (head-averaged) attention weights; checks their shape\n"
+        "  --causal               is_causal: true\n"
+        "  --window N             sliding window\n"
+        "  --key-padding P        mask the last fraction P of every sequence's keys (0 <= P < 1)\n"
+        "  --batch B              B sequences per request (B x T x E; each T drawn separately)\n"
+        "  --request-file FILE    send FILE as is (repeatable: a pool of files)\n"
+        "  --pool N               distinct generated bodies (default 64)\n"
+        "  --seed S               PRNG seed (default 1)\n"
+        "load\n"
+        "  --concurrency LIST     closed loop, LIST = 1,8,64 or 1:64:x2 or 10:40:+10 (default 1)\n"
+        "  --rate LIST            open loop at R requests/s per level (same LIST syntax);\n"
+        "                         latency counts from the scheduled send time\n"
+        "  --duration D           measured time per level (default 5s; 500ms, 2m, 1.5 work)\n"
+        "  --requests N           measure N requests per level instead of a duration\n"
+        "  --warmup D             unmeasured load before each level (default 1s)\n"
+        "  --timeout D            per-request timeout (default 30s)\n"
+        "  --max-inflight N       open loop: cap on requests in flight (default 1024)\n"
+        "output\n"
+        "  --json FILE, --csv FILE, --svg FILE   results per level; SVG chart of rps and p99\n"
+        "  --quiet                no progress line on stderr\n"
+        "  --max-error-rate F     exit 1 when errors/requests > F (default 0.01)\n"
+        "  --help\n"
+        "\n"
+        "Latency is wall time per request on the client; percentiles are exact nearest-rank\n"
+        "over every successful request of the level (value at rank ceil(p/100*n)).\n"
+        "Exit status: 0 ok; 1 error rate above --max-error-rate, or no request succeeded;\n"
+        "2 bad usage; 3 could not start (server unreachable, model unknown, unreadable file).\n"
+        "\n"
+        "examples\n"
+        "  attnd-load --model demo --concurrency 1:64:x2 --duration 5s --seq-len 16:128\n"
+        "  attnd-load --model demo --rate 200,400,800 --duration 10s --json r.json --svg r.svg\n"
+        "  attnd-load --model demo --cross --key-len 256 --need-weights --batch 4\n"
+        "  attnd-load --model demo --request-file proto/examples/attention_single.json\n",
+        f);
+}
+
+enum {
+    O_URL = 256, O_MODEL, O_SEQ, O_SEQDIST, O_EMBED, O_CROSS, O_KEYLEN, O_WEIGHTS, O_CAUSAL,
+    O_WINDOW, O_KPAD, O_BATCH, O_REQFILE, O_POOL, O_SEED, O_CONC, O_RATE, O_DUR, O_REQS,
+    O_WARM, O_TIMEOUT, O_INFLIGHT, O_JSON, O_CSV, O_SVG, O_QUIET, O_MAXERR, O_HELP,
+};
+
+static const struct option long_opts[] = {
+    {"url", required_argument, 0, O_URL},
+    {"model", required_argument, 0, O_MODEL},
+    {"seq-len", required_argument, 0, O_SEQ},
+    {"seq-len-dist", required_argument, 0, O_SEQDIST},
+    {"embed", required_argument, 0, O_EMBED},
+    {"cross", no_argument, 0, O_CROSS},
+    {"key-len", required_argument, 0, O_KEYLEN},
+    {"need-weights", no_argument, 0, O_WEIGHTS},
+    {"causal", no_argument, 0, O_CAUSAL},
+    {"window", required_argument, 0, O_WINDOW},
+    {"key-padding", required_argument, 0, O_KPAD},
+    {"batch", required_argument, 0, O_BATCH},
+    {"request-file", required_argument, 0, O_REQFILE},
+    {"pool", required_argument, 0, O_POOL},
+    {"seed", required_argument, 0, O_SEED},
+    {"concurrency", required_argument, 0, O_CONC},
+    {"rate", required_argument, 0, O_RATE},
+    {"duration", required_argument, 0, O_DUR},
+    {"requests", required_argument, 0, O_REQS},
+    {"warmup", required_argument, 0, O_WARM},
+    {"timeout", required_argument, 0, O_TIMEOUT},
+    {"max-inflight", required_argument, 0, O_INFLIGHT},
+    {"json", required_argument, 0, O_JSON},
+    {"csv", required_argument, 0, O_CSV},
+    {"svg", required_argument, 0, O_SVG},
+    {"quiet", no_argument, 0, O_QUIET},
+    {"max-error-rate", required_argument, 0, O_MAXERR},
+    {"help", no_argument, 0, O_HELP},
+    {0, 0, 0, 0},
+};
+
+static void set_defaults(load_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->url = "http://127.0.0.1:8080";
+    o->seq_min = o->seq_max = 32;
+    o->pool = 64;
+    o->seed = 1;
+    o->duration_s = 5;
+    o->warmup_s = 1;
+    o->timeout_s = 30;
+    o->max_inflight = 1024;
+    o->max_error_rate = 0.01;
+}
+
+/* Handles one option; returns 0 or -1 (err set). */
+static int apply_opt(load_opts *o, int c, const char *arg, int *seen_conc, char *err, size_t el)
+{
+    long v;
+    double d;
+    switch (c) {
+    case O_URL: o->url = arg; return 0;
+    case O_MODEL: o->model = arg; return 0;
+    case O_SEQ: return load_parse_range(arg, MAX_SEQ, &o->seq_min, &o->seq_max, err, el);
+    case O_SEQDIST: return read_seq_dist(o, arg, err, el);
+    case O_KEYLEN: return load_parse_range(arg, MAX_SEQ, &o->key_min, &o->key_max, err, el);
+    case O_CROSS: o->cross = 1; return 0;
+    case O_WEIGHTS: o->need_weights = 1; return 0;
+    case O_CAUSAL: o->causal = 1; return 0;
+    case O_QUIET: o->quiet = 1; return 0;
+    case O_JSON: o->json_path = arg; return 0;
+    case O_CSV: o->csv_path = arg; return 0;
+    case O_SVG: o->svg_path = arg; return 0;
+    case O_EMBED:
+    case O_WINDOW:
+    case O_BATCH:
+    case O_POOL:
+    case O_INFLIGHT: {
+        long lo = c == O_WINDOW ? 0 : 1, hi = c == O_POOL ? 1 << 16 : 1 << 20;
+        if (parse_long(arg, lo, hi, &v))
+            return errf(err, el, "--%s: '%s' is not an integer in %ld..%ld",
+                        long_opts[c - O_URL].name, arg, lo, hi);
+        *(c == O_EMBED    ? &o->embed
+          : c == O_WINDOW ? &o->window
+          : c == O_BATCH  ? &o->batch
+          : c == O_POOL   ? &o->pool
+                          : &o->max_inflight) = (int)v;
+        return 0;
+    }
+    case O_SEED:
+        if (parse_long(arg, 0, 0x7fffffffffffffffL, &v))
+            return errf(err, el, "--seed: '%s' is not a non-negative integer", arg);
+        o->seed = (unsigned long long)v;
+        return 0;
+    case O_REQS:
+        if (parse_long(arg, 1, 1L << 40, &v))
+            return errf(err, el, "--requests: '%s' is not a positive integer", arg);
+        o->requests = v;
+        return 0;
+    case O_KPAD:
+        if (parse_double(arg, &d) || d < 0 || d >= 1)
+            return errf(err, el, "--key-padding: '%s' is not a fraction in [0, 1)", arg);
+        o->key_padding = d;
+        return 0;
+    case O_MAXERR:
+        if (parse_double(arg, &d) || d < 0 || d > 1)
+            return errf(err, el, "--max-error-rate: '%s' is not a fraction in [0, 1]", arg);
+        o->max_error_rate = d;
+        return 0;
+    case O_DUR: return load_parse_duration(arg, &o->duration_s, err, el);
+    case O_WARM: return load_parse_duration(arg, &o->warmup_s, err, el);
+    case O_TIMEOUT: return load_parse_duration(arg, &o->timeout_s, err, el);
+    case O_CONC:
+    case O_RATE: {
+        if (*seen_conc) return errf(err, el, "give one of --concurrency / --rate, once");
+        *seen_conc = 1;
+        o->is_rate = c == O_RATE;
+        if (load_parse_sweep(arg, !o->is_rate, &o->levels, &o->n_levels, err, el) == 0) return 0;
+        char why[200];
+        snprintf(why, sizeof why, "%s", err);
+        return errf(err, el, "--%s: %s", o->is_rate ? "rate" : "concurrency", why);
+    }
+    case O_REQFILE: {
+        const char **f = realloc(o->request_files, (o->n_request_files + 1) * sizeof *f);
+        if (!f) return errf(err, el, "out of memory");
+        o->request_files = f;
+        f[o->n_request_files++] = arg;
+        return 0;
+    }
+    default: return errf(err, el, "unknown option (see --help)");
+    }
+}
+
+/* Cross-option rules. */
+static int validate(load_opts *o, char *err, size_t el)
+{
+    if (strncmp(o->url, "http://", 7) && strncmp(o->url, "https://", 8))
+        return errf(err, el, "--url: '%s' must start with http:// or https://", o->url);
+    if (o->key_min && !o->cross) return errf(err, el, "--key-len needs --cross");
+    if (o->timeout_s <= 0) return errf(err, el, "--timeout must be > 0");
+    if (!o->requests && o->duration_s <= 0) return errf(err, el, "--duration must be > 0");
+    if (o->n_request_files && (o->cross || o->batch || o->seq_dist || o->need_weights ||
+                               o->causal || o->window || o->key_padding > 0))
+        return errf(err, el, "--request-file is sent as is; drop the request-shape options");
+    for (size_t i = 0; !o->is_rate && i < o->n_levels; i++)
+        if (o->levels[i] > MAX_CONCURRENCY)
+            return errf(err, el, "--concurrency: %g is above %d", o->levels[i], MAX_CONCURRENCY);
+    if (!o->levels) {
+        o->levels = malloc(sizeof *o->levels);
+        if (!o->levels) return errf(err, el, "out of memory");
+        o->levels[0] = 1;
+        o->n_levels = 1;
+    }
+    return 0;
+}
+
+int load_opts_parse(load_opts *o, int argc, char **argv, char *err, size_t errlen)
+{
+    int c, seen_conc = 0;
+    set_defaults(o);
+    optind = 0; /* GNU: full reinitialisation, so the parser can run more than once */
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
+        if (c == 'h' || c == O_HELP) {
+            o->help = 1;
+            load_usage(stdout);
+            return 0;
+        }
+        if (c == '?' || c == ':') {
+            const char *bad = argv[optind - 1];
+            return errf(err, errlen, "%s: unknown option or missing value (see --help)", bad);
+        }
+        if (apply_opt(o, c, optarg, &seen_conc, err, errlen)) return -1;
+    }
+    if (optind < argc) return errf(err, errlen, "unexpected argument '%s'", argv[optind]);
+    return validate(o, err, errlen);
+}
+
+void load_opts_free(load_opts *o)
+{
+    free(o->seq_dist);
+    free(o->levels);
+    free(o->request_files);
+    memset(o, 0, sizeof *o);
+}

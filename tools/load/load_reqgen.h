@@ -1,0 +1,41 @@
+/* load_reqgen.h — the pool of pre-built request bodies attnd-load sends, each with the shape
+ * its response must have. Built once before the run (seeded PRNG), so generating JSON is never
+ * part of what is measured. */
+#ifndef ATTND_LOAD_REQGEN_H
+#define ATTND_LOAD_REQGEN_H
+
+#include <stddef.h>
+
+#include "load_args.h"
+#include "load_check.h"
+
+/* Widths of the target model (ModelInfo's embed_q/k/v/out, num_heads). */
+typedef struct load_model {
+    int embed_q, embed_k, embed_v, embed_out, heads;
+} load_model;
+
+typedef struct load_req {
+    char *body;          /* owned, NUL-terminated */
+    size_t len;
+    load_shape output;   /* expected output nesting */
+    load_shape weights;  /* expected weights nesting, when want_weights */
+    int want_weights;
+    long tokens;         /* query rows (sum of T over the batch) */
+    int sequences;
+    char id[40];         /* expected echoed id; "" = not checked */
+} load_req;
+
+typedef struct load_pool {
+    load_req *reqs;      /* owned */
+    size_t n;
+} load_pool;
+
+/* Builds o->pool random requests (or, with --request-file, one per file) for model m.
+ * Returns 0, or -1 with err set and *p empty. Free with load_pool_free. */
+int load_pool_build(load_pool *p, const load_opts *o, const load_model *m, char *err, size_t el);
+void load_pool_free(load_pool *p);
+
+/* The load_expect for one pool entry (borrows from r). */
+load_expect load_req_expect(const load_req *r);
+
+#endif

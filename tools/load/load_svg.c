@@ -1,0 +1,191 @@
+/* load_svg.c — a self-contained SVG line chart for attnd-load (no library): two series, two
+ * y axes, log2 x axis, grid, ticks, legend, title. */
+#include "load_svg.h"
+
+#include <math.h>
+#include <string.h>
+
+#define W 900
+#define H 540
+#define ML 90 /* margins: left, right, top, bottom */
+#define MR 90
+#define MT 80
+#define MB 70
+#define PW (W - ML - MR)
+#define PH (H - MT - MB)
+#define C_RPS "#1f77b4"
+#define C_P99 "#d62728"
+
+double load_nice_step(double max, int ticks)
+{
+    if (!(max > 0) || ticks < 1) return 1;
+    double raw = max / ticks, mag = pow(10, floor(log10(raw))), f = raw / mag;
+    return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * mag;
+}
+
+static void put_escaped(FILE *f, const char *s)
+{
+    for (; s && *s; s++) {
+        switch (*s) {
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '&': fputs("&amp;", f); break;
+        case '"': fputs("&quot;", f); break;
+        default:
+            if ((unsigned char)*s >= 0x20 || *s == '\t') fputc(*s, f);
+        }
+    }
+}
+
+/* The x mapping: log2 between lo and hi (already padded). */
+typedef struct axes {
+    double lo, hi; /* log2 x range */
+    double ymax_l, ymax_r;
+} axes;
+
+static double px(const axes *a, double v) { return ML + (log2(v) - a->lo) / (a->hi - a->lo) * PW; }
+static double py(double v, double ymax) { return MT + PH - v / ymax * PH; }
+
+static void x_axis(FILE *f, const axes *a, int rate)
+{
+    int first = (int)ceil(a->lo), last = (int)floor(a->hi);
+    int step = (last - first) > 12 ? 2 : 1;
+    for (int e = first; e <= last; e += step) {
+        double x = px(a, pow(2, e));
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" class=\"grid\"/>\n", x, MT, x,
+                MT + PH);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" class=\"axis\"/>\n", x,
+                MT + PH, x, MT + PH + 5);
+        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n", x, MT + PH + 20,
+                pow(2, e));
+    }
+    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" class=\"label\">%s</text>\n",
+            ML + PW / 2, H - 20,
+            rate ? "offered rate (requests/s, log2 scale)"
+                 : "concurrency (requests in flight, log2 scale)");
+}
+
+static void y_axis(FILE *f, double ymax, double step, int right, const char *label,
+                   const char *color)
+{
+    int x0 = right ? ML + PW : ML, dir = right ? 1 : -1;
+    for (double v = 0; v <= ymax * (1 + 1e-9); v += step) {
+        double y = py(v, ymax);
+        if (!right)
+            fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" class=\"grid\"/>\n", ML,
+                    y, ML + PW, y);
+        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" class=\"axis\"/>\n", x0, y,
+                x0 + 5 * dir, y);
+        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"%s\" fill=\"%s\">%g</text>\n",
+                x0 + 8 * dir, y + 4, right ? "start" : "end", color, v);
+    }
+    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" class=\"axis\"/>\n", x0, MT, x0,
+            MT + PH);
+    int lx = right ? W - 22 : 24, ly = MT + PH / 2;
+    fprintf(f,
+            "<text x=\"%d\" y=\"%d\" transform=\"rotate(%d %d %d)\" text-anchor=\"middle\" "
+            "class=\"label\" fill=\"%s\">%s</text>\n",
+            lx, ly, right ? 90 : -90, lx, ly, color, label);
+}
+
+/* One series: polyline plus a marker per point. p99 skips levels without successes. */
+static void series(FILE *f, const axes *a, const load_stats *lv, size_t n, int p99)
+{
+    const char *color = p99 ? C_P99 : C_RPS;
+    double ymax = p99 ? a->ymax_r : a->ymax_l;
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2.5\"%s points=\"", color,
+            p99 ? " stroke-dasharray=\"7 4\"" : "");
+    for (size_t i = 0; i < n; i++)
+        if (!p99 || lv[i].ok)
+            fprintf(f, "%s%.1f,%.1f", i ? " " : "", px(a, lv[i].x),
+                    py(p99 ? lv[i].p99_ms : lv[i].rps, ymax));
+    fputs("\"/>\n", f);
+    for (size_t i = 0; i < n; i++) {
+        if (p99 && !lv[i].ok) continue;
+        double v = p99 ? lv[i].p99_ms : lv[i].rps;
+        fprintf(
+            f,
+            "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"><title>%g: %.2f %s</title></circle>\n",
+            px(a, lv[i].x), py(v, ymax), color, lv[i].x, v, p99 ? "ms p99" : "req/s");
+    }
+}
+
+static void legend(FILE *f)
+{
+    int x = ML + 14, y = MT + 12;
+    fprintf(
+        f,
+        "<rect x=\"%d\" y=\"%d\" width=\"190\" height=\"50\" fill=\"white\" fill-opacity=\"0.85\" stroke=\"#999\"/>\n",
+        x, y);
+    fprintf(f,
+            "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2.5\"/>\n",
+            x + 10, y + 17, x + 40, y + 17, C_RPS);
+    fprintf(f, "<text x=\"%d\" y=\"%d\">throughput (req/s)</text>\n", x + 48, y + 21);
+    fprintf(
+        f,
+        "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2.5\" stroke-dasharray=\"7 4\"/>\n",
+        x + 10, y + 36, x + 40, y + 36, C_P99);
+    fprintf(f, "<text x=\"%d\" y=\"%d\">p99 latency (ms)</text>\n", x + 48, y + 40);
+}
+
+void load_svg_print(FILE *f, const load_stats *lv, size_t n, const char *subtitle)
+{
+    axes a = {0, 1, 0, 0};
+    double xmin = 0, xmax = 0, rmax = 0, lmax = 0;
+    int rate = n && lv[0].is_rate;
+    for (size_t i = 0; i < n; i++) {
+        if (!i || lv[i].x < xmin) xmin = lv[i].x;
+        if (!i || lv[i].x > xmax) xmax = lv[i].x;
+        if (lv[i].rps > rmax) rmax = lv[i].rps;
+        if (lv[i].ok && lv[i].p99_ms > lmax) lmax = lv[i].p99_ms;
+    }
+    if (n) {
+        a.lo = log2(xmin) - 0.35;
+        a.hi = log2(xmax) + 0.35;
+        if (a.hi - a.lo < 2) a.lo -= 1, a.hi += 1;
+    }
+    double sl = load_nice_step(rmax * 1.1, 6), sr = load_nice_step(lmax * 1.1, 6);
+    a.ymax_l = sl * ceil((rmax > 0 ? rmax * 1.1 : 1) / sl);
+    a.ymax_r = sr * ceil((lmax > 0 ? lmax * 1.1 : 1) / sr);
+
+    fprintf(
+        f,
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+        "font-family=\"sans-serif\" font-size=\"12\">\n",
+        W, H, W, H);
+    fputs("<style>.grid{stroke:#e4e4e4;stroke-width:1}.axis{stroke:#333;stroke-width:1}"
+          ".label{font-size:14px}.title{font-size:18px;font-weight:bold}</style>\n",
+          f);
+    fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
+    fprintf(
+        f,
+        "<text x=\"%d\" y=\"30\" text-anchor=\"middle\" class=\"title\">attnd-load: throughput and p99 latency vs %s</text>\n",
+        W / 2, rate ? "offered rate" : "concurrency");
+    if (subtitle) {
+        fprintf(f, "<text x=\"%d\" y=\"52\" text-anchor=\"middle\" fill=\"#555\">", W / 2);
+        put_escaped(f, subtitle);
+        fputs("</text>\n", f);
+    }
+    if (n) {
+        x_axis(f, &a, rate);
+        y_axis(f, a.ymax_l, sl, 0, "throughput (req/s)", C_RPS);
+        y_axis(f, a.ymax_r, sr, 1, "p99 latency (ms)", C_P99);
+        fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" class=\"axis\"/>\n", ML, MT + PH,
+                ML + PW, MT + PH);
+        series(f, &a, lv, n, 0);
+        series(f, &a, lv, n, 1);
+        legend(f);
+    }
+    fputs("</svg>\n", f);
+}
+
+int load_svg_write(const char *path, const load_stats *lv, size_t n, const char *subtitle,
+                   char *err, size_t el)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return snprintf(err, el, "--svg: cannot write %s", path), -1;
+    load_svg_print(f, lv, n, subtitle);
+    if (fclose(f) != 0) return snprintf(err, el, "--svg: cannot write %s", path), -1;
+    return 0;
+}
