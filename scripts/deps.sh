@@ -5,7 +5,9 @@
 set -euo pipefail
 
 packages=(gcc make pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev
-          libcurl4-openssl-dev curl ca-certificates "$@")
+          libcurl4-openssl-dev curl ca-certificates
+          python3-yaml
+          "$@")
 
 missing=()
 for p in "${packages[@]}"; do
