@@ -185,6 +185,60 @@ void attn_workspace_free(attn_workspace *ws); /* NULL allowed */
 attn_status attn_forward(const attn_layer *layer, const attn_seq *seqs, int n_seqs,
                          attn_workspace *ws, attn_forward_stats *stats, attn_error *err);
 
+
+/* ------------------------------------------------- fast path and threads */
+
+/* Which head kernel attn_forward runs for a sequence. Results of the two agree
+ * to float rounding (~1e-6 relative); neither is bit-identical to the other. */
+typedef enum attn_kernel {
+    ATTN_KERNEL_AUTO = 0,         /* FUSED unless the sequence asks for weights   */
+    ATTN_KERNEL_MATERIALIZED = 1, /* scores (T, S) per head in scratch, then softmax
+                                     and one GEMM with V: the simple path        */
+    ATTN_KERNEL_FUSED = 2         /* keys in blocks with an online softmax: scratch
+                                     O(block_q * block_k) per thread instead of
+                                     O(T * S); fully masked blocks are skipped.
+                                     A sequence that asks for weights still runs
+                                     MATERIALIZED (the weights are T x S anyway). */
+} attn_kernel;
+
+/* How a workspace computes. Zero-initialise, then set what you need: all zeros
+ * is exactly attn_workspace_create() (one thread, AUTO, default blocks). */
+typedef struct attn_workspace_options {
+    /* Threads computing each attn_forward, the caller included: 1 (or 0) = the
+     * calling thread only; n > 1 starts n - 1 pool threads now, which live until
+     * attn_workspace_free and sleep between calls; -1 = one per online CPU.
+     * Work is split over (sequence, head, query block) and over the rows of the
+     * projections. The pool runs OpenBLAS single-threaded GEMMs, so it is used
+     * only while openblas_get_num_threads() == 1 (the application calls
+     * openblas_set_num_threads(1) or sets OPENBLAS_NUM_THREADS=1; the library
+     * never changes OpenBLAS settings). While OpenBLAS has more threads the call
+     * runs on the calling thread and OpenBLAS threads the GEMMs, so the two
+     * never oversubscribe the cores. Tiny calls (< ~2 MFLOP) also stay on the
+     * calling thread: waking the pool would cost more than it saves. */
+    int n_threads;
+    attn_kernel kernel;
+    int block_q; /* fused tile rows (queries), 0 = default (128); 1..4096 */
+    int block_k; /* fused tile columns (keys), 0 = default (256); 1..65536 */
+} attn_workspace_options;
+
+/* Creates a workspace as opts says (opts NULL = all defaults). On success *out
+ * owns it: free with attn_workspace_free, which also stops its threads.
+ * Fails with INVALID_ARG (bad option, *out NULL, err names it), NOMEM, or
+ * INTERNAL (a thread could not be started); on failure *out is NULL and no
+ * thread is left running.
+ * Thread-safety: as for every workspace, one attn_forward at a time per
+ * workspace; distinct workspaces (each with its own pool) may run at once, but
+ * then their threads share the cores: size n_threads accordingly. */
+attn_status attn_workspace_create_ex(const attn_workspace_options *opts, attn_workspace **out,
+                                     attn_error *err);
+
+/* Shorthand: attn_workspace_create_ex with only n_threads set. NULL on failure. */
+attn_workspace *attn_workspace_create_threads(int n_threads);
+
+/* The options a workspace was created with, n_threads resolved (>= 1) and
+ * block sizes filled in. ws must not be NULL. */
+void attn_workspace_get_options(const attn_workspace *ws, attn_workspace_options *opts);
+
 #ifdef __cplusplus
 }
 #endif

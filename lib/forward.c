@@ -1,6 +1,7 @@
 /* forward.c — attn_forward on OpenBLAS: validate, project Q/K/V for the whole
- * ragged batch with one GEMM each, run one head kernel per (sequence, head),
- * then apply W_O with one GEMM. Numerics follow torch.nn.MultiheadAttention.
+ * ragged batch with one GEMM each, run the head jobs (fused or materialised
+ * kernel; on the calling thread or the workspace's pool), then apply W_O with
+ * one GEMM. Numerics follow torch.nn.MultiheadAttention.
  */
 #include "forward.h"
 
@@ -15,42 +16,102 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Where the buffers of one call live (byte offsets into the workspace) and
- * which caller buffers are used in place. */
+/* Calls smaller than this many flops stay on the calling thread: waking the
+ * pool and joining it costs ~10-30 us, which is the whole of such a call. */
+#define POOL_MIN_FLOPS 2e6
+
+/* Where the buffers of one call live (byte offsets into the workspace), which
+ * caller buffers are used in place, and how the heads are run. */
 typedef struct fwd_plan {
     size_t n_q, n_kv; /* total query rows, total key/value rows */
-    size_t max_ts;    /* largest T*S: the head kernel's scratch */
     int n_jobs;
+    int n_workers;    /* 1: everything on the calling thread; else the pool's size */
     int pack_q;       /* queries of several sequences are copied together */
     int pack_kv;      /* key/value sources differ from the packed queries */
     int out_scratch;  /* W_O result goes to scratch, then to each output */
-    size_t off_xq, off_xk, off_xv, off_q, off_k, off_v, off_z, off_out, off_scores, off_jobs;
+    int z_in_q;       /* the head concat reuses Q's buffer (d_k == d_v) */
+    size_t worker_floats; /* head-kernel scratch per worker */
+    int block_q, block_k; /* fused tile: the workspace's, capped at the longest T / S */
+    size_t off_xq, off_xk, off_xv, off_q, off_k, off_v, off_z, off_out, off_scratch, off_jobs;
     size_t bytes;
 } fwd_plan;
 
 static int is_self(const attn_seq *s) { return s->key == NULL; }
 
-static attn_status plan_call(const attn_layer *l, const attn_seq *seqs, int n, fwd_plan *p,
-                             attn_error *err)
+static int seq_fused(const attn_workspace *ws, const attn_seq *s)
+{
+    return ws->opt.kernel != ATTN_KERNEL_MATERIALIZED && s->weights_mode == ATTN_WEIGHTS_NONE;
+}
+
+static int ceil_div(int a, int b) { return a / b + (a % b != 0); }
+
+static uint64_t count_flops(const attn_layer *l, const attn_seq *seqs, int n, size_t n_q,
+                            size_t n_kv)
+{
+    uint64_t f = 2 * (uint64_t)n_q * l->e_q * l->qk_dim + 2 * (uint64_t)n_kv * l->e_k * l->qk_dim +
+                 2 * (uint64_t)n_kv * l->e_v * l->v_dim;
+    for (int i = 0; i < n; i++) /* QKᵀ, αV, and ~5 per score for scale/mask/softmax */
+        f += (uint64_t)seqs[i].t * seqs[i].s * l->h * (2u * l->d_k + 2u * l->d_v + 5u);
+    if (l->w_o) f += 2 * (uint64_t)n_q * l->v_dim * l->e_out;
+    return f;
+}
+
+/* Jobs and the head-kernel scratch one worker needs (max over the jobs). */
+static attn_status plan_jobs(const attn_layer *l, const attn_seq *seqs, int n,
+                             const attn_workspace *ws, fwd_plan *p, attn_error *err)
+{
+    size_t jobs = 0, need = 0;
+    int max_t = 1, max_s = 1; /* tiles never larger than the longest sequence */
+    for (int i = 0; i < n; i++)
+        if (seq_fused(ws, &seqs[i])) {
+            if (seqs[i].t > max_t) max_t = seqs[i].t;
+            if (seqs[i].s > max_s) max_s = seqs[i].s;
+        }
+    p->block_q = ws->opt.block_q < max_t ? ws->opt.block_q : max_t;
+    p->block_k = ws->opt.block_k < max_s ? ws->opt.block_k : max_s;
+    const size_t fused_need = attn__fused_scratch_floats(p->block_q, p->block_k, l->d_k);
+    for (int i = 0; i < n; i++) {
+        if (seq_fused(ws, &seqs[i])) {
+            jobs += (size_t)l->h * (size_t)ceil_div(seqs[i].t, p->block_q);
+            if (fused_need > need) need = fused_need;
+        } else {
+            jobs += seqs[i].weights_mode == ATTN_WEIGHTS_AVERAGE ? 1 : (size_t)l->h;
+            size_t ts = (size_t)seqs[i].t * (size_t)seqs[i].s; /* validated: no overflow */
+            if (ts > need) need = ts;
+        }
+        if (jobs > INT_MAX)
+            return attn__set_error(err, ATTN_ERR_LIMIT, "more than %d head jobs in one call", INT_MAX);
+    }
+    p->n_jobs = (int)jobs;
+    p->worker_floats = (need + 15) / 16 * 16; /* keep each worker's slice 64-byte aligned */
+    return ATTN_OK;
+}
+
+static attn_status plan_call(const attn_layer *l, const attn_seq *seqs, int n,
+                             const attn_workspace *ws, fwd_plan *p, attn_error *err)
 {
     memset(p, 0, sizeof *p);
     int all_self = 1;
     for (int i = 0; i < n; i++) {
         p->n_q += (size_t)seqs[i].t;
         p->n_kv += (size_t)seqs[i].s;
-        size_t ts = (size_t)seqs[i].t * (size_t)seqs[i].s; /* validated: no overflow */
-        if (ts > p->max_ts) p->max_ts = ts;
         all_self &= is_self(&seqs[i]);
     }
-    if ((long long)n * l->h > INT_MAX)
-        return attn__set_error(err, ATTN_ERR_LIMIT, "n_seqs * num_heads exceeds %d", INT_MAX);
-    p->n_jobs = n * l->h;
+    attn_status st = plan_jobs(l, seqs, n, ws, p, err);
+    if (st != ATTN_OK) return st;
+    p->n_workers = 1;
+    if (ws->pool != NULL && openblas_get_num_threads() == 1 &&
+        (double)count_flops(l, seqs, n, p->n_q, p->n_kv) >= POOL_MIN_FLOPS)
+        p->n_workers = attn__pool_threads(ws->pool);
     p->pack_q = n > 1;
     p->pack_kv = n > 1 && !all_self;
     p->out_scratch = l->w_o != NULL && n > 1;
+    p->z_in_q = l->w_o != NULL && l->d_k == l->d_v;
 
-    size_t t = 0, f = sizeof(float);
+    size_t t = 0, f = sizeof(float), scratch;
     int ok = 1;
+    if (!attn__mul_size(p->worker_floats, (size_t)p->n_workers, &scratch))
+        return attn__set_error(err, ATTN_ERR_LIMIT, "scratch size for this batch overflows");
     if (p->pack_q) ok &= attn__ws_plan(&t, p->n_q, (size_t)l->e_q * f, &p->off_xq);
     if (p->pack_kv) {
         ok &= attn__ws_plan(&t, p->n_kv, (size_t)l->e_k * f, &p->off_xk);
@@ -59,9 +120,10 @@ static attn_status plan_call(const attn_layer *l, const attn_seq *seqs, int n, f
     ok &= attn__ws_plan(&t, p->n_q, (size_t)l->qk_dim * f, &p->off_q);
     ok &= attn__ws_plan(&t, p->n_kv, (size_t)l->qk_dim * f, &p->off_k);
     ok &= attn__ws_plan(&t, p->n_kv, (size_t)l->v_dim * f, &p->off_v);
-    if (l->w_o) ok &= attn__ws_plan(&t, p->n_q, (size_t)l->v_dim * f, &p->off_z);
+    if (p->z_in_q) p->off_z = p->off_q;
+    else if (l->w_o) ok &= attn__ws_plan(&t, p->n_q, (size_t)l->v_dim * f, &p->off_z);
     if (p->out_scratch) ok &= attn__ws_plan(&t, p->n_q, (size_t)l->e_out * f, &p->off_out);
-    ok &= attn__ws_plan(&t, p->max_ts, f, &p->off_scores);
+    ok &= attn__ws_plan(&t, scratch, f, &p->off_scratch);
     ok &= attn__ws_plan(&t, (size_t)p->n_jobs, sizeof(attn__head_job), &p->off_jobs);
     if (!ok) return attn__set_error(err, ATTN_ERR_LIMIT, "scratch size for this batch overflows");
     p->bytes = t;
@@ -70,16 +132,71 @@ static attn_status plan_call(const attn_layer *l, const attn_seq *seqs, int n, f
 
 /* y (rows, n_out; row stride ldy) = x (rows, n_in) Wᵀ + b, W: (n_out, n_in),
  * b: (n_out) or NULL. Like torch's addmm: the bias is C's starting value. */
-static void linear(const float *x, size_t rows, int n_in, const float *w, const float *b, int n_out,
-                   float *y, int ldy)
+typedef struct linear_op {
+    const float *x, *w, *b;
+    size_t rows;
+    int n_in, n_out, ldy;
+    float *y;
+} linear_op;
+
+static void linear_rows(const linear_op *op, size_t r0, size_t nr)
 {
     float beta = 0.0f;
-    if (b != NULL) {
-        for (size_t r = 0; r < rows; r++) memcpy(y + r * (size_t)ldy, b, (size_t)n_out * sizeof *b);
+    float *y = op->y + r0 * (size_t)op->ldy;
+    if (op->b != NULL) {
+        for (size_t r = 0; r < nr; r++)
+            memcpy(y + r * (size_t)op->ldy, op->b, (size_t)op->n_out * sizeof *op->b);
         beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, n_out, n_in, 1.0f, x, n_in, w,
-                n_in, beta, y, ldy);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, op->n_out, op->n_in, 1.0f,
+                op->x + r0 * (size_t)op->n_in, op->n_in, op->w, op->n_in, beta, y, op->ldy);
+}
+
+/* Row chunks of a threaded projection start at multiples of this: 192 is a
+ * multiple of the OpenBLAS sgemm register-tile heights we know of (Haswell's
+ * 12 included; splitting at multiples of 64 alone changes some roundings). */
+#define ROW_ALIGN ((size_t)192)
+
+/* Up to three linears, each split into row chunks, one chunk per pool task. */
+typedef struct linear_batch {
+    linear_op op[3];
+    int n_ops;
+    size_t per[3];  /* rows per chunk, a multiple of ROW_ALIGN */
+    int chunks[3];  /* chunks of each op */
+} linear_batch;
+
+static void linear_task(void *arg, int task, int worker)
+{
+    (void)worker;
+    const linear_batch *lb = arg;
+    int i = 0;
+    while (task >= lb->chunks[i]) task -= lb->chunks[i++];
+    size_t r0 = (size_t)task * lb->per[i], rows = lb->op[i].rows;
+    linear_rows(&lb->op[i], r0, rows - r0 < lb->per[i] ? rows - r0 : lb->per[i]);
+}
+
+/* Runs the linears: one GEMM each on the calling thread, or each split into
+ * about 4 chunks per worker (claimed dynamically, so uneven chunks balance)
+ * over the pool, with single-threaded OpenBLAS per chunk. Chunks start at
+ * multiples of ROW_ALIGN rows: OpenBLAS then computes every row with the same
+ * micro-kernel, in the same place of its register tile, as one whole-matrix
+ * GEMM does, so results are bit-identical to the single-threaded call
+ * (test_threads checks it). */
+static void run_linears(linear_batch *lb, const attn_workspace *ws, const fwd_plan *p)
+{
+    if (p->n_workers == 1) {
+        for (int i = 0; i < lb->n_ops; i++) linear_rows(&lb->op[i], 0, lb->op[i].rows);
+        return;
+    }
+    int tasks = 0;
+    for (int i = 0; i < lb->n_ops; i++) {
+        size_t rows = lb->op[i].rows, want = 4 * (size_t)p->n_workers;
+        size_t per = (rows + want - 1) / want;
+        lb->per[i] = (per + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
+        lb->chunks[i] = (int)((rows + lb->per[i] - 1) / lb->per[i]); /* <= 4 * n_workers */
+        tasks += lb->chunks[i];
+    }
+    attn__pool_run(ws->pool, tasks, linear_task, lb);
 }
 
 static float *copy_rows(float *dst, const float *src, int rows, int cols)
@@ -109,7 +226,8 @@ static void pack_inputs(const attn_layer *l, const attn_seq *seqs, int n, const 
 }
 
 /* Q = Xq W_qᵀ + b_q, K = Xk W_kᵀ + b_k, V = Xv W_vᵀ + b_v over the whole batch. */
-static void project_qkv(const attn_layer *l, const attn_seq *seqs, const fwd_plan *p, char *base)
+static void project_qkv(const attn_layer *l, const attn_seq *seqs, const attn_workspace *ws,
+                        const fwd_plan *p, char *base)
 {
     const float *xq = p->pack_q ? (const float *)(base + p->off_xq) : seqs[0].query;
     const float *xk = xq, *xv = xq; /* all self-attention */
@@ -120,30 +238,57 @@ static void project_qkv(const attn_layer *l, const attn_seq *seqs, const fwd_pla
         xk = seqs[0].key;
         xv = seqs[0].value;
     }
-    linear(xq, p->n_q, l->e_q, l->w_q, l->b_q, l->qk_dim, (float *)(base + p->off_q), l->qk_dim);
-    linear(xk, p->n_kv, l->e_k, l->w_k, l->b_k, l->qk_dim, (float *)(base + p->off_k), l->qk_dim);
-    linear(xv, p->n_kv, l->e_v, l->w_v, l->b_v, l->v_dim, (float *)(base + p->off_v), l->v_dim);
+    linear_batch lb = {.n_ops = 3};
+    lb.op[0] = (linear_op){xq, l->w_q, l->b_q, p->n_q, l->e_q, l->qk_dim, l->qk_dim,
+                           (float *)(base + p->off_q)};
+    lb.op[1] = (linear_op){xk, l->w_k, l->b_k, p->n_kv, l->e_k, l->qk_dim, l->qk_dim,
+                           (float *)(base + p->off_k)};
+    lb.op[2] = (linear_op){xv, l->w_v, l->b_v, p->n_kv, l->e_v, l->v_dim, l->v_dim,
+                           (float *)(base + p->off_v)};
+    run_linears(&lb, ws, p);
 }
 
-/* One job per (sequence, head). Without W_O each head writes straight into
- * its columns of the caller's output; with W_O into the scratch concat Z. */
-static void make_jobs(const attn_layer *l, const attn_seq *seqs, int n, const fwd_plan *p,
-                      char *base, attn__head_job *jobs)
+/* Fused sequences: one job per (head, block of block_q query rows); the
+ * materialised ones: one per head, or one for all heads when AVERAGE weights
+ * are summed across heads. Without W_O heads write straight into their
+ * columns of the caller's output; with W_O into the concat Z. */
+static void make_jobs(const attn_layer *l, const attn_seq *seqs, int n, const attn_workspace *ws,
+                      const fwd_plan *p, char *base, attn__head_job *jobs)
 {
     float *z = l->w_o ? (float *)(base + p->off_z) : NULL;
+    const int bq = p->block_q;
     int q_row = 0, kv_row = 0, j = 0;
     for (int i = 0; i < n; i++) {
-        for (int h = 0; h < l->h; h++, j++) {
-            jobs[j].seq = i;
-            jobs[j].head = h;
-            jobs[j].q_row = q_row;
-            jobs[j].kv_row = kv_row;
-            jobs[j].z = (z ? z + (size_t)q_row * l->v_dim : seqs[i].output) + (size_t)h * l->d_v;
-            jobs[j].ldz = l->v_dim;
+        const attn_seq *s = &seqs[i];
+        const int fused = seq_fused(ws, s), avg = s->weights_mode == ATTN_WEIGHTS_AVERAGE;
+        float *zs = z ? z + (size_t)q_row * l->v_dim : s->output;
+        for (int h = 0; h < l->h; h += avg && !fused ? l->h : 1) {
+            for (int t0 = 0; t0 < s->t; t0 += fused ? bq : s->t, j++) {
+                attn__head_job *jb = &jobs[j];
+                jb->kernel = fused ? attn__head_fused : attn__head_blas;
+                jb->seq = i;
+                jb->head = h;
+                jb->n_heads = avg && !fused ? l->h : 1;
+                jb->t0 = t0;
+                jb->nt = fused && s->t - t0 > bq ? bq : s->t - t0;
+                jb->q_row = q_row;
+                jb->kv_row = kv_row;
+                jb->z = zs + (size_t)h * l->d_v;
+                jb->ldz = l->v_dim;
+                /* causal query blocks see only keys up to their last row */
+                int keys = s->is_causal && t0 + jb->nt < s->s ? t0 + jb->nt : s->s;
+                jb->cost = (double)jb->nt * keys * jb->n_heads;
+            }
         }
-        q_row += seqs[i].t;
-        kv_row += seqs[i].s;
+        q_row += s->t;
+        kv_row += s->s;
     }
+}
+
+static int by_cost_desc(const void *a, const void *b)
+{
+    double ca = ((const attn__head_job *)a)->cost, cb = ((const attn__head_job *)b)->cost;
+    return (ca < cb) - (ca > cb);
 }
 
 static size_t weights_len(const attn_layer *l, const attn_seq *s)
@@ -152,19 +297,42 @@ static size_t weights_len(const attn_layer *l, const attn_seq *s)
     return s->weights_mode == ATTN_WEIGHTS_PER_HEAD ? n * (size_t)l->h : n;
 }
 
-/* Runs every job, in order, on the calling thread. The one place a thread pool
- * (one scratch per worker; AVERAGE jobs of a sequence kept on one worker) or a
- * per-job choice of kernel (fused online softmax when no weights are wanted)
- * plugs in. */
-static void run_heads(const attn__fwd_ctx *ctx, const attn__head_job *jobs, int n_jobs,
-                      float *scratch, int n_seqs)
+typedef struct heads_run {
+    const attn__fwd_ctx *ctx;
+    const attn__head_job *jobs;
+    float *scratch;       /* n_workers slices of worker_floats */
+    size_t worker_floats;
+} heads_run;
+
+static void run_job(const attn__fwd_ctx *ctx, const attn__head_job *job, float *scratch)
+{
+    attn__head_job one = *job;
+    for (int i = 0; i < job->n_heads; i++, one.head++, one.z += ctx->layer->d_v)
+        job->kernel(ctx, &one, scratch);
+}
+
+static void head_task(void *arg, int task, int worker)
+{
+    const heads_run *hr = arg;
+    run_job(hr->ctx, &hr->jobs[task], hr->scratch + (size_t)worker * hr->worker_floats);
+}
+
+/* Runs every job: in order on the calling thread, or over the pool (largest
+ * first). Each job's result does not depend on which thread ran it. */
+static void run_heads(const attn__fwd_ctx *ctx, attn__head_job *jobs, const attn_workspace *ws,
+                      const fwd_plan *p, char *base, int n_seqs)
 {
     const attn_layer *l = ctx->layer;
-    const attn__head_kernel kernel = attn__head_blas;
     for (int i = 0; i < n_seqs; i++)
         if (ctx->seqs[i].weights_mode == ATTN_WEIGHTS_AVERAGE)
             memset(ctx->seqs[i].weights, 0, weights_len(l, &ctx->seqs[i]) * sizeof(float));
-    for (int j = 0; j < n_jobs; j++) kernel(ctx, &jobs[j], scratch);
+    heads_run hr = {ctx, jobs, (float *)(base + p->off_scratch), p->worker_floats};
+    if (p->n_workers == 1) {
+        for (int j = 0; j < p->n_jobs; j++) run_job(ctx, &jobs[j], hr.scratch);
+    } else {
+        qsort(jobs, (size_t)p->n_jobs, sizeof *jobs, by_cost_desc);
+        attn__pool_run(ws->pool, p->n_jobs, head_task, &hr);
+    }
     for (int i = 0; i < n_seqs; i++) {
         if (ctx->seqs[i].weights_mode != ATTN_WEIGHTS_AVERAGE) continue;
         float *w = ctx->seqs[i].weights, hf = (float)l->h;
@@ -174,32 +342,21 @@ static void run_heads(const attn__fwd_ctx *ctx, const attn__head_job *jobs, int 
 }
 
 /* out = Z W_oᵀ + b_o for all rows; then each sequence's rows to its output. */
-static void project_out(const attn_layer *l, const attn_seq *seqs, int n, const fwd_plan *p,
-                        char *base)
+static void project_out(const attn_layer *l, const attn_seq *seqs, int n,
+                        const attn_workspace *ws, const fwd_plan *p, char *base)
 {
     if (l->w_o == NULL) return; /* heads already wrote the outputs */
     const float *z = (const float *)(base + p->off_z);
-    if (!p->out_scratch) {
-        linear(z, p->n_q, l->v_dim, l->w_o, l->b_o, l->e_out, seqs[0].output, l->e_out);
-        return;
-    }
-    float *o = (float *)(base + p->off_out);
-    linear(z, p->n_q, l->v_dim, l->w_o, l->b_o, l->e_out, o, l->e_out);
+    float *o = p->out_scratch ? (float *)(base + p->off_out) : seqs[0].output;
+    linear_batch lb = {.n_ops = 1};
+    lb.op[0] = (linear_op){z, l->w_o, l->b_o, p->n_q, l->v_dim, l->e_out, l->e_out, o};
+    run_linears(&lb, ws, p);
+    if (!p->out_scratch) return;
     for (int i = 0; i < n; i++) {
         size_t len = (size_t)seqs[i].t * (size_t)l->e_out;
         memcpy(seqs[i].output, o, len * sizeof *o);
         o += len;
     }
-}
-
-static uint64_t count_flops(const attn_layer *l, const attn_seq *seqs, int n, const fwd_plan *p)
-{
-    uint64_t f = 2 * (uint64_t)p->n_q * l->e_q * l->qk_dim + 2 * (uint64_t)p->n_kv * l->e_k * l->qk_dim +
-                 2 * (uint64_t)p->n_kv * l->e_v * l->v_dim;
-    for (int i = 0; i < n; i++) /* QKᵀ, αV, and ~5 per score for scale/mask/softmax */
-        f += (uint64_t)seqs[i].t * seqs[i].s * l->h * (2u * l->d_k + 2u * l->d_v + 5u);
-    if (l->w_o) f += 2 * (uint64_t)p->n_q * l->v_dim * l->e_out;
-    return f;
 }
 
 attn_status attn_forward(const attn_layer *layer, const attn_seq *seqs, int n_seqs,
@@ -211,29 +368,33 @@ attn_status attn_forward(const attn_layer *layer, const attn_seq *seqs, int n_se
         if (stats != NULL) *stats = (attn_forward_stats){0, 0};
         return ATTN_OK;
     }
+    attn_workspace local;
+    attn_workspace *w = ws;
+    if (w == NULL) { /* scratch for this call only, single-threaded, default options */
+        attn__ws_init_local(&local);
+        w = &local;
+    }
     fwd_plan plan;
-    if ((st = plan_call(layer, seqs, n_seqs, &plan, err))) return st;
-
-    attn_workspace local = {0};
-    attn_workspace *w = ws ? ws : &local; /* NULL: scratch for this call only */
+    if ((st = plan_call(layer, seqs, n_seqs, w, &plan, err))) goto done;
     if ((st = attn__ws_reserve(w, plan.bytes, err))) goto done;
     char *base = w->buf;
 
     pack_inputs(layer, seqs, n_seqs, &plan, base);
-    project_qkv(layer, seqs, &plan, base);
+    project_qkv(layer, seqs, w, &plan, base);
     attn__fwd_ctx ctx = {
         .layer = layer, .seqs = seqs,
         .q = (const float *)(base + plan.off_q), .ldq = layer->qk_dim,
         .k = (const float *)(base + plan.off_k), .ldk = layer->qk_dim,
         .v = (const float *)(base + plan.off_v), .ldv = layer->v_dim,
         .scale = (float)(1.0 / sqrt((double)layer->d_k)),
+        .block_q = plan.block_q, .block_k = plan.block_k,
     };
     attn__head_job *jobs = (attn__head_job *)(base + plan.off_jobs);
-    make_jobs(layer, seqs, n_seqs, &plan, base, jobs);
-    run_heads(&ctx, jobs, plan.n_jobs, (float *)(base + plan.off_scores), n_seqs);
-    project_out(layer, seqs, n_seqs, &plan, base);
+    make_jobs(layer, seqs, n_seqs, w, &plan, base, jobs);
+    run_heads(&ctx, jobs, w, &plan, base, n_seqs);
+    project_out(layer, seqs, n_seqs, w, &plan, base);
     if (stats != NULL) {
-        stats->flops = count_flops(layer, seqs, n_seqs, &plan);
+        stats->flops = count_flops(layer, seqs, n_seqs, plan.n_q, plan.n_kv);
         stats->peak_scratch = plan.bytes;
     }
 

@@ -1,11 +1,10 @@
 /* forward.h — the structure of attn_forward, shared with the compute kernels:
  * one batch context (projected Q, K, V and the concatenated head outputs) and
- * one job per (sequence, head). attn_forward projects with three GEMMs, runs
- * every job through a head kernel, then applies W_O with one GEMM.
- *
- * Adding a compute path (a fused online-softmax kernel, a thread pool) means
- * writing another attn__head_kernel and/or running the job list differently;
- * the projections, validation and output stages stay as they are.
+ * a list of jobs, each (sequence, head, block of query rows) with the kernel to
+ * run it. attn_forward projects with three GEMMs, runs the jobs (on the
+ * calling thread or the workspace's pool), then applies W_O with one GEMM.
+ * Two kernels: attn__head_blas (materialised scores, the simple path; needed
+ * when weights are returned) and attn__head_fused (blocked online softmax).
  */
 #ifndef ATTN_FORWARD_H
 #define ATTN_FORWARD_H
@@ -22,31 +21,50 @@ typedef struct attn__fwd_ctx {
     const float *q, *k, *v;
     int ldq, ldk, ldv;
     float scale; /* 1/sqrt(d_k) */
+    int block_q, block_k; /* fused tile: query rows per job, keys per tile */
 } attn__fwd_ctx;
 
-/* One (sequence, head) of the batch.
- *   z: (T, d_v) with row stride ldz — this head's columns of the concatenated
- *      output (either scratch for W_O, or the caller's output when there is no W_O).
- * Weights: PER_HEAD writes seq->weights + head*T*S; AVERAGE adds this head's
- * weights into seq->weights (zeroed by the driver, divided by h afterwards), so
- * AVERAGE jobs of one sequence must not run concurrently. */
-typedef struct attn__head_job {
+typedef struct attn__head_job attn__head_job;
+
+/* A head kernel computes softmax(mask(Q_h K_hᵀ * scale)) V_h for one job (one
+ * head; the driver loops over a job's n_heads). scratch: the floats
+ * attn__blas_scratch_floats / attn__fused_scratch_floats asks for, 64-byte
+ * aligned, private to the calling thread. Never fails (the call was validated). */
+typedef void (*attn__head_kernel)(const attn__fwd_ctx *ctx, const attn__head_job *job,
+                                  float *scratch);
+
+/* Heads [head, head + n_heads) of one sequence, query rows [t0, t0 + nt).
+ *   z: (T, d_v) with row stride ldz — head `head`'s columns of the concatenated
+ *      output from row 0 (either scratch for W_O, or the caller's output when
+ *      there is no W_O); head head+i is at z + i*d_v.
+ * Jobs write disjoint parts of z, so any two may run at once, except that
+ * AVERAGE weights are summed across heads: the driver gives such a sequence one
+ * job with all its heads. Weights: PER_HEAD writes seq->weights + head*T*S;
+ * AVERAGE adds into seq->weights (zeroed before, divided by h after). */
+struct attn__head_job {
+    attn__head_kernel kernel;
     int seq;     /* index into ctx->seqs */
-    int head;
+    int head, n_heads;
+    int t0, nt;  /* query rows; the materialised kernel always does all T */
     int q_row;   /* first row of this sequence in ctx->q */
     int kv_row;  /* first row of this sequence in ctx->k and ctx->v */
     float *z;
     int ldz;
-} attn__head_job;
-
-/* A head kernel computes softmax(mask(Q_h K_hᵀ * scale)) V_h for one job.
- * scratch: at least attn__head_scratch_floats(ctx, job) floats, 64-byte aligned,
- * private to the calling thread. Never fails (the call was validated). */
-typedef void (*attn__head_kernel)(const attn__fwd_ctx *ctx, const attn__head_job *job,
-                                  float *scratch);
+    double cost; /* estimated work, to start the largest jobs first */
+};
 
 /* The materialised-scores kernel: scores (T, S) by sgemm, masks, stable
- * softmax per row, then sgemm with V_h. Needs T*S floats of scratch. */
+ * softmax per row, then sgemm with V_h. Needs T*S floats of scratch. Reads
+ * all of its Q_h before it writes z, so z may alias q (same columns). */
 void attn__head_blas(const attn__fwd_ctx *ctx, const attn__head_job *job, float *scratch);
+
+/* The fused kernel: rows [t0, t0+nt) (nt <= block_q) against key tiles of
+ * block_k with an online softmax, accumulating into z; key tiles no row of the
+ * block can see are never computed. Copies its Q block first, so z may alias q.
+ * Never returns weights (jobs asking for weights use attn__head_blas). */
+void attn__head_fused(const attn__fwd_ctx *ctx, const attn__head_job *job, float *scratch);
+
+/* Scratch floats a fused job needs, for any nt <= block_q. */
+size_t attn__fused_scratch_floats(int block_q, int block_k, int d_k);
 
 #endif /* ATTN_FORWARD_H */

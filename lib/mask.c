@@ -34,15 +34,21 @@ const float *attn__mask_float_plane(const attn_seq *seq, int head)
     return seq->attn_mask_per_head ? m + (size_t)head * seq->t * seq->s : m;
 }
 
-void attn__mask_block_row(const attn_seq *seq, const uint8_t *bool_plane, int t, int lo, int hi,
-                          float *row)
+void attn__mask_block_span(const attn_seq *seq, const uint8_t *bool_plane, int t, int lo, int hi,
+                           float *x)
 {
     const uint8_t *kpm = seq->key_padding_mask;
     const uint8_t *b = bool_plane ? bool_plane + (size_t)t * seq->s : NULL;
     if (kpm)
         for (int j = lo; j < hi; j++)
-            if (kpm[j]) row[j] = -INFINITY;
+            if (kpm[j]) x[j - lo] = -INFINITY;
     if (b)
         for (int j = lo; j < hi; j++)
-            if (b[j]) row[j] = -INFINITY;
+            if (b[j]) x[j - lo] = -INFINITY;
+}
+
+void attn__mask_block_row(const attn_seq *seq, const uint8_t *bool_plane, int t, int lo, int hi,
+                          float *row)
+{
+    if (hi > lo) attn__mask_block_span(seq, bool_plane, t, lo, hi, row + lo);
 }

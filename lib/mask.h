@@ -25,4 +25,8 @@ const float *attn__mask_float_plane(const attn_seq *seq, int head);
 void attn__mask_block_row(const attn_seq *seq, const uint8_t *bool_plane, int t, int lo, int hi,
                           float *row);
 
+/* The same for a span: x[0..hi-lo) holds the scores of keys lo..hi-1. */
+void attn__mask_block_span(const attn_seq *seq, const uint8_t *bool_plane, int t, int lo, int hi,
+                           float *x);
+
 #endif /* ATTN_MASK_H */

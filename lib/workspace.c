@@ -1,18 +1,93 @@
-/* workspace.c — per-thread scratch for attn_forward: grows on demand, is kept
- * across calls so steady-state forwards do not allocate.
+/* workspace.c — scratch and threads for attn_forward: the buffer grows on
+ * demand and is kept across calls so steady-state forwards do not allocate; the
+ * pool (threaded workspaces) is started once, here, and stopped on free.
  */
 #include "workspace.h"
 
 #include <stdlib.h>
+#include <unistd.h>
+
+/* Fills in defaults; returns 0 with err set when an option is out of range. */
+static int resolve_options(attn_workspace_options *o, attn_error *err)
+{
+    if (o->n_threads == -1) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        o->n_threads = n < 1 ? 1 : n > 256 ? 256 : (int)n;
+    }
+    if (o->n_threads == 0) o->n_threads = 1;
+    if (o->block_q == 0) o->block_q = ATTN__BLOCK_Q_DEFAULT;
+    if (o->block_k == 0) o->block_k = ATTN__BLOCK_K_DEFAULT;
+    if (o->n_threads < 1 || o->n_threads > 1024) {
+        attn__set_error(err, ATTN_ERR_INVALID_ARG, "opts.n_threads = %d, must be -1 or 0..1024",
+                        o->n_threads);
+        return 0;
+    }
+    if (o->kernel < ATTN_KERNEL_AUTO || o->kernel > ATTN_KERNEL_FUSED) {
+        attn__set_error(err, ATTN_ERR_INVALID_ARG, "opts.kernel = %d is not an attn_kernel",
+                        (int)o->kernel);
+        return 0;
+    }
+    if (o->block_q < 1 || o->block_q > 4096 || o->block_k < 1 || o->block_k > 65536) {
+        attn__set_error(err, ATTN_ERR_INVALID_ARG,
+                        "opts.block_q = %d / block_k = %d out of range (1..4096 / 1..65536)",
+                        o->block_q, o->block_k);
+        return 0;
+    }
+    return 1;
+}
+
+void attn__ws_init_local(attn_workspace *ws)
+{
+    *ws = (attn_workspace){0};
+    resolve_options(&ws->opt, NULL); /* all defaults: cannot fail */
+}
+
+attn_status attn_workspace_create_ex(const attn_workspace_options *opts, attn_workspace **out,
+                                     attn_error *err)
+{
+    if (out == NULL) return attn__set_error(err, ATTN_ERR_INVALID_ARG, "out is NULL");
+    *out = NULL;
+    attn_workspace_options o = {0};
+    if (opts != NULL) o = *opts;
+    if (!resolve_options(&o, err)) return ATTN_ERR_INVALID_ARG;
+    attn_workspace *ws = calloc(1, sizeof *ws); /* empty buffer: grows on first use */
+    if (ws == NULL) return attn__set_error(err, ATTN_ERR_NOMEM, "allocating a workspace");
+    ws->opt = o;
+    if (o.n_threads > 1) {
+        attn_status st = attn__pool_create(o.n_threads, &ws->pool, err);
+        if (st != ATTN_OK) {
+            free(ws);
+            return st;
+        }
+    }
+    *out = ws;
+    return ATTN_OK;
+}
 
 attn_workspace *attn_workspace_create(void)
 {
-    return calloc(1, sizeof(attn_workspace)); /* empty: grows on first use */
+    attn_workspace *ws = NULL;
+    attn_workspace_create_ex(NULL, &ws, NULL);
+    return ws;
+}
+
+attn_workspace *attn_workspace_create_threads(int n_threads)
+{
+    attn_workspace_options o = {.n_threads = n_threads};
+    attn_workspace *ws = NULL;
+    attn_workspace_create_ex(&o, &ws, NULL);
+    return ws;
+}
+
+void attn_workspace_get_options(const attn_workspace *ws, attn_workspace_options *opts)
+{
+    *opts = ws->opt;
 }
 
 void attn_workspace_free(attn_workspace *ws)
 {
     if (ws == NULL) return;
+    attn__pool_free(ws->pool);
     free(ws->buf);
     free(ws);
 }

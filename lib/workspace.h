@@ -1,15 +1,26 @@
 /* workspace.h — internal view of attn_workspace: one growable, 64-byte aligned
- * scratch block owned by one thread, carved into named buffers per call.
+ * scratch block carved into named buffers per call, the options it was created
+ * with, and (when n_threads > 1) the worker pool that computes with the caller.
  */
 #ifndef ATTN_WORKSPACE_H
 #define ATTN_WORKSPACE_H
 
 #include "layer_internal.h"
+#include "pool.h"
+
+#define ATTN__BLOCK_Q_DEFAULT 128
+#define ATTN__BLOCK_K_DEFAULT 256
 
 struct attn_workspace {
     void *buf;   /* owned; 64-byte aligned; contents undefined between calls */
     size_t cap;  /* bytes available at buf */
+    attn_workspace_options opt; /* resolved: n_threads >= 1, blocks > 0 */
+    attn__pool *pool;           /* owned; NULL when opt.n_threads == 1 */
 };
+
+/* A workspace with default options and no pool, for a call given ws = NULL
+ * (the caller frees ws->buf afterwards). */
+void attn__ws_init_local(attn_workspace *ws);
 
 #define ATTN__WS_ALIGN ((size_t)64)
 

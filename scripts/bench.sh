@@ -12,13 +12,49 @@ export BENCH_SECONDS=${BENCH_SECONDS:-1.0}
 echo "attnd benchmarks — $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs, $(uname -m)"
 echo "OPENBLAS_NUM_THREADS=$OPENBLAS_NUM_THREADS (set explicitly by scripts/bench.sh), BENCH_SECONDS=$BENCH_SECONDS"
 
+# Core vs PyTorch (bench_core + tests/bench/bench_torch.py): PyTorch writes the
+# layers and inputs, bench_core times the library on them and leaves its timings
+# and outputs in $BENCH_DATA, then PyTorch times itself on the same data.
+# python3-torch is installed via apt when missing; without it bench_core runs on
+# generated data and the PyTorch section says why it is absent.
+TORCH_PY=/usr/bin/python3
+torch_note=""
+have_torch() { [ -x "$TORCH_PY" ] && "$TORCH_PY" -c 'import torch' 2>/dev/null; }
+if ! have_torch; then
+    echo "bench.sh: PyTorch missing; trying: apt-get install -y python3-torch" >&2
+    sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo -n"
+    $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-torch >&2 || true
+    have_torch || torch_note="PyTorch unavailable ($TORCH_PY cannot import torch, apt-get install python3-torch failed): no PyTorch comparison in this run"
+fi
+BENCH_DATA=""
+if [ -z "$torch_note" ]; then
+    BENCH_DATA=$(mktemp -d "${TMPDIR:-/tmp}/attnd-bench.XXXXXX")
+    trap 'rm -rf "$BENCH_DATA"' EXIT
+    if ! OPENBLAS_NUM_THREADS=2 "$TORCH_PY" tests/bench/bench_torch.py gen "$BENCH_DATA"; then
+        torch_note="bench_torch.py gen failed: no PyTorch comparison in this run"
+        BENCH_DATA=""
+    fi
+fi
+
 ran=0
 for b in "$BUILD"/bench/bench_*; do
     [ -x "$b" ] && [ -f "$b" ] || continue
     case "$b" in *.d|*.o) continue ;; esac
     echo
     echo "== $(basename "$b") =="
-    "$b"
+    if [ "$(basename "$b")" = bench_core ]; then
+        BENCH_DATA="$BENCH_DATA" "$b"
+        echo
+        echo "== PyTorch nn.MultiheadAttention vs attn_forward (bench_torch.py) =="
+        if [ -n "$torch_note" ]; then
+            echo "$torch_note"
+        else
+            OPENBLAS_NUM_THREADS=2 "$TORCH_PY" tests/bench/bench_torch.py run "$BENCH_DATA" ||
+                echo "bench_torch.py run failed (see above)"
+        fi
+    else
+        "$b"
+    fi
     ran=$((ran + 1))
 done
 if [ "$ran" -eq 0 ]; then

@@ -1,16 +1,25 @@
-/* bench_core.c — throughput of attn_forward (BLAS path, self-attention, biases and
- * W_O, no weights returned) on a few (B, T, E, h) shapes, beside cblas_sgemm on
- * the projection-shaped GEMM (B*T x E x E) measured in the same run, and the ratio.
- * Threads: whatever OpenBLAS was given (scripts/bench.sh sets OPENBLAS_NUM_THREADS).
- * BENCH_SECONDS (default 1.0) is the time spent per measurement.
+/* bench_core.c — attn_forward on five (B, T, E, h) shapes (self-attention, biases
+ * and W_O, no weights out): the fused kernel on a 2-thread workspace, beside
+ * OpenBLAS sgemm (2 threads) on the projection-shaped GEMM in the same run, the
+ * materialised kernel, and the fused kernel with OpenBLAS threading instead of
+ * the pool; peak scratch of fused vs materialised.
+ * Layers and inputs come from $BENCH_DATA/{layer,x}_B_T_E_h.safetensors when set
+ * (written by tests/bench/bench_torch.py, so PyTorch runs the same numbers; our
+ * fused outputs go to $BENCH_DATA/out_B_T_E_h.f32 and timings to
+ * $BENCH_DATA/core.tsv), else from a fixed LCG. BENCH_SECONDS (default 1.0) is
+ * the time per measurement; every figure is a median.
  */
 #include "attn.h"
+#include "safetensors.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+#define THREADS 2
 
 typedef struct shape { int b, t, e, h; } shape;
 
@@ -21,26 +30,27 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static float *filled(size_t n, unsigned *seed)
+static float *filled(size_t n, unsigned *seed, float scale)
 {
     float *p = malloc(n * sizeof *p);
     for (size_t i = 0; p && i < n; i++) {
         *seed = *seed * 1664525u + 1013904223u;
-        p[i] = ((float)(*seed >> 8) / (float)(1u << 24) - 0.5f) * 0.2f;
+        p[i] = ((float)(*seed >> 8) / (float)(1u << 24) - 0.5f) * 2.0f * scale;
     }
     return p;
 }
 
-/* Runs fn(arg) once to warm up, then repeatedly for about `budget` seconds
- * (at least 3 times); returns the median seconds per call. */
+/* Runs fn(arg) once to warm up, then again for about `budget` seconds (at
+ * least 3 times, or 2 when one call takes over a second); median seconds. */
 static double time_it(int (*fn)(void *), void *arg, double budget)
 {
     enum { MAX_REPS = 1000 };
     static double t[MAX_REPS];
+    double w0 = now_s();
     if (fn(arg)) return -1;
-    int n = 0;
+    int min_reps = now_s() - w0 > 1.0 ? 2 : 3, n = 0;
     double start = now_s();
-    while (n < MAX_REPS && (n < 3 || now_s() - start < budget)) {
+    while (n < MAX_REPS && (n < min_reps || now_s() - start < budget)) {
         double t0 = now_s();
         if (fn(arg)) return -1;
         t[n++] = now_s() - t0;
@@ -50,7 +60,7 @@ static double time_it(int (*fn)(void *), void *arg, double budget)
             double x = t[j];
             t[j] = t[j - 1], t[j - 1] = x;
         }
-    return t[n / 2];
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
 typedef struct fwd_arg {
@@ -58,6 +68,7 @@ typedef struct fwd_arg {
     attn_seq *seqs;
     int n;
     attn_workspace *ws;
+    int blas_threads; /* OpenBLAS threads during this measurement */
     attn_forward_stats stats;
 } fwd_arg;
 
@@ -70,6 +81,14 @@ static int run_forward(void *p)
     return st != ATTN_OK;
 }
 
+static double time_forward(fwd_arg *a, double budget)
+{
+    openblas_set_num_threads(a->blas_threads);
+    double t = time_it(run_forward, a, budget);
+    openblas_set_num_threads(1);
+    return t;
+}
+
 typedef struct gemm_arg { int m, n, k; const float *a, *b; float *c; } gemm_arg;
 
 static int run_gemm(void *p)
@@ -80,61 +99,157 @@ static int run_gemm(void *p)
     return 0;
 }
 
-static int bench_shape(shape s, double budget)
+/* The layer and input of one shape: from $BENCH_DATA, or generated. */
+typedef struct inputs {
+    attn_layer *layer;
+    float *x; /* (B*T, E), owned */
+    float *w; /* (E, E) GEMM operand for the sgemm reference, owned */
+} inputs;
+
+static int load_inputs(shape s, const char *dir, inputs *in)
 {
-    unsigned seed = 12345;
     size_t e = (size_t)s.e, rows = (size_t)s.b * s.t;
-    float *w = filled(4 * e * e, &seed), *bias = filled(4 * e, &seed);
-    float *x = filled(rows * e, &seed), *out = malloc(rows * e * sizeof(float));
-    float *c = malloc(rows * e * sizeof(float));
-    attn_seq *seqs = calloc((size_t)s.b, sizeof *seqs);
-    attn_layer *layer = NULL;
-    attn_workspace *ws = attn_workspace_create();
-    int rc = 1;
-    if (!w || !bias || !x || !out || !c || !seqs || !ws) goto done;
-    attn_layer_desc d = {s.h, s.e / s.h, s.e / s.h, s.e, s.e, s.e, s.e,
-                         w, w + e * e, w + 2 * e * e, w + 3 * e * e,
-                         bias, bias + e, bias + 2 * e, bias + 3 * e};
+    unsigned seed = 12345;
     attn_error err;
-    if (attn_layer_create(&d, &layer, &err) != ATTN_OK) {
-        fprintf(stderr, "bench_core: layer: %s\n", err.message);
-        goto done;
+    memset(in, 0, sizeof *in);
+    in->w = filled(e * e, &seed, 0.05f);
+    if (dir == NULL) {
+        float *w = filled(4 * e * e, &seed, 1.0f / sqrtf((float)e)), *b = filled(4 * e, &seed, 0.1f);
+        in->x = filled(rows * e, &seed, 1.0f);
+        attn_layer_desc d = {s.h, s.e / s.h, s.e / s.h, s.e, s.e, s.e, s.e,
+                             w, w + e * e, w + 2 * e * e, w + 3 * e * e, b, b + e, b + 2 * e, b + 3 * e};
+        attn_status st = w && b ? attn_layer_create(&d, &in->layer, &err) : ATTN_ERR_NOMEM;
+        free(w);
+        free(b);
+        if (st != ATTN_OK) fprintf(stderr, "bench_core: layer: %s\n", attn_strerror(st));
+        return st != ATTN_OK || !in->x || !in->w;
     }
+    char path[1024];
+    snprintf(path, sizeof path, "%s/layer_%d_%d_%d_%d.safetensors", dir, s.b, s.t, s.e, s.h);
+    if (attn_layer_load_safetensors(path, 0, &in->layer, &err) != ATTN_OK) {
+        fprintf(stderr, "bench_core: %s: %s\n", path, err.message);
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s/x_%d_%d_%d_%d.safetensors", dir, s.b, s.t, s.e, s.h);
+    attn__st_file f;
+    if (attn__st_read_file(path, &f, &err) != ATTN_OK) {
+        fprintf(stderr, "bench_core: %s: %s\n", path, err.message);
+        return 1;
+    }
+    const attn__st_tensor *t = attn__st_find(&f, "x");
+    int bad = t == NULL || t->numel != rows * e || (in->x = malloc(rows * e * sizeof(float))) == NULL ||
+              attn__st_to_f32(t, in->x, &err) != ATTN_OK;
+    if (bad) fprintf(stderr, "bench_core: %s: no F32 tensor \"x\" of %zu values\n", path, rows * e);
+    attn__st_free(&f);
+    return bad || !in->w;
+}
+
+static void free_inputs(inputs *in)
+{
+    attn_layer_free(in->layer);
+    free(in->x);
+    free(in->w);
+}
+
+static attn_workspace *workspace(int threads, attn_kernel k)
+{
+    attn_workspace_options o = {.n_threads = threads, .kernel = k};
+    attn_workspace *ws = NULL;
+    attn_error err;
+    if (attn_workspace_create_ex(&o, &ws, &err) != ATTN_OK)
+        fprintf(stderr, "bench_core: workspace: %s\n", err.message);
+    return ws;
+}
+
+static void save_output(const char *dir, shape s, const float *out, size_t n)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/out_%d_%d_%d_%d.f32", dir, s.b, s.t, s.e, s.h);
+    FILE *f = fopen(path, "wb");
+    if (f == NULL || fwrite(out, sizeof *out, n, f) != n) fprintf(stderr, "bench_core: writing %s failed\n", path);
+    if (f) fclose(f);
+}
+
+static double mib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
+
+static int bench_shape(shape s, double budget, const char *dir, FILE *tsv)
+{
+    size_t e = (size_t)s.e, rows = (size_t)s.b * s.t;
+    inputs in;
+    float *out = malloc(rows * e * sizeof(float)), *c = malloc(rows * e * sizeof(float));
+    attn_seq *seqs = calloc((size_t)s.b, sizeof *seqs);
+    attn_workspace *fused = workspace(THREADS, ATTN_KERNEL_FUSED);
+    attn_workspace *naive = workspace(THREADS, ATTN_KERNEL_MATERIALIZED);
+    attn_workspace *single = workspace(1, ATTN_KERNEL_FUSED);
+    int rc = 1;
+    if (load_inputs(s, dir, &in) || !out || !c || !seqs || !fused || !naive || !single) goto done;
     for (int i = 0; i < s.b; i++) {
         seqs[i].t = seqs[i].s = s.t;
-        seqs[i].query = x + (size_t)i * s.t * e;
+        seqs[i].query = in.x + (size_t)i * s.t * e;
         seqs[i].output = out + (size_t)i * s.t * e;
     }
-    fwd_arg fa = {layer, seqs, s.b, ws, {0, 0}};
-    double t_fwd = time_it(run_forward, &fa, budget);
-    gemm_arg ga = {(int)rows, s.e, s.e, x, w, c};
-    double t_gemm = time_it(run_gemm, &ga, budget / 2);
-    if (t_fwd <= 0 || t_gemm <= 0) goto done;
-    double gf = (double)fa.stats.flops / t_fwd * 1e-9;
-    double gg = 2.0 * (double)rows * e * e / t_gemm * 1e-9;
-    printf("%4d %5d %4d %2d | %9.3f %8.2f %8.1f | %6zux%4dx%4d %8.1f | %5.2f | %7.1f\n", s.b, s.t,
-           s.e, s.h, t_fwd * 1e3, (double)fa.stats.flops * 1e-9, gf, rows, s.e, s.e, gg, gf / gg,
-           (double)fa.stats.peak_scratch / (1024.0 * 1024.0));
+    /* pool: 2 threads, OpenBLAS 1 | caller only, OpenBLAS 2 | materialised, pool */
+    fwd_arg fa = {in.layer, seqs, s.b, fused, 1, {0, 0}};
+    fwd_arg fb = {in.layer, seqs, s.b, single, THREADS, {0, 0}};
+    fwd_arg fn = {in.layer, seqs, s.b, naive, 1, {0, 0}};
+    double t_f = time_forward(&fa, budget);
+    if (dir) save_output(dir, s, out, rows * e);
+    double t_b = time_forward(&fb, budget / 2);
+    double t_n = time_forward(&fn, budget / 2);
+    gemm_arg ga = {(int)rows, s.e, s.e, in.x, in.w, c};
+    openblas_set_num_threads(THREADS);
+    double t_g = time_it(run_gemm, &ga, budget / 2);
+    openblas_set_num_threads(1);
+    if (t_f <= 0 || t_b <= 0 || t_n <= 0 || t_g <= 0) goto done;
+    double gf = (double)fa.stats.flops / t_f * 1e-9;
+    double gg = 2.0 * (double)rows * e * e / t_g * 1e-9;
+    printf("%2d %5d %4d %2d | %9.2f %7.1f | %5dx%4dx%4d %6.1f | %5.2f | %9.2f %9.2f | %8.1f %8.1f %6.1f%%\n",
+           s.b, s.t, s.e, s.h, t_f * 1e3, gf, (int)rows, s.e, s.e, gg, gf / gg, t_b * 1e3, t_n * 1e3,
+           mib(fa.stats.peak_scratch), mib(fn.stats.peak_scratch),
+           100.0 * (double)fa.stats.peak_scratch / (double)fn.stats.peak_scratch);
+    fflush(stdout);
+    if (tsv) fprintf(tsv, "%d\t%d\t%d\t%d\t%.6f\t%.0f\n", s.b, s.t, s.e, s.h, t_f * 1e3, (double)fa.stats.flops);
     rc = 0;
 done:
-    attn_layer_free(layer);
-    attn_workspace_free(ws);
-    free(w); free(bias); free(x); free(out); free(c); free(seqs);
+    free_inputs(&in);
+    attn_workspace_free(fused);
+    attn_workspace_free(naive);
+    attn_workspace_free(single);
+    free(out); free(c); free(seqs);
     return rc;
 }
 
 int main(void)
 {
-    const shape shapes[] = {{1, 32, 64, 8}, {8, 128, 256, 8}, {8, 512, 512, 8}, {1, 2048, 512, 8}};
-    const char *env = getenv("BENCH_SECONDS");
+    const shape shapes[] = {{1, 32, 64, 8}, {8, 128, 256, 8}, {8, 512, 512, 8}, {1, 2048, 512, 8},
+                            {1, 8192, 512, 8}};
+    const char *env = getenv("BENCH_SECONDS"), *dir = getenv("BENCH_DATA");
     double budget = env ? atof(env) : 1.0;
     if (!(budget > 0)) budget = 1.0;
-    const char *thr = getenv("OPENBLAS_NUM_THREADS");
-    printf("attn_forward (BLAS path, self-attention, biases + W_O, no weights out), "
-           "OpenBLAS threads: %d (OPENBLAS_NUM_THREADS=%s), %.1f s per measurement, median\n",
-           openblas_get_num_threads(), thr ? thr : "unset", budget);
-    printf("   B     T    E  h |  ms/fwd    GFLOP  GFLOP/s |  sgemm M x N x K   GFLOP/s | ratio | scratch MiB\n");
+    if (dir && !*dir) dir = NULL;
+    openblas_set_num_threads(1); /* the library's pool needs single-threaded OpenBLAS */
+    FILE *tsv = NULL;
+    if (dir) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/core.tsv", dir);
+        tsv = fopen(path, "w");
+    }
+    printf("attn_forward, self-attention, biases + W_O, no weights out; inputs: %s; %.1f s per "
+           "measurement, medians.\n", dir ? "PyTorch-generated (shared with bench_torch.py)" : "LCG",
+           budget);
+    printf("fused = fused kernel on a %d-thread workspace (OpenBLAS 1 thread); sgemm = OpenBLAS, %d "
+           "threads, C(M,N) = A(M,K) B(N,K)^T;\nratio = fused GFLOP/s / sgemm GFLOP/s; ob%d = fused "
+           "on the caller, OpenBLAS %d threads; naive = materialised kernel, %d-thread workspace.\n",
+           THREADS, THREADS, THREADS, THREADS, THREADS);
+    printf("FLOPs (every row): 8*B*T*E^2 (Q,K,V,O projections) + B*h*T^2*(2*d_k + 2*d_v + 5) "
+           "(QK^T, alpha*V, ~5 per score for scale/mask/softmax), d = E/h.\n");
+    printf("scratch = attn_forward_stats.peak_scratch (Q/K/V projections + per-worker kernel scratch).\n");
+    printf(" B     T    E  h |  fused ms GFLOP/s |    sgemm M x N x K  GFLOP/s | ratio |    ob%d ms  naive ms "
+           "| fused MiB naive MiB  f/n\n", THREADS);
     int rc = 0;
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) rc |= bench_shape(shapes[i], budget);
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) rc |= bench_shape(shapes[i], budget, dir, tsv);
+    if (tsv) fclose(tsv);
+    printf("Scores a torch-style naive path would hold at once (all heads, h*T*S*4 bytes) for "
+           "(1,8192,512,8): %.0f MiB.\n", mib((size_t)8 * 8192 * 8192 * 4));
     return rc;
 }

@@ -1,0 +1,170 @@
+/* pool.c — the worker pool behind threaded workspaces (see pool.h). Workers
+ * sleep on a condition variable between calls (no spinning: the machine is
+ * shared with OpenBLAS and with other processes) and claim tasks with an atomic
+ * counter, so uneven tasks (causal query blocks) balance themselves.
+ */
+#include "pool.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+struct attn__pool {
+    int n_threads;         /* the caller + workers */
+    int n_started;         /* workers actually running (for cleanup) */
+    pthread_t *threads;    /* n_threads - 1 */
+    pthread_mutex_t mu;
+    pthread_cond_t wake;   /* a new generation of work, or shutdown */
+    pthread_cond_t idle;   /* the last worker of a generation finished */
+    unsigned long gen;     /* bumped by every attn__pool_run; guarded by mu */
+    int busy;              /* workers still inside the current generation */
+    int stop;
+    /* the current parallel-for (written under mu before gen is bumped) */
+    attn__task_fn fn;
+    void *arg;
+    int n_tasks;
+    atomic_int next;       /* next unclaimed task */
+    unsigned long runs;    /* attn__pool_run calls so far (caller's thread only) */
+};
+
+typedef struct worker_arg { attn__pool *pool; int id; } worker_arg;
+
+static void drain(attn__pool *p, attn__task_fn fn, void *arg, int n_tasks, int worker)
+{
+    for (;;) {
+        int t = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
+        if (t >= n_tasks) return;
+        fn(arg, t, worker);
+    }
+}
+
+static void *worker_main(void *v)
+{
+    worker_arg wa = *(worker_arg *)v;
+    free(v);
+    attn__pool *p = wa.pool;
+    unsigned long seen = 0;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->stop && p->gen == seen) pthread_cond_wait(&p->wake, &p->mu);
+        if (p->stop) break;
+        seen = p->gen;
+        attn__task_fn fn = p->fn;
+        void *arg = p->arg;
+        int n = p->n_tasks;
+        pthread_mutex_unlock(&p->mu);
+        drain(p, fn, arg, n, wa.id);
+        pthread_mutex_lock(&p->mu);
+        if (--p->busy == 0) pthread_cond_signal(&p->idle);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static void stop_workers(attn__pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->n_started; i++) pthread_join(p->threads[i], NULL);
+    p->n_started = 0;
+}
+
+/* Starts the workers with all signals blocked (they inherit the creator's mask). */
+static attn_status start_workers(attn__pool *p, attn_error *err)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    attn_status st = ATTN_OK;
+    for (int i = 0; i < p->n_threads - 1; i++) {
+        worker_arg *wa = malloc(sizeof *wa);
+        if (wa == NULL) {
+            st = attn__set_error(err, ATTN_ERR_NOMEM, "allocating a pool worker");
+            break;
+        }
+        *wa = (worker_arg){p, i + 1};
+        int rc = pthread_create(&p->threads[i], NULL, worker_main, wa);
+        if (rc != 0) {
+            free(wa);
+            st = attn__set_error(err, rc == EAGAIN ? ATTN_ERR_NOMEM : ATTN_ERR_INTERNAL,
+                                 "starting pool thread %d of %d failed (error %d)", i + 1,
+                                 p->n_threads - 1, rc);
+            break;
+        }
+        p->n_started++;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return st;
+}
+
+attn_status attn__pool_create(int n_threads, attn__pool **out, attn_error *err)
+{
+    *out = NULL;
+    if (n_threads < 2) return attn__set_error(err, ATTN_ERR_INVALID_ARG, "pool of %d threads", n_threads);
+    attn_status st;
+    int have_mu = 0, have_wake = 0, have_idle = 0;
+    attn__pool *p = calloc(1, sizeof *p);
+    if (p == NULL) goto nomem;
+    p->n_threads = n_threads;
+    if ((p->threads = calloc((size_t)n_threads - 1, sizeof *p->threads)) == NULL) goto nomem;
+    if (!(have_mu = pthread_mutex_init(&p->mu, NULL) == 0)) goto nomem;
+    if (!(have_wake = pthread_cond_init(&p->wake, NULL) == 0)) goto nomem;
+    if (!(have_idle = pthread_cond_init(&p->idle, NULL) == 0)) goto nomem;
+    atomic_init(&p->next, 0);
+    if ((st = start_workers(p, err)) != ATTN_OK) goto fail;
+    *out = p;
+    return ATTN_OK;
+
+nomem:
+    st = attn__set_error(err, ATTN_ERR_NOMEM, "allocating a pool of %d threads", n_threads);
+fail:
+    if (p != NULL) {
+        if (p->n_started > 0) stop_workers(p);
+        if (have_idle) pthread_cond_destroy(&p->idle);
+        if (have_wake) pthread_cond_destroy(&p->wake);
+        if (have_mu) pthread_mutex_destroy(&p->mu);
+        free(p->threads);
+        free(p);
+    }
+    return st;
+}
+
+void attn__pool_free(attn__pool *p)
+{
+    if (p == NULL) return;
+    stop_workers(p);
+    pthread_cond_destroy(&p->idle);
+    pthread_cond_destroy(&p->wake);
+    pthread_mutex_destroy(&p->mu);
+    free(p->threads);
+    free(p);
+}
+
+int attn__pool_threads(const attn__pool *p) { return p->n_threads; }
+
+unsigned long attn__pool_runs(const attn__pool *p) { return p->runs; }
+
+void attn__pool_run(attn__pool *p, int n_tasks, attn__task_fn fn, void *arg)
+{
+    if (n_tasks <= 0) return;
+    p->runs++;
+    pthread_mutex_lock(&p->mu);
+    p->fn = fn;
+    p->arg = arg;
+    p->n_tasks = n_tasks;
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    p->busy = p->n_started;
+    p->gen++;
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+
+    drain(p, fn, arg, n_tasks, 0);
+
+    pthread_mutex_lock(&p->mu); /* the workers' unlock publishes their writes */
+    while (p->busy > 0) pthread_cond_wait(&p->idle, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}

@@ -1,0 +1,270 @@
+/* test_threads.c — threaded workspaces: results bit-identical to one thread
+ * (fused and materialised kernels, weights modes, ragged cross batches), the
+ * pool really runs, OpenBLAS with several threads makes the call stay on the
+ * caller, several threaded workspaces at once, create/free cycles. Run under
+ * ASan, and under helgrind / TSan for races (see the report in scripts).
+ */
+#include "attn.h"
+#include "check.h"
+#include "core_util.h"
+#include "workspace.h"
+
+#include <cblas.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define N_SEQS 3
+
+typedef struct batch {
+    seq_case c[N_SEQS];
+    attn_seq s[N_SEQS];
+    int n;
+} batch;
+
+/* A ragged batch big enough that the pool is used (> 2 MFLOP), with masks. */
+static void batch_init(batch *b, test_rng *r, const attn_layer_info *li, attn_weights_mode wm,
+                       int cross)
+{
+    b->n = N_SEQS;
+    for (int i = 0; i < b->n; i++) {
+        int t = rng_int(r, 60, 200), s = cross ? rng_int(r, 30, 220) : t;
+        seq_case_init(&b->c[i], r, li, t, s, cross, wm);
+        b->c[i].seq.is_causal = i == 1;
+        b->c[i].seq.window = i == 2 ? 50 : 0;
+        if (i == 0) {
+            b->c[i].kpm = malloc((size_t)s);
+            for (int j = 0; j < s; j++) b->c[i].kpm[j] = rng_int(r, 0, 5) == 0;
+            b->c[i].seq.key_padding_mask = b->c[i].kpm;
+        }
+        b->s[i] = b->c[i].seq;
+    }
+}
+
+static void batch_free(batch *b)
+{
+    for (int i = 0; i < b->n; i++) seq_case_free(&b->c[i]);
+}
+
+/* Runs b on ws and returns copies of every output and weights buffer. */
+static float **snapshot(const attn_layer *l, const attn_layer_info *li, batch *b,
+                        attn_workspace *ws)
+{
+    attn_error err = {0};
+    attn_status st = attn_forward(l, b->s, b->n, ws, NULL, &err);
+    CHECK_MSG(st == ATTN_OK, "attn_forward: %s", err.message);
+    float **out = calloc(2 * (size_t)b->n, sizeof *out);
+    for (int i = 0; i < b->n; i++) {
+        size_t on = (size_t)b->s[i].t * li->embed_out;
+        out[2 * i] = malloc(on * sizeof(float));
+        memcpy(out[2 * i], b->s[i].output, on * sizeof(float));
+        if (b->s[i].weights_mode == ATTN_WEIGHTS_NONE) continue;
+        size_t wn = (size_t)b->s[i].t * b->s[i].s *
+                    (b->s[i].weights_mode == ATTN_WEIGHTS_PER_HEAD ? li->num_heads : 1);
+        out[2 * i + 1] = malloc(wn * sizeof(float));
+        memcpy(out[2 * i + 1], b->s[i].weights, wn * sizeof(float));
+    }
+    return out;
+}
+
+static int same(float **a, float **b, const attn_layer_info *li, const batch *bt, double *worst)
+{
+    int eq = 1;
+    for (int i = 0; i < bt->n; i++) {
+        size_t on = (size_t)bt->s[i].t * li->embed_out;
+        double d = max_abs_diff(a[2 * i], b[2 * i], on);
+        if (d > *worst) *worst = d;
+        eq &= memcmp(a[2 * i], b[2 * i], on * sizeof(float)) == 0;
+        if (a[2 * i + 1]) {
+            size_t wn = (size_t)bt->s[i].t * bt->s[i].s *
+                        (bt->s[i].weights_mode == ATTN_WEIGHTS_PER_HEAD ? li->num_heads : 1);
+            eq &= memcmp(a[2 * i + 1], b[2 * i + 1], wn * sizeof(float)) == 0;
+        }
+    }
+    return eq;
+}
+
+static void free_snap(float **s, int n)
+{
+    for (int i = 0; i < 2 * n; i++) free(s[i]);
+    free(s);
+}
+
+/* Every kernel x weights mode x self/cross, threads 2..4: bit-identical. */
+static void test_identical(void)
+{
+    test_rng r = {31};
+    layer_shape shapes[] = {{4, 16, 16, 64, 64, 64, 64, 1, 1},  /* Z reuses Q */
+                            {3, 8, 12, 40, 24, 32, 50, 1, 1},   /* d_k != d_v, cross only */
+                            {2, 16, 16, 48, 48, 48, 32, 0, 0}}; /* no W_O */
+    double worst = 0;
+    int runs = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        attn_layer *l = make_layer(&r, &shapes[si]);
+        attn_layer_info li;
+        attn_layer_get_info(l, &li);
+        int square = li.embed_k == li.embed_q && li.embed_v == li.embed_q;
+        for (int kernel = ATTN_KERNEL_AUTO; kernel <= ATTN_KERNEL_FUSED; kernel++)
+            for (int wm = 0; wm <= 2; wm++)
+                for (int cross = !square; cross <= 1; cross++) {
+                    batch b;
+                    batch_init(&b, &r, &li, (attn_weights_mode)wm, cross);
+                    attn_workspace_options o1 = {.n_threads = 1, .kernel = kernel, .block_q = 32};
+                    attn_workspace *w1 = NULL;
+                    CHECK_INT_EQ(attn_workspace_create_ex(&o1, &w1, NULL), ATTN_OK);
+                    float **ref = snapshot(l, &li, &b, w1);
+                    for (int th = 2; th <= 4; th++) {
+                        attn_workspace_options on = o1;
+                        on.n_threads = th;
+                        attn_workspace *wn = NULL;
+                        CHECK_INT_EQ(attn_workspace_create_ex(&on, &wn, NULL), ATTN_OK);
+                        for (int rep = 0; rep < 2; rep++) { /* reuse: the pool wakes again */
+                            float **got = snapshot(l, &li, &b, wn);
+                            CHECK_MSG(same(ref, got, &li, &b, &worst),
+                                      "shape %zu kernel %d weights %d cross %d threads %d differ",
+                                      si, kernel, wm, cross, th);
+                            free_snap(got, b.n);
+                        }
+                        CHECK(attn__pool_runs(wn->pool) >= 4); /* projections + heads + W_O, twice */
+                        attn_workspace_free(wn);
+                        runs++;
+                    }
+                    free_snap(ref, b.n);
+                    attn_workspace_free(w1);
+                    batch_free(&b);
+                }
+        attn_layer_free(l);
+    }
+    printf("threaded vs single-threaded: %d configurations, max |diff| %.3g (bit-identical "
+           "required)\n", runs, worst);
+}
+
+/* With OpenBLAS threaded the workspace must not add its own threads. */
+static void test_openblas_threaded(void)
+{
+    test_rng r = {32};
+    layer_shape sh = {4, 16, 16, 64, 64, 64, 64, 1, 1};
+    attn_layer *l = make_layer(&r, &sh);
+    attn_layer_info li;
+    attn_layer_get_info(l, &li);
+    batch b;
+    batch_init(&b, &r, &li, ATTN_WEIGHTS_NONE, 0);
+    attn_workspace *w1 = attn_workspace_create(), *w2 = attn_workspace_create_threads(2);
+    CHECK(w1 != NULL && w2 != NULL);
+    float **ref = snapshot(l, &li, &b, w1);
+    openblas_set_num_threads(2);
+    unsigned long before = attn__pool_runs(w2->pool);
+    float **got = snapshot(l, &li, &b, w2);
+    CHECK(attn__pool_runs(w2->pool) == before); /* ran on the caller */
+    double worst = 0;
+    same(ref, got, &li, &b, &worst);
+    CHECK(worst <= 1e-6); /* OpenBLAS' own threading may round differently */
+    openblas_set_num_threads(1);
+    /* tiny calls stay on the caller too */
+    seq_case tiny;
+    seq_case_init(&tiny, &r, &li, 2, 2, 0, ATTN_WEIGHTS_NONE);
+    before = attn__pool_runs(w2->pool);
+    CHECK_INT_EQ(attn_forward(l, &tiny.seq, 1, w2, NULL, NULL), ATTN_OK);
+    CHECK(attn__pool_runs(w2->pool) == before);
+    seq_case_free(&tiny);
+    free_snap(ref, b.n);
+    free_snap(got, b.n);
+    batch_free(&b);
+    attn_workspace_free(w1);
+    attn_workspace_free(w2);
+    attn_layer_free(l);
+}
+
+typedef struct racer {
+    const attn_layer *l;
+    attn_layer_info li;
+    unsigned seed;
+    int ok;
+} racer;
+
+/* Each thread: its own threaded workspace and batch; the result must equal
+ * the same batch run single-threaded afterwards. */
+static void *race(void *arg)
+{
+    racer *rc = arg;
+    test_rng r = {rc->seed};
+    batch b;
+    batch_init(&b, &r, &rc->li, ATTN_WEIGHTS_NONE, 1);
+    attn_workspace *wn = attn_workspace_create_threads(2), *w1 = attn_workspace_create();
+    rc->ok = wn != NULL && w1 != NULL;
+    for (int rep = 0; rep < 3 && rc->ok; rep++) {
+        rc->ok &= attn_forward(rc->l, b.s, b.n, wn, NULL, NULL) == ATTN_OK;
+    }
+    float **got = NULL, **ref = NULL;
+    if (rc->ok) {
+        /* snapshot() uses CHECK, which is not thread-safe: copy by hand */
+        got = calloc(2 * (size_t)b.n, sizeof *got);
+        for (int i = 0; i < b.n; i++) {
+            size_t on = (size_t)b.s[i].t * rc->li.embed_out;
+            got[2 * i] = malloc(on * sizeof(float));
+            memcpy(got[2 * i], b.s[i].output, on * sizeof(float));
+        }
+        rc->ok &= attn_forward(rc->l, b.s, b.n, w1, NULL, NULL) == ATTN_OK;
+        for (int i = 0; i < b.n && rc->ok; i++) {
+            size_t on = (size_t)b.s[i].t * rc->li.embed_out;
+            rc->ok &= memcmp(got[2 * i], b.s[i].output, on * sizeof(float)) == 0;
+        }
+        free_snap(got, b.n);
+    }
+    (void)ref;
+    attn_workspace_free(wn);
+    attn_workspace_free(w1);
+    batch_free(&b);
+    return NULL;
+}
+
+static void test_concurrent_workspaces(void)
+{
+    test_rng r = {33};
+    layer_shape sh = {4, 16, 16, 64, 64, 64, 64, 1, 1};
+    attn_layer *l = make_layer(&r, &sh);
+    enum { N = 3 };
+    racer rc[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        rc[i] = (racer){l, {0}, 100u + (unsigned)i, 0};
+        attn_layer_get_info(l, &rc[i].li);
+        CHECK(pthread_create(&th[i], NULL, race, &rc[i]) == 0);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_MSG(rc[i].ok, "concurrent workspace %d", i);
+    }
+    attn_layer_free(l);
+}
+
+/* Creating and freeing pools, used or not, leaks nothing and never hangs. */
+static void test_lifecycle(void)
+{
+    for (int i = 0; i < 20; i++) {
+        attn_workspace *ws = attn_workspace_create_threads(1 + i % 4);
+        CHECK(ws != NULL);
+        attn_workspace_options o;
+        attn_workspace_get_options(ws, &o);
+        CHECK_INT_EQ(o.n_threads, 1 + i % 4);
+        CHECK((ws->pool != NULL) == (o.n_threads > 1));
+        attn_workspace_free(ws);
+    }
+    attn_workspace *ws = attn_workspace_create_threads(-1);
+    CHECK(ws != NULL);
+    attn_workspace_options o;
+    attn_workspace_get_options(ws, &o);
+    CHECK(o.n_threads >= 1);
+    attn_workspace_free(ws);
+    attn_workspace_free(NULL);
+}
+
+int main(void)
+{
+    openblas_set_num_threads(1); /* what an application using threaded workspaces does */
+    test_identical();
+    test_openblas_threaded();
+    test_concurrent_workspaces();
+    test_lifecycle();
+    return check_summary();
+}
