@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(gcc make pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev
           libcurl4-openssl-dev curl ca-certificates
           python3-yaml
+          openssl valgrind
           "$@")
 
 missing=()

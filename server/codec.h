@@ -33,7 +33,9 @@ int attnd_codec_decode_request(const char *body, size_t len, const attn_layer_in
 /* Encodes a finished request (outcome ATTND_DONE_OK) as the response body:
  * {"model","id"?,"output","weights"?,"timing":{queue_us,compute_us,batch_size}}.
  * Returns a malloc'd NUL-terminated body (caller frees) and its length in *len,
- * or NULL on allocation failure. */
+ * or NULL on allocation failure or when an output/weight is NaN or infinite
+ * (a library bug: answer 500). Floats print as the shortest text that reads
+ * back to the same float32; -0 prints as -0.0. */
 char *attnd_codec_encode_response(const attnd_request *req, const char *model_name,
                                   size_t *len);
 

@@ -74,6 +74,8 @@ struct attnd_request {
 
     /* ---- codec-private: the single allocation owning every array above ---- */
     void *storage;
+    int embed_out;             /* the model's E_out and h, for encoding the result */
+    int num_heads;
 };
 
 /* Frees a request and every array it owns. NULL allowed. */

@@ -1,0 +1,36 @@
+/* auth.h — API keys: the key set (from --api-key-file and ATTND_API_KEYS),
+ * which routes need one, and a constant-time check of "Authorization: Bearer".
+ * The set can be replaced at run time (SIGHUP) while requests are checked.
+ */
+#ifndef ATTND_AUTH_H
+#define ATTND_AUTH_H
+
+#include <stddef.h>
+
+#include "config.h"
+
+typedef struct attnd_auth attnd_auth;
+
+/* Reads cfg->api_key_file (refused if world-writable) and cfg->api_keys.
+ * No keys at all = authentication off. Returns NULL with err filled on a
+ * problem (unreadable or world-writable file, a key over 255 bytes, memory).
+ * Keys never appear in err or in the log. Free with attnd_auth_free. */
+attnd_auth *attnd_auth_create(const attnd_config *cfg, char *err, size_t errlen);
+
+/* Re-reads the keys from cfg and swaps them in atomically. On failure the old
+ * set stays and err says why. Returns 0 or -1. */
+int attnd_auth_reload(attnd_auth *a, const attnd_config *cfg, char *err, size_t errlen);
+
+/* How many keys are configured (0 = every route is open). */
+int attnd_auth_key_count(attnd_auth *a);
+
+/* 1 when a request for path with this Authorization header value (NULL when
+ * absent) may proceed: authentication is off, the route is open (/healthz,
+ * /readyz, /v2/health/..., the playground's static files, /metrics unless
+ * metrics_require_key), or the header is "Bearer <a configured key>". */
+int attnd_auth_allows(attnd_auth *a, const char *path, const char *authorization,
+                      int metrics_require_key);
+
+void attnd_auth_free(attnd_auth *a);
+
+#endif

@@ -1,0 +1,687 @@
+/* config.c — attnd's option table and the four sources that fill attnd_config:
+ * defaults (the table), a JSON file, ATTND_* environment variables, flags.
+ * Every option is one row below; flag --foo-bar, env ATTND_FOO_BAR, file key
+ * foo_bar all derive from its name.
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "attn.h"
+
+typedef enum opt_kind {
+    OPT_STR,    /* char *                                   */
+    OPT_INT,    /* int, decimal                             */
+    OPT_I64,    /* int64_t, decimal                         */
+    OPT_SIZE,   /* int64_t, decimal with optional K/M/G (binary multiples) */
+    OPT_LEVEL,  /* attnd_log_level                          */
+    OPT_MODELS  /* the model list (repeatable flag)         */
+} opt_kind;
+
+enum { SRC_DEFAULT = 0, SRC_FILE = 1, SRC_ENV = 2, SRC_FLAG = 3 };
+static const char *const source_names[] = {"default", "file", "env", "flag"};
+
+typedef struct option {
+    const char *name;    /* flag spelling without "--"                         */
+    const char *env;     /* environment variable; NULL = ATTND_<NAME>         */
+    const char *file;    /* key in the JSON file; NULL = name with '_', ""=none */
+    opt_kind kind;
+    size_t off;          /* field in attnd_config                             */
+    const char *def;     /* default, as text (parsed like any other source)   */
+    int64_t min, max;    /* for numbers                                       */
+    const char *metavar;
+    const char *help;
+} option;
+
+#define F(field) offsetof(attnd_config, field)
+#define BIG INT64_C(1) << 50
+
+static const option options[] = {
+    {"config", "ATTND_CONFIG", "", OPT_STR, F(config_file), "", 0, 0, "FILE",
+     "JSON configuration file (keys are option names with '_'; keys starting with '_' are comments)"},
+    {"listen", NULL, NULL, OPT_STR, F(listen), "0.0.0.0:8080", 0, 0, "HOST:PORT",
+     "address to serve HTTP on ([::1]:PORT for IPv6, :PORT for every interface)"},
+    {"model", "ATTND_MODELS", "models", OPT_MODELS, F(models), "", 0, 0, "NAME=PATH[,heads=N]",
+     "load a safetensors attention layer as NAME (repeatable; env: NAME=PATH;NAME=PATH...)"},
+    {"default-model", NULL, NULL, OPT_STR, F(default_model), "", 0, 0, "NAME",
+     "model served by POST /v1/attention (default: the only model, if just one)"},
+    {"log-level", NULL, NULL, OPT_LEVEL, F(log_level), "info", 0, 0, "LEVEL",
+     "debug, info, warn or error"},
+    {"workers", NULL, NULL, OPT_INT, F(workers), "2", 1, 1024, "N",
+     "compute threads per model (each runs whole batches)"},
+    {"max-batch-requests", NULL, NULL, OPT_INT, F(max_batch_requests), "16", 1, 65536, "N",
+     "requests per batch at most (1 turns batching off)"},
+    {"max-batch-tokens", NULL, NULL, OPT_I64, F(max_batch_tokens), "8192", 1, BIG, "N",
+     "tokens (query + key positions) per batch at most"},
+    {"max-queue-delay-us", NULL, NULL, OPT_I64, F(max_queue_delay_us), "1000", 0, 60000000, "US",
+     "longest a request waits for its batch to fill, in microseconds"},
+    {"max-queue", NULL, NULL, OPT_INT, F(max_queue), "256", 1, 1 << 24, "N",
+     "requests waiting per model; beyond that: 503 queue_full"},
+    {"max-body-bytes", NULL, NULL, OPT_SIZE, F(max_body_bytes), "64M", 1, BIG, "BYTES",
+     "largest request body (K/M/G suffixes); beyond that: 413"},
+    {"max-seq-len", NULL, NULL, OPT_INT, F(max_seq_len), "4096", 1, 1 << 24, "N",
+     "longest sequence (T and S) in a request"},
+    {"max-batch-seqs", NULL, NULL, OPT_INT, F(max_batch_seqs), "256", 1, 1 << 24, "N",
+     "sequences in one request at most"},
+    {"max-weights-elems", NULL, NULL, OPT_SIZE, F(max_weights_elems), "16M", 1, BIG, "N",
+     "attention-weight numbers one request may ask for"},
+    {"max-json-depth", NULL, NULL, OPT_INT, F(max_json_depth), "64", 4, 4096, "N",
+     "deepest nesting of a request body"},
+    {"max-connections", NULL, NULL, OPT_INT, F(max_connections), "1024", 1, 1 << 20, "N",
+     "concurrent HTTP connections at most"},
+    {"connection-timeout-s", NULL, NULL, OPT_INT, F(connection_timeout_s), "30", 0, 86400, "S",
+     "idle connection timeout in seconds (0 = none)"},
+    {"http-threads", NULL, NULL, OPT_INT, F(http_threads), "2", 1, 1024, "N",
+     "HTTP threads (libmicrohttpd thread pool size)"},
+    {"request-read-timeout-s", NULL, NULL, OPT_INT, F(request_read_timeout_s), "60", 0, 86400,
+     "S", "headers + body must arrive within S s, else the connection closes (0 = none)"},
+    {"max-inflight-bytes", NULL, NULL, OPT_SIZE, F(max_inflight_bytes), "1G", 1, BIG, "BYTES",
+     "bytes all requests in flight may hold; beyond that: 503 overloaded"},
+    {"api-key-file", NULL, NULL, OPT_STR, F(api_key_file), "", 0, 0, "FILE",
+     "API keys, one per line, # comments (with any key set, routes need a Bearer key)"},
+    {"api-keys", NULL, "", OPT_STR, F(api_keys), "", 0, 0, "KEY,KEY",
+     "API keys, comma-separated (prefer the env or file: argv shows in ps; never printed)"},
+    {"metrics-require-key", NULL, NULL, OPT_INT, F(metrics_require_key), "0", 0, 1, "0|1",
+     "1: GET /metrics needs an API key too"},
+    {"tls-cert", NULL, NULL, OPT_STR, F(tls_cert), "", 0, 0, "FILE",
+     "serve HTTPS with this PEM certificate chain (with --tls-key)"},
+    {"tls-key", NULL, NULL, OPT_STR, F(tls_key), "", 0, 0, "FILE",
+     "the PEM private key for --tls-cert"},
+};
+#define N_OPTIONS (sizeof options / sizeof options[0])
+_Static_assert(N_OPTIONS <= sizeof(((attnd_config *)0)->source), "source[] too small");
+
+#define FIELD(cfg, o, type) ((type *)((char *)(cfg) + (o)->off))
+
+/* ------------------------------------------------------------ small helpers */
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* "max-batch-tokens" -> "ATTND_MAX_BATCH_TOKENS" or "max_batch_tokens". */
+static void env_name(const option *o, char *buf, size_t cap)
+{
+    if (o->env) {
+        snprintf(buf, cap, "%s", o->env);
+        return;
+    }
+    size_t n = (size_t)snprintf(buf, cap, "ATTND_");
+    for (const char *p = o->name; *p && n + 1 < cap; p++)
+        buf[n++] = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
+    buf[n] = '\0';
+}
+
+static void file_key(const option *o, char *buf, size_t cap)
+{
+    if (o->file) {
+        snprintf(buf, cap, "%s", o->file);
+        return;
+    }
+    size_t n = 0;
+    for (const char *p = o->name; *p && n + 1 < cap; p++)
+        buf[n++] = *p == '-' ? '_' : *p;
+    buf[n] = '\0';
+}
+
+static int parse_int64(const char *s, int allow_suffix, int64_t *out)
+{
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || errno)
+        return -1;
+    int64_t mult = 1;
+    if (allow_suffix && *end) {
+        switch (toupper((unsigned char)*end)) {
+        case 'K': mult = INT64_C(1) << 10; break;
+        case 'M': mult = INT64_C(1) << 20; break;
+        case 'G': mult = INT64_C(1) << 30; break;
+        default: return -1;
+        }
+        end++;
+        if (*end == 'i' || *end == 'I') /* "64MiB" */
+            end++;
+        if (*end == 'b' || *end == 'B')
+            end++;
+    }
+    if (*end)
+        return -1;
+    if (v > 0 && v > INT64_MAX / mult)
+        return -1;
+    *out = (int64_t)v * mult;
+    return 0;
+}
+
+static int valid_model_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 64)
+        return 0;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '.' && *s != '_' && *s != '-')
+            return 0;
+    return 1;
+}
+
+/* ------------------------------------------------------------ models */
+
+static void free_models(attnd_config *cfg)
+{
+    for (int i = 0; i < cfg->n_models; i++) {
+        free(cfg->models[i].name);
+        free(cfg->models[i].path);
+    }
+    free(cfg->models);
+    cfg->models = NULL;
+    cfg->n_models = 0;
+}
+
+/* Appends one model. Takes nothing; copies name and path. */
+static int add_model(attnd_config *cfg, const char *name, size_t name_len, const char *path,
+                     int heads, char *err, size_t errlen)
+{
+    char nm[80];
+    if (name_len >= sizeof nm)
+        name_len = sizeof nm - 1;
+    memcpy(nm, name, name_len);
+    nm[name_len] = '\0';
+    if (!valid_model_name(nm)) {
+        set_err(err, errlen, "model name '%s' must be 1-64 characters of A-Z a-z 0-9 . _ -", nm);
+        return -1;
+    }
+    if (!*path) {
+        set_err(err, errlen, "model '%s' has an empty path", nm);
+        return -1;
+    }
+    for (int i = 0; i < cfg->n_models; i++) {
+        if (strcmp(cfg->models[i].name, nm) == 0) {
+            set_err(err, errlen, "model '%s' is given twice", nm);
+            return -1;
+        }
+    }
+    attnd_model_spec *grown = realloc(cfg->models, (size_t)(cfg->n_models + 1) * sizeof *grown);
+    if (!grown)
+        goto nomem;
+    cfg->models = grown;
+    attnd_model_spec *m = &cfg->models[cfg->n_models];
+    m->name = strdup(nm);
+    m->path = strdup(path);
+    m->heads = heads;
+    if (!m->name || !m->path) {
+        free(m->name);
+        free(m->path);
+        goto nomem;
+    }
+    cfg->n_models++;
+    return 0;
+nomem:
+    set_err(err, errlen, "out of memory");
+    return -1;
+}
+
+/* Parses "NAME=PATH[,heads=N]" (len bytes of spec) and appends it. */
+static int add_model_spec(attnd_config *cfg, const char *spec, size_t len, char *err,
+                          size_t errlen)
+{
+    char buf[4096];
+    if (len >= sizeof buf) {
+        set_err(err, errlen, "model spec is too long");
+        return -1;
+    }
+    memcpy(buf, spec, len);
+    buf[len] = '\0';
+    char *eq = strchr(buf, '=');
+    if (!eq) {
+        set_err(err, errlen, "model '%s': expected NAME=PATH[,heads=N]", buf);
+        return -1;
+    }
+    *eq = '\0';
+    char *path = eq + 1;
+    int heads = 0;
+    char *h = strstr(path, ",heads=");
+    if (h) {
+        int64_t v;
+        if (parse_int64(h + 7, 0, &v) != 0 || v < 1 || v > 65536) {
+            set_err(err, errlen, "model '%s': heads must be an integer in 1..65536, got '%s'",
+                    buf, h + 7);
+            return -1;
+        }
+        heads = (int)v;
+        *h = '\0';
+    }
+    return add_model(cfg, buf, strlen(buf), path, heads, err, errlen);
+}
+
+/* ------------------------------------------------------------ setting values */
+
+/* Sets option o from text at source level src. */
+static int set_option(attnd_config *cfg, const option *o, const char *text, int src, char *err,
+                      size_t errlen)
+{
+    size_t idx = (size_t)(o - options);
+    int64_t v;
+    switch (o->kind) {
+    case OPT_STR: {
+        char *copy = strdup(text);
+        if (!copy) {
+            set_err(err, errlen, "out of memory");
+            return -1;
+        }
+        free(*FIELD(cfg, o, char *));
+        *FIELD(cfg, o, char *) = copy;
+        break;
+    }
+    case OPT_INT:
+    case OPT_I64:
+    case OPT_SIZE:
+        if (parse_int64(text, o->kind == OPT_SIZE, &v) != 0 || v < o->min || v > o->max) {
+            set_err(err, errlen, "%s: expected an integer in %lld..%lld%s, got '%s'", o->name,
+                    (long long)o->min, (long long)o->max,
+                    o->kind == OPT_SIZE ? " (K/M/G suffixes allowed)" : "", text);
+            return -1;
+        }
+        if (o->kind == OPT_INT)
+            *FIELD(cfg, o, int) = (int)v;
+        else
+            *FIELD(cfg, o, int64_t) = v;
+        break;
+    case OPT_LEVEL:
+        if (attnd_log_level_parse(text, FIELD(cfg, o, attnd_log_level)) != 0) {
+            set_err(err, errlen, "%s: expected debug, info, warn or error, got '%s'", o->name,
+                    text);
+            return -1;
+        }
+        break;
+    case OPT_MODELS:
+        /* A higher source replaces the list; the same source appends (repeats). */
+        if (cfg->source[idx] < src)
+            free_models(cfg);
+        if (src != SRC_DEFAULT && *text && add_model_spec(cfg, text, strlen(text), err, errlen))
+            return -1;
+        break;
+    }
+    cfg->source[idx] = (unsigned char)src;
+    return 0;
+}
+
+static const option *find_flag(const char *name, size_t len)
+{
+    for (size_t i = 0; i < N_OPTIONS; i++)
+        if (strlen(options[i].name) == len && strncmp(options[i].name, name, len) == 0)
+            return &options[i];
+    return NULL;
+}
+
+/* ------------------------------------------------------------ the sources */
+
+static int load_env(attnd_config *cfg, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        const option *o = &options[i];
+        char name[64];
+        env_name(o, name, sizeof name);
+        const char *v = getenv(name);
+        if (!v || !*v || o->off == F(config_file))
+            continue;
+        if (o->kind != OPT_MODELS) {
+            if (set_option(cfg, o, v, SRC_ENV, err, errlen))
+                goto fail;
+            continue;
+        }
+        set_option(cfg, o, "", SRC_ENV, err, errlen); /* clears the file's list */
+        for (const char *p = v; *p;) {
+            size_t n = strcspn(p, ";");
+            if (n && add_model_spec(cfg, p, n, err, errlen))
+                goto fail;
+            p += n + (p[n] == ';');
+        }
+    }
+    return 0;
+fail: {
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%s", err);
+    set_err(err, errlen, "environment: %s", tmp);
+    return -1;
+}
+}
+
+static int file_model(attnd_config *cfg, json_t *m, size_t idx, char *err, size_t errlen)
+{
+    if (json_is_string(m))
+        return add_model_spec(cfg, json_string_value(m), json_string_length(m), err, errlen);
+    if (!json_is_object(m)) {
+        set_err(err, errlen, "models[%zu]: expected \"NAME=PATH[,heads=N]\" or an object", idx);
+        return -1;
+    }
+    const char *name = NULL, *path = NULL;
+    json_int_t heads = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(m, key, v) {
+        if (key[0] == '_')
+            continue;
+        if (strcmp(key, "name") == 0 && json_is_string(v))
+            name = json_string_value(v);
+        else if (strcmp(key, "path") == 0 && json_is_string(v))
+            path = json_string_value(v);
+        else if (strcmp(key, "heads") == 0 && json_is_integer(v) && json_integer_value(v) >= 0 &&
+                 json_integer_value(v) <= 65536)
+            heads = json_integer_value(v);
+        else {
+            set_err(err, errlen, "models[%zu].%s: unknown key or wrong type (name and path are "
+                    "strings, heads an integer)", idx, key);
+            return -1;
+        }
+    }
+    if (!name || !path) {
+        set_err(err, errlen, "models[%zu]: needs \"name\" and \"path\"", idx);
+        return -1;
+    }
+    return add_model(cfg, name, strlen(name), path, (int)heads, err, errlen);
+}
+
+static int file_value(attnd_config *cfg, const option *o, json_t *v, char *err, size_t errlen)
+{
+    char text[64];
+    if (o->kind == OPT_MODELS) {
+        if (!json_is_array(v)) {
+            set_err(err, errlen, "models: expected an array");
+            return -1;
+        }
+        set_option(cfg, o, "", SRC_FILE, err, errlen);
+        size_t i;
+        json_t *m;
+        json_array_foreach(v, i, m) {
+            if (file_model(cfg, m, i, err, errlen))
+                return -1;
+        }
+        return 0;
+    }
+    if (json_is_string(v))
+        return set_option(cfg, o, json_string_value(v), SRC_FILE, err, errlen);
+    if (json_is_integer(v) && o->kind != OPT_STR && o->kind != OPT_LEVEL) {
+        snprintf(text, sizeof text, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        return set_option(cfg, o, text, SRC_FILE, err, errlen);
+    }
+    set_err(err, errlen, "%s: wrong JSON type", o->name);
+    return -1;
+}
+
+/* Refuses a file anyone may write: whoever can edit it controls the server
+ * (models, keys). Group-writable files are allowed (deployment groups). */
+int attnd_config_check_file_mode(const char *what, const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        set_err(err, errlen, "%s %s: %s", what, path, strerror(errno));
+        return -1;
+    }
+    if (st.st_mode & S_IWOTH) {
+        set_err(err, errlen, "%s %s is world-writable (mode %03o): refusing to use it; "
+                "chmod o-w it", what, path, (unsigned)(st.st_mode & 0777));
+        return -1;
+    }
+    return 0;
+}
+
+static int load_file(attnd_config *cfg, const char *path, char *err, size_t errlen)
+{
+    if (attnd_config_check_file_mode("config", path, err, errlen))
+        return -1;
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    char inner[512] = "";
+    int rc = -1;
+    if (!root) {
+        set_err(err, errlen, "config %s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+        return -1;
+    }
+    if (!json_is_object(root)) {
+        set_err(err, errlen, "config %s: expected a JSON object at the top", path);
+        goto done;
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        if (key[0] == '_')
+            continue; /* "_comment": ... */
+        const option *o = NULL;
+        for (size_t i = 0; i < N_OPTIONS && !o; i++) {
+            char fk[64];
+            file_key(&options[i], fk, sizeof fk);
+            if (*fk && strcmp(fk, key) == 0)
+                o = &options[i];
+        }
+        if (!o) {
+            snprintf(inner, sizeof inner, "unknown key \"%s\"", key);
+            goto bad;
+        }
+        if (file_value(cfg, o, v, inner, sizeof inner))
+            goto bad;
+    }
+    rc = 0;
+    goto done;
+bad:
+    set_err(err, errlen, "config %s: %s", path, inner);
+done:
+    json_decref(root);
+    return rc;
+}
+
+/* ------------------------------------------------------------ argv */
+
+typedef struct flag_value {
+    const option *opt;
+    const char *value;
+} flag_value;
+
+/* Checks argv's syntax and collects (option, value) pairs. Returns the action
+ * HELP/VERSION/PRINT if one of those flags is present, RUN, or ERROR. */
+static attnd_config_action scan_argv(int argc, char *const *argv, flag_value *out, int *n_out,
+                                     char *err, size_t errlen)
+{
+    attnd_config_action action = ATTND_CONFIG_RUN;
+    *n_out = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+            return ATTND_CONFIG_HELP;
+        if (!strcmp(a, "--version") || !strcmp(a, "-V")) {
+            action = ATTND_CONFIG_VERSION;
+            continue;
+        }
+        if (!strcmp(a, "--print-config")) {
+            if (action == ATTND_CONFIG_RUN)
+                action = ATTND_CONFIG_PRINT;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            set_err(err, errlen, "unexpected argument '%s' (see --help)", a);
+            return ATTND_CONFIG_ERROR;
+        }
+        const char *name = a + 2, *eq = strchr(name, '=');
+        const option *o = find_flag(name, eq ? (size_t)(eq - name) : strlen(name));
+        if (!o) {
+            set_err(err, errlen, "unknown option '%s' (see --help)", a);
+            return ATTND_CONFIG_ERROR;
+        }
+        const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!value) {
+            set_err(err, errlen, "option --%s needs a value (%s)", o->name, o->metavar);
+            return ATTND_CONFIG_ERROR;
+        }
+        out[(*n_out)++] = (flag_value){o, value};
+    }
+    return action;
+}
+
+attnd_config_action attnd_config_load(attnd_config *cfg, int argc, char *const *argv,
+                                      char *err, size_t errlen)
+{
+    memset(cfg, 0, sizeof *cfg);
+    flag_value *flags = calloc((size_t)(argc > 0 ? argc : 1), sizeof *flags);
+    attnd_config_action action = ATTND_CONFIG_ERROR;
+    int n_flags = 0;
+    if (!flags) {
+        set_err(err, errlen, "out of memory");
+        return ATTND_CONFIG_ERROR;
+    }
+    for (size_t i = 0; i < N_OPTIONS; i++)
+        if (set_option(cfg, &options[i], options[i].def, SRC_DEFAULT, err, errlen))
+            goto done; /* a bad default is a bug in the table */
+
+    action = scan_argv(argc, argv, flags, &n_flags, err, errlen);
+    if (action == ATTND_CONFIG_ERROR || action == ATTND_CONFIG_HELP ||
+        action == ATTND_CONFIG_VERSION)
+        goto done;
+
+    /* The file's name itself: flag > env. */
+    const char *file = getenv("ATTND_CONFIG");
+    if (file && *file)
+        set_option(cfg, &options[0], file, SRC_ENV, err, errlen);
+    for (int i = 0; i < n_flags; i++)
+        if (flags[i].opt->off == F(config_file))
+            set_option(cfg, flags[i].opt, flags[i].value, SRC_FLAG, err, errlen);
+    if (*cfg->config_file && load_file(cfg, cfg->config_file, err, errlen))
+        goto fail;
+    if (load_env(cfg, err, errlen))
+        goto fail;
+    for (int i = 0; i < n_flags; i++) {
+        if (flags[i].opt->off == F(config_file))
+            continue;
+        if (set_option(cfg, flags[i].opt, flags[i].value, SRC_FLAG, err, errlen))
+            goto fail;
+    }
+    if (action == ATTND_CONFIG_PRINT)
+        goto done;
+
+    if (cfg->n_models == 0) {
+        set_err(err, errlen, "no model to serve: give --model NAME=PATH (or ATTND_MODELS, or "
+                "\"models\" in the config file)");
+        goto fail;
+    }
+    if (!*cfg->tls_cert != !*cfg->tls_key) {
+        set_err(err, errlen, "--tls-cert and --tls-key go together: give both or neither");
+        goto fail;
+    }
+    if (*cfg->default_model) {
+        int found = 0;
+        for (int i = 0; i < cfg->n_models; i++)
+            found |= strcmp(cfg->models[i].name, cfg->default_model) == 0;
+        if (!found) {
+            set_err(err, errlen, "default model '%s' is not among the loaded models",
+                    cfg->default_model);
+            goto fail;
+        }
+    }
+    goto done;
+fail:
+    action = ATTND_CONFIG_ERROR;
+done:
+    free(flags);
+    return action;
+}
+
+void attnd_config_free(attnd_config *cfg)
+{
+    if (!cfg)
+        return;
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        if (options[i].kind == OPT_STR) {
+            free(*FIELD(cfg, &options[i], char *));
+            *FIELD(cfg, &options[i], char *) = NULL;
+        }
+    }
+    free_models(cfg);
+}
+
+/* ------------------------------------------------------------ printing */
+
+static void format_value(const attnd_config *cfg, const option *o, char *buf, size_t cap)
+{
+    if (o->off == F(api_keys)) { /* a secret: never printed or logged */
+        const char *k = cfg->api_keys ? cfg->api_keys : "";
+        snprintf(buf, cap, "%s", *k ? "(set, hidden)" : "");
+        return;
+    }
+    switch (o->kind) {
+    case OPT_STR:
+        snprintf(buf, cap, "%s", *FIELD(cfg, o, char *) ? *FIELD(cfg, o, char *) : "");
+        break;
+    case OPT_INT:
+        snprintf(buf, cap, "%d", *FIELD(cfg, o, int));
+        break;
+    case OPT_I64:
+    case OPT_SIZE:
+        snprintf(buf, cap, "%lld", (long long)*FIELD(cfg, o, int64_t));
+        break;
+    case OPT_LEVEL:
+        snprintf(buf, cap, "%s", attnd_log_level_name(*FIELD(cfg, o, attnd_log_level)));
+        break;
+    case OPT_MODELS: {
+        size_t n = 0;
+        buf[0] = '\0';
+        for (int i = 0; i < cfg->n_models && n < cap; i++) {
+            const attnd_model_spec *m = &cfg->models[i];
+            n += (size_t)snprintf(buf + n, cap - n, "%s%s=%s", i ? ";" : "", m->name, m->path);
+            if (m->heads && n < cap)
+                n += (size_t)snprintf(buf + n, cap - n, ",heads=%d", m->heads);
+        }
+        break;
+    }
+    }
+}
+
+void attnd_config_print_help(FILE *f, const char *prog)
+{
+    fprintf(f,
+            "attnd %s - multi-head attention inference server (HTTP/JSON)\n\n"
+            "usage: %s --model NAME=PATH[,heads=N] [options]\n\n"
+            "Settings come from, in rising precedence: defaults, the --config JSON file,\n"
+            "ATTND_* environment variables, command-line flags.\n\n"
+            "options:\n",
+            ATTN_VERSION_STRING, prog);
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        const option *o = &options[i];
+        char flag[64], env[64];
+        snprintf(flag, sizeof flag, "--%s %s", o->name, o->metavar);
+        env_name(o, env, sizeof env);
+        fprintf(f, "  %-36s %s\n  %-36s [default: %s] [env: %s]\n", flag, o->help, "",
+                *o->def ? o->def : "none", env);
+    }
+    fprintf(f, "  %-36s %s\n  %-36s %s\n  %-36s %s\n", "--print-config",
+            "print the effective settings and their sources, then exit", "--version, -V",
+            "print the version and exit", "--help, -h", "print this help and exit");
+}
+
+void attnd_config_print(FILE *f, const attnd_config *cfg)
+{
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        char v[1024];
+        format_value(cfg, &options[i], v, sizeof v);
+        fprintf(f, "%s = %s  (%s)\n", options[i].name, v, source_names[cfg->source[i] & 3]);
+    }
+}
+
+void attnd_config_log(const attnd_config *cfg)
+{
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        char v[1024];
+        format_value(cfg, &options[i], v, sizeof v);
+        attnd_log(ATTND_LOG_INFO, "config %s=%s (%s)", options[i].name, v,
+                  source_names[cfg->source[i] & 3]);
+    }
+}

@@ -1,0 +1,85 @@
+/* config.h — attnd's settings: one struct, one table of options with defaults,
+ * filled in order defaults < JSON file < ATTND_* environment < command line.
+ * Adding an option: a field here and one row in the table in config.c.
+ */
+#ifndef ATTND_CONFIG_H
+#define ATTND_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "log.h"
+
+/* One --model NAME=PATH[,heads=N]. heads 0 = from the file's metadata. */
+typedef struct attnd_model_spec {
+    char *name; /* [A-Za-z0-9._-]{1,64}, unique */
+    char *path;
+    int heads;
+} attnd_model_spec;
+
+typedef struct attnd_config {
+    char *config_file;           /* --config                                   */
+    char *listen;                /* HOST:PORT, [V6]:PORT or :PORT              */
+    attnd_model_spec *models;    /* n_models entries                           */
+    int n_models;
+    char *default_model;         /* "" = none                                  */
+    attnd_log_level log_level;
+    int workers;                 /* scheduler worker threads per model         */
+    int max_batch_requests;
+    int64_t max_batch_tokens;
+    int64_t max_queue_delay_us;
+    int max_queue;
+    int64_t max_body_bytes;
+    int max_seq_len;
+    int max_batch_seqs;
+    int64_t max_weights_elems;
+    int max_json_depth;
+    int max_connections;
+    int connection_timeout_s;
+    int http_threads;            /* libmicrohttpd thread pool size             */
+    int request_read_timeout_s;  /* headers+body must arrive within; 0 = none  */
+    int64_t max_inflight_bytes;  /* bodies + decoded requests held at once      */
+    char *api_key_file;          /* "" = none                                  */
+    char *api_keys;              /* comma-separated; secret: never printed      */
+    int metrics_require_key;     /* 1: /metrics needs a key too                 */
+    char *tls_cert;              /* PEM files; both or neither                  */
+    char *tls_key;
+
+    /* Where each option's value came from (config.c's table order), for
+     * --print-config and the start-up log. */
+    unsigned char source[48];
+} attnd_config;
+
+typedef enum attnd_config_action {
+    ATTND_CONFIG_RUN = 0,        /* start the daemon                           */
+    ATTND_CONFIG_HELP = 1,       /* --help was given                           */
+    ATTND_CONFIG_VERSION = 2,    /* --version was given                        */
+    ATTND_CONFIG_PRINT = 3,      /* --print-config was given                   */
+    ATTND_CONFIG_ERROR = -1      /* err holds the reason                       */
+} attnd_config_action;
+
+/* Fills *cfg from the defaults, the file named by --config / ATTND_CONFIG, the
+ * environment and argv, in rising precedence. A list option (models) set at a
+ * level replaces the lower levels' list. On ATTND_CONFIG_ERROR err names the
+ * source and option at fault. Whatever it returns, free with attnd_config_free. */
+attnd_config_action attnd_config_load(attnd_config *cfg, int argc, char *const *argv,
+                                      char *err, size_t errlen);
+
+/* Frees what cfg owns (not cfg itself). Safe on a zeroed or half-filled cfg. */
+void attnd_config_free(attnd_config *cfg);
+
+/* --help text: every option, its metavariable, default and environment name. */
+void attnd_config_print_help(FILE *f, const char *prog);
+
+/* Every effective setting, one "name = value  (source)" line each. */
+void attnd_config_print(FILE *f, const attnd_config *cfg);
+
+/* One INFO log line per setting, for start-up. */
+void attnd_config_log(const attnd_config *cfg);
+
+/* Returns 0 when path exists and is not world-writable; else -1 with err
+ * ("<what> <path> is world-writable ..."). For the config and API-key files. */
+int attnd_config_check_file_mode(const char *what, const char *path, char *err, size_t errlen);
+
+#endif

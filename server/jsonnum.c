@@ -1,0 +1,537 @@
+/* jsonnum.c — shortest round-trip printing of float32 (Ryu, Ulf Adams, PLDI
+ * 2018, binary32 variant with 64-bit multipliers), correctly rounded parsing
+ * of JSON numbers to float32 (exact double arithmetic with a midpoint check,
+ * strtof as the fallback), and nested number arrays parsed into flat float
+ * arrays. The oracles (shortest %.Ng that round-trips; strtof) live in
+ * tests/unit/test_jsonnum.c.
+ */
+#include "jsonnum.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MANTISSA_BITS 23
+#define EXPONENT_BITS 8
+#define BIAS 127
+#define POW5_INV_BITCOUNT 59
+#define POW5_BITCOUNT 61
+
+/* POW5_INV_SPLIT[q] = floor(2^(bitlen(5^q) - 1 + 59) / 5^q) + 1, q = 0..30.
+ * POW5_SPLIT[i]     = the top 61 bits of 5^i, i = 0..46.
+ * Generated with exact integer arithmetic (Python); the same values as Ryu's
+ * f2s tables. test_jsonnum checks every float class that uses each entry. */
+static const uint64_t POW5_INV_SPLIT[31] = {
+    576460752303423489u, 461168601842738791u, 368934881474191033u, 295147905179352826u,
+    472236648286964522u, 377789318629571618u, 302231454903657294u, 483570327845851670u,
+    386856262276681336u, 309485009821345069u, 495176015714152110u, 396140812571321688u,
+    316912650057057351u, 507060240091291761u, 405648192073033409u, 324518553658426727u,
+    519229685853482763u, 415383748682786211u, 332306998946228969u, 531691198313966350u,
+    425352958651173080u, 340282366920938464u, 544451787073501542u, 435561429658801234u,
+    348449143727040987u, 557518629963265579u, 446014903970612463u, 356811923176489971u,
+    570899077082383953u, 456719261665907162u, 365375409332725730u};
+
+static const uint64_t POW5_SPLIT[47] = {
+    1152921504606846976u, 1441151880758558720u, 1801439850948198400u, 2251799813685248000u,
+    1407374883553280000u, 1759218604441600000u, 2199023255552000000u, 1374389534720000000u,
+    1717986918400000000u, 2147483648000000000u, 1342177280000000000u, 1677721600000000000u,
+    2097152000000000000u, 1310720000000000000u, 1638400000000000000u, 2048000000000000000u,
+    1280000000000000000u, 1600000000000000000u, 2000000000000000000u, 1250000000000000000u,
+    1562500000000000000u, 1953125000000000000u, 1220703125000000000u, 1525878906250000000u,
+    1907348632812500000u, 1192092895507812500u, 1490116119384765625u, 1862645149230957031u,
+    1164153218269348144u, 1455191522836685180u, 1818989403545856475u, 2273736754432320594u,
+    1421085471520200371u, 1776356839400250464u, 2220446049250313080u, 1387778780781445675u,
+    1734723475976807094u, 2168404344971008868u, 1355252715606880542u, 1694065894508600678u,
+    2117582368135750847u, 1323488980084844279u, 1654361225106055349u, 2067951531382569187u,
+    1292469707114105741u, 1615587133892632177u, 2019483917365790221u};
+
+static const char DIGIT_PAIRS[200] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+/* ceil(log2(5^e)) for 1 <= e <= 3528; 1 for e = 0. */
+static inline int32_t pow5bits(int32_t e) { return (int32_t)(((uint32_t)e * 1217359u) >> 19) + 1; }
+/* floor(log10(2^e)) for 0 <= e <= 1650. */
+static inline uint32_t log10_pow2(int32_t e) { return ((uint32_t)e * 78913u) >> 18; }
+/* floor(log10(5^e)) for 0 <= e <= 2620. */
+static inline uint32_t log10_pow5(int32_t e) { return ((uint32_t)e * 732923u) >> 20; }
+
+static inline int multiple_of_pow5(uint32_t v, uint32_t p)
+{
+    uint32_t count = 0;
+    while (v != 0 && v % 5 == 0) {
+        v /= 5;
+        count++;
+    }
+    return count >= p;
+}
+
+static inline int multiple_of_pow2(uint32_t v, uint32_t p) { return (v & ((1u << p) - 1)) == 0; }
+
+/* (m * factor) >> shift, shift > 32, without a 128-bit type. */
+static inline uint32_t mul_shift(uint32_t m, uint64_t factor, int32_t shift)
+{
+    uint64_t lo = (uint64_t)m * (uint32_t)factor;
+    uint64_t hi = (uint64_t)m * (uint32_t)(factor >> 32);
+    return (uint32_t)(((lo >> 32) + hi) >> (shift - 32));
+}
+
+/* The shortest decimal d * 10^e in the rounding interval of a finite, nonzero
+ * float with biased exponent ieee_exp and fraction ieee_frac. */
+static void shortest(uint32_t ieee_frac, uint32_t ieee_exp, uint32_t *digits, int32_t *exp10)
+{
+    int32_t e2;
+    uint32_t m2;
+    if (ieee_exp == 0) {
+        e2 = 1 - BIAS - MANTISSA_BITS - 2;
+        m2 = ieee_frac;
+    } else {
+        e2 = (int32_t)ieee_exp - BIAS - MANTISSA_BITS - 2;
+        m2 = (1u << MANTISSA_BITS) | ieee_frac;
+    }
+    const int accept_bounds = (m2 & 1) == 0; /* round-half-even reader */
+    const uint32_t mv = 4 * m2, mp = 4 * m2 + 2;
+    const uint32_t mm_shift = ieee_frac != 0 || ieee_exp <= 1;
+    const uint32_t mm = 4 * m2 - 1 - mm_shift;
+
+    uint32_t vr, vp, vm;
+    int32_t e10;
+    int vm_trailing_zeros = 0, vr_trailing_zeros = 0;
+    uint32_t last_removed = 0;
+    if (e2 >= 0) {
+        const uint32_t q = log10_pow2(e2);
+        e10 = (int32_t)q;
+        const int32_t k = POW5_INV_BITCOUNT + pow5bits((int32_t)q) - 1;
+        const int32_t i = -e2 + (int32_t)q + k;
+        vr = mul_shift(mv, POW5_INV_SPLIT[q], i);
+        vp = mul_shift(mp, POW5_INV_SPLIT[q], i);
+        vm = mul_shift(mm, POW5_INV_SPLIT[q], i);
+        if (q != 0 && (vp - 1) / 10 <= vm / 10) {
+            /* One removed digit is needed even when the loop below does not run. */
+            const int32_t l = POW5_INV_BITCOUNT + pow5bits((int32_t)(q - 1)) - 1;
+            last_removed = mul_shift(mv, POW5_INV_SPLIT[q - 1], -e2 + (int32_t)q - 1 + l) % 10;
+        }
+        if (q <= 9) {
+            /* Only one of mp, mv, mm can be a multiple of 5, if any. */
+            if (mv % 5 == 0)
+                vr_trailing_zeros = multiple_of_pow5(mv, q);
+            else if (accept_bounds)
+                vm_trailing_zeros = multiple_of_pow5(mm, q);
+            else
+                vp -= (uint32_t)multiple_of_pow5(mp, q);
+        }
+    } else {
+        const uint32_t q = log10_pow5(-e2);
+        e10 = (int32_t)q + e2;
+        const int32_t i = -e2 - (int32_t)q;
+        const int32_t k = pow5bits(i) - POW5_BITCOUNT;
+        int32_t j = (int32_t)q - k;
+        vr = mul_shift(mv, POW5_SPLIT[i], j);
+        vp = mul_shift(mp, POW5_SPLIT[i], j);
+        vm = mul_shift(mm, POW5_SPLIT[i], j);
+        if (q != 0 && (vp - 1) / 10 <= vm / 10) {
+            j = (int32_t)q - 1 - (pow5bits(i + 1) - POW5_BITCOUNT);
+            last_removed = mul_shift(mv, POW5_SPLIT[i + 1], j) % 10;
+        }
+        if (q <= 1) {
+            /* mv = 4*m2 has >= 2 trailing zero bits; mm has 1 iff mm_shift. */
+            vr_trailing_zeros = 1;
+            if (accept_bounds)
+                vm_trailing_zeros = mm_shift == 1;
+            else
+                --vp; /* mp = mv + 2 always has one trailing zero bit */
+        } else if (q < 31) {
+            vr_trailing_zeros = multiple_of_pow2(mv, q - 1);
+        }
+    }
+
+    int32_t removed = 0;
+    uint32_t out;
+    if (vm_trailing_zeros || vr_trailing_zeros) {
+        /* Rare general case (~4%): exact ties and interval ends. */
+        while (vp / 10 > vm / 10) {
+            vm_trailing_zeros &= vm % 10 == 0;
+            vr_trailing_zeros &= last_removed == 0;
+            last_removed = vr % 10;
+            vr /= 10, vp /= 10, vm /= 10;
+            removed++;
+        }
+        if (vm_trailing_zeros) {
+            while (vm % 10 == 0) {
+                vr_trailing_zeros &= last_removed == 0;
+                last_removed = vr % 10;
+                vr /= 10, vp /= 10, vm /= 10;
+                removed++;
+            }
+        }
+        if (vr_trailing_zeros && last_removed == 5 && vr % 2 == 0)
+            last_removed = 4; /* exactly ...50..0: round half to even */
+        out = vr + ((vr == vm && (!accept_bounds || !vm_trailing_zeros)) || last_removed >= 5);
+    } else {
+        while (vp / 10 > vm / 10) {
+            last_removed = vr % 10;
+            vr /= 10, vp /= 10, vm /= 10;
+            removed++;
+        }
+        out = vr + (vr == vm || last_removed >= 5);
+    }
+    *digits = out;
+    *exp10 = e10 + removed;
+}
+
+static inline int decimal_length(uint32_t v)
+{
+    int n = 1;
+    while (v >= 10) {
+        v /= 10;
+        n++;
+    }
+    return n;
+}
+
+/* Writes the n decimal digits of v ending just before end. */
+static inline void write_digits(char *end, uint32_t v, int n)
+{
+    while (n >= 2) {
+        uint32_t r = v % 100;
+        v /= 100;
+        end -= 2;
+        memcpy(end, DIGIT_PAIRS + 2 * r, 2);
+        n -= 2;
+    }
+    if (n == 1)
+        end[-1] = (char)('0' + v);
+}
+
+int attnd_json_print_float(float v, char *out)
+{
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    const uint32_t sign = bits >> 31;
+    const uint32_t ieee_exp = (bits >> MANTISSA_BITS) & ((1u << EXPONENT_BITS) - 1);
+    const uint32_t ieee_frac = bits & ((1u << MANTISSA_BITS) - 1);
+    if (ieee_exp == (1u << EXPONENT_BITS) - 1)
+        return -1; /* NaN or infinity */
+    if (ieee_exp == 0 && ieee_frac == 0) {
+        if (sign) {
+            memcpy(out, "-0.0", 4);
+            return 4;
+        }
+        out[0] = '0';
+        return 1;
+    }
+
+    uint32_t digits;
+    int32_t exp;
+    shortest(ieee_frac, ieee_exp, &digits, &exp);
+    const int n = decimal_length(digits);
+    const int32_t sci = exp + n - 1; /* value = d.ddd * 10^sci */
+
+    const int sci_len = n + (n > 1) + 1 + (sci < 0) + (sci <= -10 || sci >= 10 ? 2 : 1);
+    int fixed_len;
+    if (exp >= 0)
+        fixed_len = n + exp;      /* digits, then exp zeros      */
+    else if (sci >= 0)
+        fixed_len = n + 1;        /* point inside the digits     */
+    else
+        fixed_len = n + 1 - sci;  /* "0." zeros digits           */
+
+    char *p = out;
+    if (sign)
+        *p++ = '-';
+    if (fixed_len <= sci_len) {
+        if (exp >= 0) {
+            write_digits(p + n, digits, n);
+            memset(p + n, '0', (size_t)exp);
+        } else if (sci >= 0) {
+            const int int_len = sci + 1;
+            write_digits(p + n + 1, digits, n);
+            memmove(p, p + 1, (size_t)int_len);
+            p[int_len] = '.';
+        } else {
+            const int zeros = -sci - 1;
+            p[0] = '0';
+            p[1] = '.';
+            memset(p + 2, '0', (size_t)zeros);
+            write_digits(p + 2 + zeros + n, digits, n);
+        }
+        return (int)sign + fixed_len;
+    }
+    /* d[.ddd]e[-]x[x] */
+    write_digits(p + n + 1, digits, n);
+    p[0] = p[1];
+    if (n > 1)
+        p[1] = '.';
+    char *q = p + n + (n > 1);
+    *q++ = 'e';
+    int32_t e = sci;
+    if (e < 0) {
+        *q++ = '-';
+        e = -e;
+    }
+    if (e >= 10) {
+        memcpy(q, DIGIT_PAIRS + 2 * e, 2);
+        q += 2;
+    } else {
+        *q++ = (char)('0' + e);
+    }
+    return (int)(q - out);
+}
+
+int attnd_json_double_to_float(double d, float *out)
+{
+    /* FLT_MAX + half an ulp (2^103): from here on, round-to-nearest gives inf.
+     * The comparison is false for NaN. */
+    if (!(fabs(d) < 0x1.ffffffp+127))
+        return -1;
+    *out = (float)d;
+    return 0;
+}
+
+/* ================================================================ parsing */
+
+/* 10^0 .. 10^22: every one exact in double. */
+static const double POW10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                 1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+enum { CONV_OK = 0, CONV_UNSURE = 1, CONV_RANGE = 2 };
+
+/* w * 10^e (0 < w < 10^15, |e| <= 22) rounded to float32 through ONE
+ * correctly rounded double operation (both operands are exact). Rounding that
+ * double to float is then exact unless the double is itself a midpoint between
+ * two floats (the text may lie on either side of it: CONV_UNSURE). The result
+ * lies in [1e-22, 1e37], where floats are normal: a midpoint is a double whose
+ * 29 fraction bits below float precision are exactly 1000...0. */
+static int conv_exact(uint64_t w, int e, float *out)
+{
+    double d = e < 0 ? (double)w / POW10[-e] : (double)w * POW10[e];
+    uint64_t bits;
+    memcpy(&bits, &d, sizeof bits);
+    if ((bits & 0x1fffffffu) == 0x10000000u)
+        return CONV_UNSURE;
+    *out = (float)d;
+    return CONV_OK;
+}
+
+/* The JSON number grammar from s: end of the number, or NULL. Collects up to
+ * 19 significant digits in *w, the power of ten in *e, and whether nonzero
+ * digits were dropped (*inexact). Integer-only literals are flagged. */
+static const char *scan_number(const char *s, const char *end, uint64_t *w, int *e,
+                               int *inexact, int *neg)
+{
+    const char *p = s;
+    uint64_t m = 0;
+    int nd = 0, exp = 0, dropped = 0;
+    *neg = p < end && *p == '-';
+    p += *neg;
+    if (p >= end || *p < '0' || *p > '9')
+        return NULL;
+    if (*p == '0') {
+        p++;
+    } else {
+        for (; p < end && *p >= '0' && *p <= '9'; p++) {
+            if (nd < 19) {
+                m = m * 10 + (uint64_t)(*p - '0');
+                nd++;
+            } else {
+                exp += exp < 1000000; /* clamped: such text goes to strtof */
+                dropped |= *p != '0';
+            }
+        }
+    }
+    if (p < end && *p == '.') {
+        p++;
+        if (p >= end || *p < '0' || *p > '9')
+            return NULL;
+        for (; p < end && *p >= '0' && *p <= '9'; p++) {
+            if (nd < 19) {
+                m = m * 10 + (uint64_t)(*p - '0');
+                nd += m != 0; /* leading zeros of 0.000x are not significant */
+                exp -= exp > -1000000;
+            } else {
+                dropped |= *p != '0';
+            }
+        }
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        int eneg = p < end && (*p == '-' || *p == '+') ? *p++ == '-' : 0;
+        if (p >= end || *p < '0' || *p > '9')
+            return NULL;
+        int x = 0;
+        for (; p < end && *p >= '0' && *p <= '9'; p++)
+            if (x < 100000)
+                x = x * 10 + (*p - '0');
+        exp += eneg ? -x : x;
+    }
+    *w = m;
+    *e = exp;
+    *inexact = dropped;
+    return p;
+}
+
+/* strtof on a NUL-terminated copy of [s, p): the slow, always-right path. */
+static int conv_strtof(const char *s, const char *p, float *out)
+{
+    char buf[64];
+    size_t n = (size_t)(p - s);
+    if (n >= sizeof buf)
+        return CONV_UNSURE; /* absurdly long: the caller's fallback decides */
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    float f = strtof(buf, NULL);
+    if (isinf(f))
+        return CONV_RANGE;
+    *out = f;
+    return CONV_OK;
+}
+
+const char *attnd_json_parse_float(const char *s, const char *end, float *out)
+{
+    uint64_t w;
+    int e, inexact, neg;
+    const char *p = scan_number(s, end, &w, &e, &inexact, &neg);
+    if (!p)
+        return NULL;
+    float f = 0.0f;
+    int rc = CONV_UNSURE;
+    if (w == 0 && !inexact) {
+        rc = CONV_OK;
+    } else {
+        /* Keep at most 15 digits (< 2^53); the value is in [w, w+1) * 10^e. */
+        while (w >= 1000000000000000u) {
+            inexact |= w % 10 != 0;
+            w /= 10;
+            e++;
+        }
+        if (e >= -22 && e <= 22 && w > 0) {
+            rc = conv_exact(w, e, &f);
+            float hi;
+            if (rc == CONV_OK && inexact && (conv_exact(w + 1, e, &hi) != CONV_OK || hi != f))
+                rc = CONV_UNSURE;
+        }
+    }
+    if (rc == CONV_UNSURE)
+        rc = conv_strtof(s + neg, p, &f); /* the magnitude: sign below */
+    if (rc != CONV_OK)
+        return NULL;
+    *out = neg ? -f : f;
+    return p;
+}
+
+/* ---------------------------------------------------------------- nests */
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 16;
+    while (c < need)
+        c *= 2;
+    if (c > SIZE_MAX / elem)
+        return -1;
+    void *q = realloc(*p, c * elem);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+static const char *skip_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r'))
+        p++;
+    return p;
+}
+
+/* An integer literal longer than jansson's long long takes (18 digits safe). */
+static int big_integer(const char *s, const char *p)
+{
+    size_t digits = 0;
+    for (; s < p; s++) {
+        if (*s == '.' || *s == 'e' || *s == 'E')
+            return 0;
+        digits += *s != '-';
+    }
+    return digits > 18;
+}
+
+/* The array at p ('['), at nesting level `level`. */
+static const char *nest_array(const char *p, const char *end, attnd_float_nest *n, int level)
+{
+    if (level >= ATTND_NEST_MAX_DEPTH || (n->depth && level >= n->depth))
+        return NULL;
+    const size_t idx = n->count[level];
+    if (grow((void **)&n->size[level], &n->cap[level], idx + 1, sizeof(uint32_t)))
+        return NULL;
+    n->size[level][idx] = 0;
+    n->count[level]++;
+    p = skip_ws(p + 1, end);
+    if (p >= end || *p == ']')
+        return NULL; /* empty: leave it to the general parser */
+    for (;;) {
+        if (*p == '[') {
+            p = nest_array(p, end, n, level + 1);
+        } else {
+            if (n->depth == 0)
+                n->depth = level + 1;
+            float v = 0.0f;
+            const char *q = n->depth == level + 1 ? attnd_json_parse_float(p, end, &v) : NULL;
+            if (!q || big_integer(p, q) ||
+                grow((void **)&n->values, &n->cap_values, n->n_values + 1, sizeof(float)))
+                return NULL;
+            n->values[n->n_values++] = v;
+            p = q;
+        }
+        if (!p || n->size[level][idx] == UINT32_MAX)
+            return NULL;
+        n->size[level][idx]++;
+        p = skip_ws(p, end);
+        if (p >= end)
+            return NULL;
+        if (*p == ']')
+            return p + 1;
+        if (*p != ',')
+            return NULL;
+        p = skip_ws(p + 1, end);
+        if (p >= end)
+            return NULL;
+    }
+}
+
+const char *attnd_json_parse_float_nest(const char *s, const char *end, attnd_float_nest *nest)
+{
+    const char *p = s < end && *s == '[' ? nest_array(s, end, nest, 0) : NULL;
+    for (int d = 0; p && d < nest->depth; d++) {
+        /* start[d][i]: prefix sums of the sizes of level d. */
+        nest->start[d] = malloc((nest->count[d] ? nest->count[d] : 1) * sizeof(size_t));
+        if (!nest->start[d]) {
+            p = NULL;
+            break;
+        }
+        size_t acc = 0;
+        for (size_t i = 0; i < nest->count[d]; i++) {
+            nest->start[d][i] = acc;
+            acc += nest->size[d][i];
+        }
+    }
+    if (!p)
+        attnd_float_nest_free(nest);
+    return p;
+}
+
+void attnd_float_nest_free(attnd_float_nest *nest)
+{
+    if (!nest)
+        return;
+    for (int d = 0; d < ATTND_NEST_MAX_DEPTH; d++) {
+        free(nest->size[d]);
+        free(nest->start[d]);
+    }
+    free(nest->values);
+    memset(nest, 0, sizeof *nest);
+}

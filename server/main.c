@@ -1,0 +1,237 @@
+/* main.c — attnd's entry point: settings, start-up (HTTP first, then models, so
+ * /healthz answers while big layers load), a wait on the signal self-pipe, and
+ * the drain on SIGTERM/SIGINT: not ready -> stop accepting -> answer everything
+ * queued -> wait for responses -> stop HTTP -> free -> exit 0.
+ */
+#include <cblas.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "attn.h"
+#include "auth.h"
+#include "config.h"
+#include "http.h"
+#include "log.h"
+#include "metrics.h"
+#include "models.h"
+#include "routes.h"
+
+enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
+
+static void print_version(void)
+{
+    printf("attnd %s\nlibattn %s, libmicrohttpd %s, jansson %s, OpenBLAS (%s)\n",
+           ATTN_VERSION_STRING, ATTN_VERSION_STRING, MHD_get_version(), jansson_version_str(),
+           openblas_get_config());
+}
+
+/* Shutdown signals go through a self-pipe: the handler only writes the signal
+ * number; main() reads it. A handler (rather than sigwait alone) is needed
+ * because OpenBLAS starts its threads before main() runs, with every signal
+ * unblocked: a blocked-and-sigwait scheme would let such a thread take the
+ * default action (terminate) whenever main is not inside sigwait. */
+static int sig_pipe[2] = {-1, -1};
+
+static void on_signal(int sig)
+{
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    ssize_t w = write(sig_pipe[1], &b, 1); /* async-signal-safe; full pipe = already told */
+    (void)w;
+    errno = saved;
+}
+
+/* Installs the handler, and blocks the signals in this thread and (by
+ * inheritance) in every thread started later, so MHD's and the scheduler's
+ * threads never see them; main unblocks them once start-up is done. */
+static int setup_signals(sigset_t *set)
+{
+    if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+        return -1;
+    sigemptyset(set);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, set, NULL);
+    struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    return 0;
+}
+
+/* Blocks until a shutdown signal arrives; returns its number. */
+static int wait_for_signal(const sigset_t *set)
+{
+    pthread_sigmask(SIG_UNBLOCK, set, NULL);
+    struct pollfd pfd = {.fd = sig_pipe[0], .events = POLLIN};
+    unsigned char b = 0;
+    for (;;) {
+        if (read(sig_pipe[0], &b, 1) == 1)
+            return b;
+        poll(&pfd, 1, -1); /* EINTR (our own handler ran) just loops */
+    }
+}
+
+static void decode_limits(const attnd_config *cfg, attnd_decode_limits *l)
+{
+    l->max_seq_len = cfg->max_seq_len;
+    l->max_batch_seqs = cfg->max_batch_seqs;
+    l->max_weights_elems = (size_t)cfg->max_weights_elems;
+    l->max_request_elems = 0; /* bounded by max_body_bytes already */
+    l->max_json_depth = cfg->max_json_depth;
+}
+
+/* SIGHUP: re-reads the settings from the same sources (file, environment,
+ * argv), reloads every model (all or nothing, see attnd_models_reload) and the
+ * API keys. Other settings keep their start-up values until a restart. A
+ * failure keeps what is serving, is logged and counted. */
+static void reload(attnd_app *app, int argc, char **argv)
+{
+    attnd_config cfg;
+    char err[1024] = "";
+    int64_t t0 = attnd_now_ns();
+    int ok = attnd_config_load(&cfg, argc, argv, err, sizeof err) == ATTND_CONFIG_RUN &&
+             attnd_models_reload(app->models, &cfg, err, sizeof err) == 0 &&
+             attnd_auth_reload(app->auth, &cfg, err, sizeof err) == 0;
+    attnd_metrics_reload(app->metrics, ok);
+    if (ok)
+        attnd_log(ATTND_LOG_INFO, "reload: %d model(s) and %d API key(s) in %.1f ms; other "
+                  "settings change at restart", app->models->n, attnd_auth_key_count(app->auth),
+                  (double)(attnd_now_ns() - t0) / 1e6);
+    else
+        attnd_log(ATTND_LOG_ERROR, "reload failed, still serving what was loaded: %s", err);
+    attnd_config_free(&cfg);
+}
+
+/* The graceful stop. Every request already accepted gets its answer. */
+static void drain(attnd_app *app, attnd_http *http, attnd_models *models)
+{
+    atomic_store_explicit(&app->state, ATTND_STATE_DRAINING, memory_order_release);
+    attnd_http_quiesce(http);
+    attnd_log(ATTND_LOG_INFO, "draining: /readyz now 503, no new connections accepted");
+    attnd_models_drain(models);
+    attnd_log(ATTND_LOG_INFO, "draining: every queued request computed");
+    int timeout_ms = (app->cfg->connection_timeout_s > 0 ? app->cfg->connection_timeout_s : 30)
+                     * 1000;
+    int left = attnd_http_wait_idle(http, timeout_ms);
+    if (left)
+        attnd_log(ATTND_LOG_WARN, "draining: %d responses still unsent after %d ms", left,
+                  timeout_ms);
+    else
+        attnd_log(ATTND_LOG_INFO, "draining: every response sent");
+}
+
+int main(int argc, char **argv)
+{
+    attnd_config cfg;
+    char err[1024] = "";
+    int rc = EXIT_RUNTIME;
+    attnd_metrics *metrics = NULL;
+    attnd_http *http = NULL;
+    attnd_models models = {0};
+    const char **names = NULL;
+    attnd_app app = {.cfg = &cfg, .models = &models};
+
+    switch (attnd_config_load(&cfg, argc, argv, err, sizeof err)) {
+    case ATTND_CONFIG_HELP:
+        attnd_config_print_help(stdout, argv[0]);
+        attnd_config_free(&cfg);
+        return 0;
+    case ATTND_CONFIG_VERSION:
+        print_version();
+        attnd_config_free(&cfg);
+        return 0;
+    case ATTND_CONFIG_PRINT:
+        attnd_config_print(stdout, &cfg);
+        attnd_config_free(&cfg);
+        return 0;
+    case ATTND_CONFIG_ERROR:
+        attnd_log(ATTND_LOG_ERROR, "%s", err);
+        attnd_config_free(&cfg);
+        return EXIT_USAGE;
+    case ATTND_CONFIG_RUN:
+        break;
+    }
+    attnd_log_set_level(cfg.log_level);
+
+    sigset_t sigs;
+    if (setup_signals(&sigs) != 0) {
+        attnd_log(ATTND_LOG_ERROR, "cannot set up signal handling: %s", strerror(errno));
+        attnd_config_free(&cfg);
+        return EXIT_RUNTIME;
+    }
+    attnd_log(ATTND_LOG_INFO, "attnd %s starting, pid %d, %d model(s), log level %s",
+              ATTN_VERSION_STRING, (int)getpid(), cfg.n_models,
+              attnd_log_level_name(cfg.log_level));
+    if (attnd_log_enabled(ATTND_LOG_DEBUG))
+        attnd_config_log(&cfg);
+    /* Parallelism comes from the scheduler's workers (and batching), so each
+     * BLAS call stays on its worker's thread. */
+    openblas_set_num_threads(1);
+    attnd_log(ATTND_LOG_INFO, "OpenBLAS set to 1 thread per call (parallelism comes from "
+              "%d workers per model); %s", cfg.workers, openblas_get_config());
+
+    names = calloc((size_t)cfg.n_models, sizeof *names);
+    for (int i = 0; names && i < cfg.n_models; i++)
+        names[i] = cfg.models[i].name;
+    metrics = names ? attnd_metrics_create(cfg.n_models, names) : NULL;
+    if (!metrics) {
+        attnd_log(ATTND_LOG_ERROR, "out of memory at start-up");
+        goto done;
+    }
+    app.metrics = metrics;
+    app.auth = attnd_auth_create(&cfg, err, sizeof err);
+    if (!app.auth) {
+        attnd_log(ATTND_LOG_ERROR, "%s", err);
+        rc = EXIT_USAGE;
+        goto done;
+    }
+    attnd_log(ATTND_LOG_INFO, "API keys: %d configured%s", attnd_auth_key_count(app.auth),
+              attnd_auth_key_count(app.auth) ? "" : " (authentication off)");
+    decode_limits(&cfg, &app.limits);
+    atomic_init(&app.state, ATTND_STATE_STARTING);
+
+    http = attnd_http_start(&app, err, sizeof err);
+    if (!http) {
+        attnd_log(ATTND_LOG_ERROR, "%s", err);
+        goto done;
+    }
+    if (attnd_models_load(&models, &cfg, metrics, err, sizeof err) != 0) {
+        attnd_log(ATTND_LOG_ERROR, "%s", err);
+        goto done;
+    }
+    atomic_store_explicit(&app.state, ATTND_STATE_READY, memory_order_release);
+    attnd_log(ATTND_LOG_INFO, "ready: serving %d model(s) on %s", models.n, cfg.listen);
+
+    int sig;
+    while ((sig = wait_for_signal(&sigs)) == SIGHUP) {
+        attnd_log(ATTND_LOG_INFO, "received SIGHUP: reloading");
+        reload(&app, argc, argv);
+    }
+    attnd_log(ATTND_LOG_INFO, "received %s: shutting down gracefully", strsignal(sig));
+    drain(&app, http, &models);
+    rc = 0;
+done:
+    attnd_http_stop(http); /* before the models: no handler may touch them after */
+    attnd_models_free(&models);
+    attnd_auth_free(app.auth);
+    attnd_metrics_free(metrics);
+    free(names);
+    if (rc == 0)
+        attnd_log(ATTND_LOG_INFO, "stopped");
+    attnd_config_free(&cfg);
+    return rc;
+}

@@ -1,0 +1,336 @@
+/* metrics.c — the Prometheus registry: per-model counters and histograms in
+ * plain arrays of relaxed atomics, rendered to text on scrape.
+ * Histograms store integer observations (ns or counts) and a scale for output.
+ */
+#include "metrics.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_BUCKETS 20
+
+/* A family of histograms sharing bucket bounds. Bounds are in the unit the
+ * observations arrive in (ns for durations); scale turns them into the
+ * exported unit (seconds). */
+typedef struct hist_def {
+    const char *name, *help;
+    int n_bounds;
+    int64_t bounds[MAX_BUCKETS];
+    double scale;
+} hist_def;
+
+#define MS INT64_C(1000000)
+static const hist_def duration_buckets = {
+    NULL, NULL, 16,
+    {100000, 250000, 500000, 1 * MS, 2500000, 5 * MS, 10 * MS, 25 * MS, 50 * MS, 100 * MS,
+     250 * MS, 500 * MS, 1000 * MS, 2500 * MS, 5000 * MS, 10000 * MS},
+    1e-9};
+
+enum { H_REQUEST, H_QUEUE, H_COMPUTE, H_BATCH_SIZE, H_BATCH_TOKENS, H_COUNT };
+
+static hist_def hist_defs[H_COUNT];
+
+static void init_defs(void)
+{
+    hist_defs[H_REQUEST] = duration_buckets;
+    hist_defs[H_REQUEST].name = "attnd_request_duration_seconds";
+    hist_defs[H_REQUEST].help = "Time from request arrival to response, attention routes.";
+    hist_defs[H_QUEUE] = duration_buckets;
+    hist_defs[H_QUEUE].name = "attnd_queue_duration_seconds";
+    hist_defs[H_QUEUE].help = "Time a computed request waited in the queue for its batch.";
+    hist_defs[H_COMPUTE] = duration_buckets;
+    hist_defs[H_COMPUTE].name = "attnd_compute_duration_seconds";
+    hist_defs[H_COMPUTE].help = "Compute time of the batch each request ran in, per request.";
+    hist_defs[H_BATCH_SIZE] = (hist_def){"attnd_batch_size",
+                                         "Requests per computed batch.",
+                                         10,
+                                         {1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
+                                         1.0};
+    hist_defs[H_BATCH_TOKENS] = (hist_def){"attnd_batch_tokens",
+                                           "Tokens (query + key positions) per computed batch.",
+                                           9,
+                                           {16, 64, 256, 1024, 4096, 16384, 65536, 262144,
+                                            1048576},
+                                           1.0};
+}
+
+typedef struct hist {
+    _Atomic uint64_t buckets[MAX_BUCKETS + 1]; /* non-cumulative; last is +Inf */
+    _Atomic uint64_t sum;
+} hist;
+
+/* Status codes with their own requests_total slot; others count as "other". */
+static const int statuses[] = {200, 400, 401, 403, 404, 405, 408, 411, 413,
+                               415, 422, 429, 500, 501, 503, 504};
+#define N_STATUS (sizeof statuses / sizeof statuses[0] + 1)
+
+static const char *const route_names[ATTND_ROUTE_COUNT] = {
+    "/v1/models/{name}/attention", "/v1/attention", "/v1/models", "/v1/models/{name}",
+    "/healthz", "/readyz", "/metrics", "other", "/ui",
+    "/v2", "/v2/health/live", "/v2/health/ready", "/v2/models/{name}",
+    "/v2/models/{name}/ready", "/v2/models/{name}/infer"};
+
+typedef struct model_slot {
+    char name[80];
+    _Atomic int loaded;
+    attn_layer_info info;
+    hist h[H_COUNT];
+} model_slot;
+
+struct attnd_metrics {
+    int n_models;
+    model_slot *models;           /* n_models                                   */
+    _Atomic uint64_t *requests;   /* [(n_models+1) * ROUTE_COUNT * N_STATUS]    */
+    _Atomic int64_t in_flight;
+    _Atomic uint64_t reloads[2];  /* [0] error, [1] ok                          */
+    double start_time_s;
+};
+
+const char *attnd_route_name(attnd_route route)
+{
+    return (unsigned)route < ATTND_ROUTE_COUNT ? route_names[route] : "other";
+}
+
+attnd_metrics *attnd_metrics_create(int n_models, const char *const *names)
+{
+    static pthread_once_t defs_once = PTHREAD_ONCE_INIT;
+    pthread_once(&defs_once, init_defs);
+    attnd_metrics *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    m->n_models = n_models;
+    m->models = calloc((size_t)(n_models > 0 ? n_models : 1), sizeof *m->models);
+    m->requests = calloc((size_t)(n_models + 1) * ATTND_ROUTE_COUNT * N_STATUS,
+                         sizeof *m->requests);
+    if (!m->models || !m->requests)
+        goto fail;
+    for (int i = 0; i < n_models; i++)
+        snprintf(m->models[i].name, sizeof m->models[i].name, "%s", names[i]);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    m->start_time_s = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return m;
+fail:
+    attnd_metrics_free(m);
+    return NULL;
+}
+
+void attnd_metrics_free(attnd_metrics *m)
+{
+    if (!m)
+        return;
+    free(m->models);
+    free(m->requests);
+    free(m);
+}
+
+void attnd_metrics_set_model_info(attnd_metrics *m, int model, const attn_layer_info *info)
+{
+    if (model < 0 || model >= m->n_models)
+        return;
+    m->models[model].info = *info;
+    atomic_store_explicit(&m->models[model].loaded, 1, memory_order_release);
+}
+
+static void observe(hist *h, const hist_def *d, int64_t v)
+{
+    if (v < 0)
+        v = 0;
+    int b = 0;
+    while (b < d->n_bounds && v > d->bounds[b])
+        b++;
+    atomic_fetch_add_explicit(&h->buckets[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->sum, (uint64_t)v, memory_order_relaxed);
+}
+
+static int status_slot(int status)
+{
+    for (size_t i = 0; i < N_STATUS - 1; i++)
+        if (statuses[i] == status)
+            return (int)i;
+    return (int)N_STATUS - 1;
+}
+
+void attnd_metrics_request_done(attnd_metrics *m, int model, attnd_route route, int status,
+                                int64_t duration_ns)
+{
+    if (model < -1 || model >= m->n_models || (unsigned)route >= ATTND_ROUTE_COUNT)
+        return;
+    size_t i = ((size_t)(model + 1) * ATTND_ROUTE_COUNT + route) * N_STATUS +
+               (size_t)status_slot(status);
+    atomic_fetch_add_explicit(&m->requests[i], 1, memory_order_relaxed);
+    if (model >= 0 &&
+        (route == ATTND_ROUTE_MODEL_ATTENTION || route == ATTND_ROUTE_ATTENTION ||
+         route == ATTND_ROUTE_V2_INFER))
+        observe(&m->models[model].h[H_REQUEST], &hist_defs[H_REQUEST], duration_ns);
+}
+
+void attnd_metrics_request_timing(attnd_metrics *m, int model, int64_t queue_us,
+                                  int64_t compute_us)
+{
+    if (model < 0 || model >= m->n_models)
+        return;
+    observe(&m->models[model].h[H_QUEUE], &hist_defs[H_QUEUE], queue_us * 1000);
+    observe(&m->models[model].h[H_COMPUTE], &hist_defs[H_COMPUTE], compute_us * 1000);
+}
+
+void attnd_metrics_batch(attnd_metrics *m, int model, int n_requests, size_t n_tokens)
+{
+    if (model < 0 || model >= m->n_models)
+        return;
+    observe(&m->models[model].h[H_BATCH_SIZE], &hist_defs[H_BATCH_SIZE], n_requests);
+    observe(&m->models[model].h[H_BATCH_TOKENS], &hist_defs[H_BATCH_TOKENS],
+            (int64_t)n_tokens);
+}
+
+void attnd_metrics_reload(attnd_metrics *m, int ok)
+{
+    if (m)
+        atomic_fetch_add_explicit(&m->reloads[ok ? 1 : 0], 1, memory_order_relaxed);
+}
+
+void attnd_metrics_in_flight_add(attnd_metrics *m, int delta)
+{
+    atomic_fetch_add_explicit(&m->in_flight, delta, memory_order_relaxed);
+}
+
+/* ------------------------------------------------------------ rendering */
+
+typedef struct buf {
+    char *p;
+    size_t len, cap;
+    int failed;
+} buf;
+
+static void put(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(buf *b, const char *fmt, ...)
+{
+    for (int tries = 0; !b->failed && tries < 2; tries++) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->failed = 1;
+            return;
+        }
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = (b->cap + (size_t)n) * 2;
+        char *g = realloc(b->p, cap);
+        if (!g) {
+            b->failed = 1;
+            return;
+        }
+        b->p = g;
+        b->cap = cap;
+    }
+}
+
+static void family(buf *b, const char *name, const char *type, const char *help)
+{
+    put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void render_hist(buf *b, attnd_metrics *m, int which)
+{
+    const hist_def *d = &hist_defs[which];
+    family(b, d->name, "histogram", d->help);
+    for (int i = 0; i < m->n_models; i++) {
+        hist *h = &m->models[i].h[which];
+        const char *model = m->models[i].name;
+        uint64_t cum = 0;
+        for (int k = 0; k <= d->n_bounds; k++) {
+            cum += atomic_load_explicit(&h->buckets[k], memory_order_relaxed);
+            if (k < d->n_bounds)
+                put(b, "%s_bucket{model=\"%s\",le=\"%.9g\"} %llu\n", d->name, model,
+                    (double)d->bounds[k] * d->scale, (unsigned long long)cum);
+            else
+                put(b, "%s_bucket{model=\"%s\",le=\"+Inf\"} %llu\n", d->name, model,
+                    (unsigned long long)cum);
+        }
+        double sum = (double)atomic_load_explicit(&h->sum, memory_order_relaxed) * d->scale;
+        put(b, "%s_sum{model=\"%s\"} %.9g\n%s_count{model=\"%s\"} %llu\n", d->name, model, sum,
+            d->name, model, (unsigned long long)cum);
+    }
+}
+
+static void render_requests(buf *b, attnd_metrics *m)
+{
+    family(b, "attnd_requests_total", "counter", "HTTP requests answered, by model, route "
+           "template and status code.");
+    for (int mi = -1; mi < m->n_models; mi++) {
+        const char *model = mi < 0 ? "" : m->models[mi].name;
+        for (int r = 0; r < ATTND_ROUTE_COUNT; r++) {
+            for (size_t s = 0; s < N_STATUS; s++) {
+                size_t i = ((size_t)(mi + 1) * ATTND_ROUTE_COUNT + (size_t)r) * N_STATUS + s;
+                uint64_t v = atomic_load_explicit(&m->requests[i], memory_order_relaxed);
+                if (!v)
+                    continue;
+                char status[8];
+                if (s < N_STATUS - 1)
+                    snprintf(status, sizeof status, "%d", statuses[s]);
+                else
+                    snprintf(status, sizeof status, "other");
+                put(b, "attnd_requests_total{model=\"%s\",route=\"%s\",status=\"%s\"} %llu\n",
+                    model, route_names[r], status, (unsigned long long)v);
+            }
+        }
+    }
+}
+
+static void render_models(buf *b, attnd_metrics *m, const int *queue_depths)
+{
+    family(b, "attnd_model_info", "gauge", "A loaded model and its dimensions (value 1).");
+    for (int i = 0; i < m->n_models; i++) {
+        if (!atomic_load_explicit(&m->models[i].loaded, memory_order_acquire))
+            continue;
+        const attn_layer_info *in = &m->models[i].info;
+        put(b, "attnd_model_info{model=\"%s\",heads=\"%d\",embed_dim=\"%d\",kdim=\"%d\","
+               "vdim=\"%d\",out_dim=\"%d\",head_dim=\"%d\",dtype=\"%s\"} 1\n",
+            m->models[i].name, in->num_heads, in->embed_q, in->embed_k, in->embed_v,
+            in->embed_out, in->head_dim_k, in->source_dtype[0] ? in->source_dtype : "F32");
+    }
+    family(b, "attnd_queue_depth", "gauge", "Requests waiting for a batch, per model.");
+    for (int i = 0; i < m->n_models; i++)
+        if (queue_depths && queue_depths[i] >= 0)
+            put(b, "attnd_queue_depth{model=\"%s\"} %d\n", m->models[i].name, queue_depths[i]);
+}
+
+char *attnd_metrics_render(attnd_metrics *m, const int *queue_depths, size_t *len)
+{
+    buf b = {malloc(16384), 0, 16384, 0};
+    if (!b.p)
+        return NULL;
+    family(&b, "attnd_build_info", "gauge", "attnd build information (value 1).");
+    put(&b, "attnd_build_info{version=\"%s\"} 1\n", ATTN_VERSION_STRING);
+    family(&b, "process_start_time_seconds", "gauge",
+           "Start time of the process since unix epoch in seconds.");
+    put(&b, "process_start_time_seconds %.3f\n", m->start_time_s);
+    render_models(&b, m, queue_depths);
+    family(&b, "attnd_requests_in_flight", "gauge", "HTTP requests being handled right now.");
+    put(&b, "attnd_requests_in_flight %lld\n",
+        (long long)atomic_load_explicit(&m->in_flight, memory_order_relaxed));
+    family(&b, "attnd_reloads_total", "counter",
+           "Configuration and model reloads (SIGHUP), by result.");
+    put(&b, "attnd_reloads_total{result=\"ok\"} %llu\n",
+        (unsigned long long)atomic_load_explicit(&m->reloads[1], memory_order_relaxed));
+    put(&b, "attnd_reloads_total{result=\"error\"} %llu\n",
+        (unsigned long long)atomic_load_explicit(&m->reloads[0], memory_order_relaxed));
+    render_requests(&b, m);
+    for (int h = 0; h < H_COUNT; h++)
+        render_hist(&b, m, h);
+    if (b.failed) {
+        free(b.p);
+        return NULL;
+    }
+    *len = b.len;
+    return b.p;
+}

@@ -1,0 +1,307 @@
+/* models.c — loads the configured layers, starts their schedulers, swaps in
+ * new versions on reload (reference counted), and describes models as JSON
+ * (ModelInfo in proto/openapi.yaml).
+ */
+#include "models.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "request.h"
+
+/* Scheduler batch hook: runs on a worker thread after every batch. */
+static void on_batch(void *ctx, int n_requests, size_t n_tokens, int64_t compute_us)
+{
+    attnd_model *m = ctx;
+    (void)compute_us; /* per-request compute time is recorded from each request */
+    if (m->metrics)
+        attnd_metrics_batch(m->metrics, m->index, n_requests, n_tokens);
+}
+
+/* Frees a version: drains its scheduler (no forward runs after), the layer. */
+static void version_free(attnd_model *m)
+{
+    if (!m)
+        return;
+    attnd_scheduler_free(m->sched);
+    attn_layer_free(m->layer);
+    free(m->path);
+    free(m);
+}
+
+/* A 2-token cross-attention forward on small inputs: the outputs must be
+ * finite. Catches NaN/Inf weights a file may carry. Returns 0 or -1 with err. */
+static int smoke_forward(const attnd_model *m, char *err, size_t errlen)
+{
+    const attn_layer_info *in = &m->info;
+    enum { T = 2 };
+    size_t nq = (size_t)T * (size_t)in->embed_q, nk = (size_t)T * (size_t)in->embed_k,
+           nv = (size_t)T * (size_t)in->embed_v, no = (size_t)T * (size_t)in->embed_out;
+    float *buf = calloc(nq + nk + nv + no, sizeof *buf);
+    if (!buf) {
+        snprintf(err, errlen, "model '%s': out of memory validating", m->name);
+        return -1;
+    }
+    for (size_t i = 0; i < nq + nk + nv; i++)
+        buf[i] = (float)((int)(i % 7) - 3) * 0.125f;
+    attn_seq seq = {.t = T, .s = T, .query = buf, .key = buf + nq, .value = buf + nq + nk,
+                    .output = buf + nq + nk + nv};
+    attn_error lerr = {0};
+    attn_status st = attn_forward(m->layer, &seq, 1, NULL, NULL, &lerr);
+    int rc = st == ATTN_OK ? 0 : -1;
+    for (size_t i = 0; rc == 0 && i < no; i++)
+        if (!isfinite(seq.output[i]))
+            rc = -1;
+    if (rc)
+        snprintf(err, errlen, "model '%s': %s fails validation: %s", m->name, m->path,
+                 st != ATTN_OK ? (lerr.message[0] ? lerr.message : attn_strerror(st))
+                               : "a test forward gives non-finite numbers");
+    free(buf);
+    return rc;
+}
+
+/* Loads, validates and starts one version of spec as registry slot index.
+ * Returns it (refs = 1) or NULL with err. */
+static attnd_model *version_load(int index, const attnd_model_spec *spec,
+                                 const attnd_config *cfg, attnd_metrics *metrics, char *err,
+                                 size_t errlen)
+{
+    attn_error lerr = {0};
+    attnd_http_error serr = {0};
+    attnd_model *m = calloc(1, sizeof *m);
+    if (!m || !(m->path = strdup(spec->path))) {
+        snprintf(err, errlen, "out of memory");
+        free(m);
+        return NULL;
+    }
+    m->index = index;
+    m->metrics = metrics;
+    atomic_init(&m->refs, 1);
+    snprintf(m->name, sizeof m->name, "%s", spec->name);
+    int64_t t0 = attnd_now_ns();
+    attn_status st = attn_layer_load_safetensors(spec->path, spec->heads, &m->layer, &lerr);
+    if (st != ATTN_OK) {
+        snprintf(err, errlen, "model '%s': cannot load %s: %s%s%s", spec->name, spec->path,
+                 attn_strerror(st), lerr.message[0] ? ": " : "", lerr.message);
+        goto fail;
+    }
+    m->load_ms = (double)(attnd_now_ns() - t0) / 1e6;
+    attn_layer_get_info(m->layer, &m->info);
+    if (smoke_forward(m, err, errlen))
+        goto fail;
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(m->loaded_at, sizeof m->loaded_at, "%Y-%m-%dT%H:%M:%SZ", &tm);
+
+    attnd_sched_config sc = {
+        .max_batch_requests = cfg->max_batch_requests,
+        .max_batch_tokens = (size_t)cfg->max_batch_tokens,
+        .max_queue_delay_us = cfg->max_queue_delay_us,
+        .max_queue = cfg->max_queue,
+        .workers = cfg->workers,
+    };
+    m->sched = attnd_scheduler_create(m->layer, &sc, on_batch, m, &serr);
+    if (!m->sched) {
+        snprintf(err, errlen, "model '%s': cannot start its scheduler: %s", spec->name,
+                 serr.message[0] ? serr.message : "unknown error");
+        goto fail;
+    }
+    const attn_layer_info *in = &m->info;
+    attnd_log(ATTND_LOG_INFO,
+              "model %s loaded from %s in %.1f ms: heads=%d d_k=%d d_v=%d E_q=%d E_k=%d E_v=%d "
+              "E_out=%d out_proj=%s dtype=%s params=%zu; scheduler: %d workers",
+              m->name, m->path, m->load_ms, in->num_heads, in->head_dim_k, in->head_dim_v,
+              in->embed_q, in->embed_k, in->embed_v, in->embed_out,
+              in->has_out_proj ? "yes" : "no", in->source_dtype[0] ? in->source_dtype : "F32",
+              in->param_count, cfg->workers);
+    return m;
+fail:
+    version_free(m);
+    return NULL;
+}
+
+int attnd_models_load(attnd_models *ms, const attnd_config *cfg, attnd_metrics *metrics,
+                      char *err, size_t errlen)
+{
+    memset(ms, 0, sizeof *ms);
+    ms->metrics = metrics;
+    ms->items = calloc((size_t)cfg->n_models, sizeof *ms->items);
+    if (!ms->items || pthread_mutex_init(&ms->mu, NULL) != 0) {
+        free(ms->items);
+        ms->items = NULL;
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    ms->mu_ready = 1;
+    for (int i = 0; i < cfg->n_models; i++) {
+        attnd_model *m = version_load(i, &cfg->models[i], cfg, metrics, err, errlen);
+        if (!m)
+            goto fail;
+        ms->items[i] = m;
+        ms->n = i + 1;
+        if (metrics)
+            attnd_metrics_set_model_info(metrics, i, &m->info);
+    }
+    return 0;
+fail:
+    attnd_models_free(ms);
+    return -1;
+}
+
+int attnd_models_reload(attnd_models *ms, const attnd_config *cfg, char *err, size_t errlen)
+{
+    if (ms->n <= 0 || cfg->n_models != ms->n) {
+        snprintf(err, errlen, "reload: %d models configured, %d served; adding or removing "
+                 "models needs a restart", cfg->n_models, ms->n);
+        return -1;
+    }
+    for (int i = 0; i < ms->n; i++) {
+        if (strcmp(cfg->models[i].name, ms->items[i]->name) != 0) {
+            snprintf(err, errlen, "reload: model %d is now '%s', was '%s'; renaming or "
+                     "reordering models needs a restart", i, cfg->models[i].name,
+                     ms->items[i]->name);
+            return -1;
+        }
+    }
+    attnd_model **fresh = calloc((size_t)ms->n, sizeof *fresh);
+    if (!fresh) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = 0;
+    for (int i = 0; i < ms->n && rc == 0; i++)
+        if (!(fresh[i] = version_load(i, &cfg->models[i], cfg, ms->metrics, err, errlen)))
+            rc = -1;
+    if (rc == 0) {
+        pthread_mutex_lock(&ms->mu);
+        for (int i = 0; i < ms->n; i++) { /* swap: fresh[i] now holds the old one */
+            attnd_model *old = ms->items[i];
+            ms->items[i] = fresh[i];
+            fresh[i] = old;
+        }
+        pthread_mutex_unlock(&ms->mu);
+        for (int i = 0; i < ms->n; i++)
+            if (ms->metrics)
+                attnd_metrics_set_model_info(ms->metrics, i, &ms->items[i]->info);
+    }
+    /* Success: drop the registry's references to the old versions (each is
+     * freed once its last request finishes). Failure: free what was loaded. */
+    for (int i = 0; i < ms->n; i++)
+        attnd_model_release(fresh[i]);
+    free(fresh);
+    return rc;
+}
+
+attnd_model *attnd_models_acquire(attnd_models *ms, int i)
+{
+    if (i < 0 || i >= ms->n)
+        return NULL;
+    pthread_mutex_lock(&ms->mu);
+    attnd_model *m = ms->items[i];
+    atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&ms->mu);
+    return m;
+}
+
+attnd_model *attnd_models_find(attnd_models *ms, const char *name, size_t len)
+{
+    attnd_model *found = NULL;
+    pthread_mutex_lock(&ms->mu); /* items[i] may be swapped (and freed) by a reload */
+    for (int i = 0; i < ms->n && !found; i++) {
+        attnd_model *m = ms->items[i];
+        if (strlen(m->name) == len && memcmp(m->name, name, len) == 0) {
+            atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+            found = m;
+        }
+    }
+    pthread_mutex_unlock(&ms->mu);
+    return found;
+}
+
+void attnd_model_release(attnd_model *m)
+{
+    if (m && atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1)
+        version_free(m);
+}
+
+int attnd_models_queue_depth(attnd_models *ms, int i)
+{
+    if (i < 0 || i >= ms->n)
+        return -1;
+    pthread_mutex_lock(&ms->mu);
+    int d = ms->items[i]->sched ? attnd_scheduler_queue_depth(ms->items[i]->sched) : -1;
+    pthread_mutex_unlock(&ms->mu);
+    return d;
+}
+
+void attnd_models_drain(attnd_models *ms)
+{
+    for (int i = 0; i < ms->n; i++) {
+        attnd_model *m = attnd_models_acquire(ms, i);
+        attnd_scheduler_drain(m->sched);
+        attnd_model_release(m);
+    }
+}
+
+void attnd_models_free(attnd_models *ms)
+{
+    for (int i = 0; i < ms->n; i++)
+        attnd_model_release(ms->items[i]);
+    if (ms->mu_ready)
+        pthread_mutex_destroy(&ms->mu);
+    free(ms->items);
+    memset(ms, 0, sizeof *ms);
+}
+
+/* ------------------------------------------------------------ JSON */
+
+static json_t *info_object(const attnd_model *m)
+{
+    const attn_layer_info *in = &m->info;
+    return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b,"
+                     " s:{s:b, s:b, s:b, s:b}, s:s, s:s, s:s, s:I}",
+                     "name", m->name, "num_heads", in->num_heads, "head_dim_k", in->head_dim_k,
+                     "head_dim_v", in->head_dim_v, "embed_q", in->embed_q, "embed_k",
+                     in->embed_k, "embed_v", in->embed_v, "embed_out", in->embed_out,
+                     "has_out_proj", in->has_out_proj, "has_bias", "q", in->has_bias_q, "k",
+                     in->has_bias_k, "v", in->has_bias_v, "out", in->has_bias_out, "dtype",
+                     in->source_dtype[0] ? in->source_dtype : "F32", "file", m->path,
+                     "loaded_at", m->loaded_at, "param_count", (json_int_t)in->param_count);
+}
+
+static char *dump(json_t *j, size_t *len)
+{
+    if (!j)
+        return NULL;
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (s)
+        *len = strlen(s);
+    return s;
+}
+
+char *attnd_models_info_json(const attnd_model *m, size_t *len)
+{
+    return dump(info_object(m), len);
+}
+
+char *attnd_models_list_json(attnd_models *ms, size_t *len)
+{
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < ms->n; i++) {
+        attnd_model *m = attnd_models_acquire(ms, i);
+        int bad = json_array_append_new(arr, info_object(m)) != 0;
+        attnd_model_release(m);
+        if (bad) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    return dump(arr ? json_pack("{s:o}", "models", arr) : NULL, len);
+}

@@ -1,0 +1,83 @@
+/* models.h — the model registry: for each configured model, its current
+ * version (layer, facts for GET /v1/models, scheduler). A version is reference
+ * counted: SIGHUP loads and validates new versions, swaps them in atomically,
+ * and an old version is freed when its last in-flight request lets it go.
+ */
+#ifndef ATTND_MODELS_H
+#define ATTND_MODELS_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "attn.h"
+#include "config.h"
+#include "metrics.h"
+#include "scheduler.h"
+
+/* One loaded version of a model. Immutable once published; freed (scheduler
+ * drained, layer freed) when refs drops to 0. */
+typedef struct attnd_model {
+    int index;                 /* position in the registry (metrics slot)      */
+    char name[80];
+    char *path;                /* owned                                        */
+    attn_layer *layer;         /* owned                                        */
+    attn_layer_info info;
+    attnd_scheduler *sched;    /* owned                                        */
+    char loaded_at[32];        /* ISO-8601 UTC, e.g. "2026-11-30T13:25:29Z"    */
+    double load_ms;
+    attnd_metrics *metrics;    /* borrowed, for the batch hook                 */
+    _Atomic int refs;          /* the registry's 1 + one per holder            */
+} attnd_model;
+
+typedef struct attnd_models {
+    int n;
+    attnd_model **items;       /* n current versions, in configuration order;
+                                  read or swap only under mu                   */
+    pthread_mutex_t mu;
+    int mu_ready;
+    attnd_metrics *metrics;    /* borrowed                                     */
+} attnd_models;
+
+/* Loads every model of cfg and starts one scheduler per model (knobs from cfg,
+ * batch hook feeding metrics, which may be NULL). Logs one line per model.
+ * Returns 0; or -1 with err naming the model, file and problem and *ms left
+ * empty (everything loaded so far is freed). */
+int attnd_models_load(attnd_models *ms, const attnd_config *cfg, attnd_metrics *metrics,
+                      char *err, size_t errlen);
+
+/* Reloads every model from cfg's specs (same names as at start-up; paths and
+ * heads may change): each new version is loaded and validated (a small forward
+ * must give finite numbers) before any is published; then all are swapped in
+ * at once. Requests already holding a version finish on it. All or nothing:
+ * on failure the old versions keep serving, -1 and err. Not thread-safe
+ * against itself (call from one thread). */
+int attnd_models_reload(attnd_models *ms, const attnd_config *cfg, char *err, size_t errlen);
+
+/* The current version of model name[0..len), with a reference taken: the
+ * caller releases it with attnd_model_release. NULL when there is none. */
+attnd_model *attnd_models_find(attnd_models *ms, const char *name, size_t len);
+
+/* The current version of model i (0 <= i < n), referenced as above. */
+attnd_model *attnd_models_acquire(attnd_models *ms, int i);
+
+/* Drops a reference; the last one frees the version. NULL allowed. */
+void attnd_model_release(attnd_model *m);
+
+/* Model i's queue depth now, or -1. Never waits on compute. */
+int attnd_models_queue_depth(attnd_models *ms, int i);
+
+/* Stops every current scheduler, answering everything queued (see
+ * attnd_scheduler_drain). */
+void attnd_models_drain(attnd_models *ms);
+
+/* Releases every current version (the last reference frees it) and the
+ * registry. *ms becomes empty. */
+void attnd_models_free(attnd_models *ms);
+
+/* GET /v1/models/{name} body (ModelInfo) and GET /v1/models ({"models": [...]}).
+ * Return malloc'd JSON (caller frees) and its length, or NULL on allocation failure. */
+char *attnd_models_info_json(const attnd_model *m, size_t *len);
+char *attnd_models_list_json(attnd_models *ms, size_t *len);
+
+#endif

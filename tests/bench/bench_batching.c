@@ -1,0 +1,334 @@
+/* bench_batching.c — what cross-client batching buys: requests/s and p50/p99
+ * latency at concurrency 1, 8 and 64, for small (T=32, demo model E=64) and
+ * medium (T=128, E=256, a model written here) self-attention requests, with
+ * batching on (the daemon's defaults) and off (--max-batch-requests 1), side by
+ * side with the on/off throughput ratio.
+ *
+ * A deliberately simple closed-loop libcurl-multi client: `conc` transfers in
+ * flight, each re-sent as soon as it completes, for a fixed time per cell
+ * after a short warm-up. The full load generator is attnd-load.
+ * Usage: bench_batching [seconds-per-cell]  (default $BENCH_SECONDS, else 2).
+ * The daemon is $ATTND_BIN, else $BUILD/attnd, else build/attnd.
+ */
+#include "daemon.h"
+
+#include <curl/curl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MEDIUM_E 256
+#define MEDIUM_HEADS 8
+#define N_BODIES 8
+#define MAX_CONC 64
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static uint64_t rng = 0x853c49e6748fea9bULL;
+static double rng_sym(void) /* [-1, 1) */
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (double)(rng >> 11) / 4503599627370496.0 - 1.0;
+}
+
+/* ------------------------------------------------------------ the medium model */
+
+/* Writes a PyTorch-named nn.MultiheadAttention safetensors file (F32, biases)
+ * with PyTorch-like init scales. Returns 0, or -1 with errno-style failure. */
+static int write_model(const char *path, int e, int heads)
+{
+    const size_t n_in = (size_t)3 * e * e, n_inb = (size_t)3 * e, n_out = (size_t)e * e;
+    const size_t sizes[4] = { n_in, n_inb, n_out, (size_t)e };
+    const char *names[4] = { "in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias" };
+    char header[1024];
+    int len = snprintf(header, sizeof header, "{\"__metadata__\":{\"num_heads\":\"%d\"}", heads);
+    size_t off = 0;
+    for (int i = 0; i < 4; i++) {
+        char shape[32];
+        if (i == 0) snprintf(shape, sizeof shape, "[%d,%d]", 3 * e, e);
+        else if (i == 1) snprintf(shape, sizeof shape, "[%d]", 3 * e);
+        else if (i == 2) snprintf(shape, sizeof shape, "[%d,%d]", e, e);
+        else snprintf(shape, sizeof shape, "[%d]", e);
+        len += snprintf(header + len, sizeof header - (size_t)len,
+                        ",\"%s\":{\"dtype\":\"F32\",\"shape\":%s,\"data_offsets\":[%zu,%zu]}",
+                        names[i], shape, off, off + sizes[i] * 4);
+        off += sizes[i] * 4;
+    }
+    len += snprintf(header + len, sizeof header - (size_t)len, "}");
+    while (len % 8) header[len++] = ' '; /* data starts 8-byte aligned */
+
+    FILE *f = fopen(path, "wb");
+    if (f == NULL) return -1;
+    uint64_t hlen = (uint64_t)len; /* little-endian on every machine we target */
+    int ok = fwrite(&hlen, 8, 1, f) == 1 && fwrite(header, 1, (size_t)len, f) == (size_t)len;
+    const float bound[4] = { sqrtf(6.0f / (4.0f * e)), 0.05f, 1.0f / sqrtf((float)e), 0.05f };
+    for (int i = 0; i < 4 && ok; i++)
+        for (size_t k = 0; k < sizes[i] && ok; k++) {
+            float v = (float)rng_sym() * bound[i];
+            ok = fwrite(&v, 4, 1, f) == 1;
+        }
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* ------------------------------------------------------------ bodies */
+
+typedef struct body {
+    char *p;
+    size_t len;
+} body;
+
+/* {"query": T×E numbers in [-1, 1)} */
+static body make_body(int t, int e)
+{
+    size_t cap = (size_t)t * e * 12 + 64, len = 0;
+    char *p = malloc(cap);
+    len += (size_t)snprintf(p, cap, "{\"query\":[");
+    for (int r = 0; r < t; r++) {
+        if (r) p[len++] = ',';
+        p[len++] = '[';
+        for (int c = 0; c < e; c++)
+            len += (size_t)snprintf(p + len, cap - len, "%s%.5f", c ? "," : "", rng_sym());
+        p[len++] = ']';
+    }
+    len += (size_t)snprintf(p + len, cap - len, "]}");
+    return (body){ p, len };
+}
+
+/* ------------------------------------------------------------ closed-loop client */
+
+typedef struct slot {
+    CURL *h;
+    int64_t start_ns;
+    long errors;
+} slot;
+
+typedef struct cell {
+    double rps, p50_ms, p99_ms;
+    long done, errors;
+} cell;
+
+static size_t discard(char *d, size_t s, size_t n, void *u)
+{
+    (void)d;
+    (void)u;
+    return s * n;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void slot_send(CURLM *m, slot *s, const char *url, const body *b,
+                      struct curl_slist *hdrs)
+{
+    curl_easy_setopt(s->h, CURLOPT_URL, url);
+    curl_easy_setopt(s->h, CURLOPT_POSTFIELDS, b->p);
+    curl_easy_setopt(s->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)b->len);
+    curl_easy_setopt(s->h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(s->h, CURLOPT_WRITEFUNCTION, discard);
+    curl_easy_setopt(s->h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(s->h, CURLOPT_TIMEOUT, 30L);
+    curl_easy_setopt(s->h, CURLOPT_PRIVATE, s);
+    s->start_ns = now_ns();
+    curl_multi_add_handle(m, s->h);
+}
+
+/* Keeps conc requests in flight for `seconds`, then lets them finish. Latency
+ * percentiles and throughput count 200 answers only; anything else is an error. */
+static cell run_cell(const char *url, const body *bodies, int conc, double seconds)
+{
+    CURLM *m = curl_multi_init();
+    curl_multi_setopt(m, CURLMOPT_MAX_HOST_CONNECTIONS, (long)conc);
+    struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+    hdrs = curl_slist_append(hdrs, "Expect:");
+    slot slots[MAX_CONC];
+    size_t cap = 4096, n = 0;
+    int64_t *lat = malloc(cap * sizeof *lat);
+    long errors = 0, sent = 0;
+    int64_t t0 = now_ns(), end = t0 + (int64_t)(seconds * 1e9), last = t0;
+    for (int i = 0; i < conc; i++) {
+        slots[i].h = curl_easy_init();
+        slot_send(m, &slots[i], url, &bodies[sent++ % N_BODIES], hdrs);
+    }
+    int running = conc;
+    while (running > 0) {
+        curl_multi_perform(m, &running);
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(m, &left)) != NULL) {
+            if (msg->msg != CURLMSG_DONE) continue;
+            slot *s;
+            long status = 0;
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&s);
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &status);
+            int64_t t = now_ns();
+            curl_multi_remove_handle(m, s->h);
+            if (msg->data.result == CURLE_OK && status == 200) {
+                if (n == cap) lat = realloc(lat, (cap *= 2) * sizeof *lat);
+                lat[n++] = t - s->start_ns;
+                last = t;
+            } else {
+                errors++;
+            }
+            if (t < end) {
+                slot_send(m, s, url, &bodies[sent++ % N_BODIES], hdrs);
+                running++;
+            }
+        }
+        if (running > 0) curl_multi_poll(m, NULL, 0, 50, NULL);
+    }
+    for (int i = 0; i < conc; i++) curl_easy_cleanup(slots[i].h);
+    curl_slist_free_all(hdrs);
+    curl_multi_cleanup(m);
+
+    cell c = { .done = (long)n, .errors = errors };
+    if (n > 0) {
+        qsort(lat, n, sizeof *lat, cmp_i64);
+        c.rps = (double)n / ((double)(last - t0) / 1e9);
+        c.p50_ms = (double)lat[(n - 1) / 2] / 1e6;
+        c.p99_ms = (double)lat[(size_t)((double)(n - 1) * 0.99)] / 1e6;
+    }
+    free(lat);
+    return c;
+}
+
+/* ------------------------------------------------------------ main */
+
+enum { N_SIZES = 2, N_CONCS = 3, N_MODES = 3 };
+static const int concs[N_CONCS] = { 1, 8, 64 };
+static const char *size_names[N_SIZES] = { "small", "medium" };
+static const char *size_desc[N_SIZES] = { "T=32  E=64 ", "T=128 E=256" };
+
+/* The daemon settings compared; everything not named is attnd's default
+ * (2 workers, 8192 tokens, 1000 us delay, queue 256). */
+typedef struct mode {
+    const char *title;
+    const char *max_batch_requests;
+    const char *delay_us; /* NULL: the default */
+} mode;
+static const mode modes[N_MODES] = {
+    { "on (16 req, 1 ms)", "16", NULL },
+    { "on, no delay", "16", "0" },
+    { "off (1 req)", "1", NULL },
+};
+
+/* Starts attnd with both models, in mode m. */
+static int start_mode(const char *model_path, const mode *m, attnd_proc *p)
+{
+    char medium_arg[600], demo_arg[600];
+    const char *demo = getenv("ATTND_DEMO_MODEL");
+    snprintf(medium_arg, sizeof medium_arg, "medium=%s,heads=%d", model_path, MEDIUM_HEADS);
+    snprintf(demo_arg, sizeof demo_arg, "demo=%s", demo ? demo : "config/demo.safetensors");
+    const char *args[] = { "--model", demo_arg, "--model", medium_arg, "--log-level", "warn",
+                           "--max-batch-requests", m->max_batch_requests,
+                           m->delay_us ? "--max-queue-delay-us" : NULL, m->delay_us, NULL };
+    return attnd_proc_start(p, args);
+}
+
+/* All daemons run at once (idle ones sleep on condition variables), and each
+ * cell is measured for every mode back to back, so slow drifts in the
+ * machine's background load hit the modes alike. */
+static void measure_all(attnd_proc procs[N_MODES], body bodies[N_SIZES][N_BODIES],
+                        double seconds, cell res[N_MODES][N_SIZES][N_CONCS])
+{
+    for (int s = 0; s < N_SIZES; s++) {
+        char url[N_MODES][200];
+        for (int m = 0; m < N_MODES; m++) {
+            snprintf(url[m], sizeof url[m], "%s/v1/models/%s/attention", procs[m].base_url,
+                     s == 0 ? "demo" : "medium");
+            run_cell(url[m], bodies[s], 8, 0.2); /* warm-up: connections, workspaces */
+        }
+        for (int c = 0; c < N_CONCS; c++)
+            for (int m = 0; m < N_MODES; m++)
+                res[m][s][c] = run_cell(url[m], bodies[s], concs[c], seconds);
+    }
+}
+
+static int print_table(double seconds, cell res[N_MODES][N_SIZES][N_CONCS])
+{
+    int rc = 0;
+    printf("closed loop, %.1f s per cell, self-attention, JSON over HTTP/1.1 keep-alive\n", seconds);
+    printf("%-6s %-11s %4s", "", "", "");
+    for (int m = 0; m < N_MODES; m++) printf(" | %-26s", modes[m].title);
+    printf(" | %s\n", "ratio req/s vs off");
+    printf("%-6s %-11s %4s", "size", "shape", "conc");
+    for (int m = 0; m < N_MODES; m++) printf(" | %8s %8s %8s", "req/s", "p50 ms", "p99 ms");
+    printf(" | %8s %8s\n", "on", "no delay");
+    for (int s = 0; s < N_SIZES; s++)
+        for (int c = 0; c < N_CONCS; c++) {
+            printf("%-6s %-11s %4d", size_names[s], size_desc[s], concs[c]);
+            for (int m = 0; m < N_MODES; m++) {
+                cell x = res[m][s][c];
+                printf(" | %8.0f %8.2f %8.2f", x.rps, x.p50_ms, x.p99_ms);
+                if (x.done == 0 || x.errors) rc = 1;
+            }
+            double off = res[N_MODES - 1][s][c].rps;
+            printf(" | %8.2f %8.2f\n", off > 0 ? res[0][s][c].rps / off : 0.0,
+                   off > 0 ? res[1][s][c].rps / off : 0.0);
+            for (int m = 0; m < N_MODES; m++)
+                if (res[m][s][c].errors)
+                    printf("       (%s: %ld failed requests)\n", modes[m].title, res[m][s][c].errors);
+        }
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    const char *env_s = getenv("BENCH_SECONDS"), *build = getenv("BUILD");
+    double seconds = argc > 1 ? atof(argv[1]) : env_s ? atof(env_s) : 2.0;
+    if (!(seconds > 0 && seconds <= 20)) {
+        fprintf(stderr, "usage: %s [seconds-per-cell, 0 < s <= 20]\n", argv[0]);
+        return 2;
+    }
+    char bin[512];
+    if (getenv("ATTND_BIN") == NULL && build != NULL) {
+        snprintf(bin, sizeof bin, "%s/attnd", build);
+        setenv("ATTND_BIN", bin, 1);
+    }
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    char model_path[] = "/tmp/attnd-bench-medium-XXXXXX";
+    int fd = mkstemp(model_path);
+    if (fd >= 0) close(fd);
+    if (fd < 0 || write_model(model_path, MEDIUM_E, MEDIUM_HEADS) != 0) {
+        fprintf(stderr, "bench_batching: cannot write %s\n", model_path);
+        return 1;
+    }
+    static body bodies[N_SIZES][N_BODIES];
+    for (int i = 0; i < N_BODIES; i++) {
+        bodies[0][i] = make_body(32, 64);
+        bodies[1][i] = make_body(128, MEDIUM_E);
+    }
+    static cell res[N_MODES][N_SIZES][N_CONCS];
+    attnd_proc procs[N_MODES];
+    int started = 0, rc = 0;
+    for (; started < N_MODES; started++)
+        if (start_mode(model_path, &modes[started], &procs[started]) != 0) {
+            fprintf(stderr, "bench_batching: attnd did not start (%s)\n", modes[started].title);
+            rc = 1;
+            break;
+        }
+    if (rc == 0) {
+        measure_all(procs, bodies, seconds, res);
+        rc = print_table(seconds, res);
+    }
+    for (int m = 0; m < started; m++) attnd_proc_stop(&procs[m]);
+    for (int s = 0; s < N_SIZES; s++)
+        for (int i = 0; i < N_BODIES; i++) free(bodies[s][i].p);
+    unlink(model_path);
+    curl_global_cleanup();
+    return rc;
+}

@@ -1,0 +1,365 @@
+/* test_jsonnum.c — the float32 printer against strtof and a naive oracle:
+ * every printed float reads back to the same bits (via strtof, via
+ * attnd_json_parse_float, and via strtod + attnd_json_double_to_float), is no
+ * longer than %.9g, and has no more significant digits than the shortest %.Ng
+ * that round-trips. The parser against strtof on many kinds of text (shortest,
+ * %.9g, %.17g, random decimals, ties, range edges) and the JSON grammar; the
+ * nest parser's layout and refusals; the double -> float range check.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "jsonnum.h"
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15u;
+static uint32_t rng32(void)
+{
+    /* xorshift64*: fixed seed, so a failure reproduces. */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (uint32_t)((rng_state * 0x2545F4914F6CDD1Du) >> 32);
+}
+
+static float from_bits(uint32_t b)
+{
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+static uint32_t to_bits(float f)
+{
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    return b;
+}
+
+/* Significant digits in a printed number: digits after leading zeros, up to
+ * the exponent, without trailing zeros of the fraction/integer part. */
+static int sig_digits(const char *s)
+{
+    char d[64];
+    int n = 0;
+    for (; *s && *s != 'e' && *s != 'E'; s++)
+        if (*s >= '0' && *s <= '9' && (n > 0 || *s != '0'))
+            d[n++] = *s;
+    while (n > 1 && d[n - 1] == '0')
+        n--;
+    return n;
+}
+
+/* The naive oracle: the fewest %.Ng digits that strtof back to v. */
+static int oracle_digits(float v)
+{
+    char buf[64];
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, (double)v);
+        if (to_bits(strtof(buf, NULL)) == to_bits(v))
+            return sig_digits(buf);
+    }
+    return 99; /* unreachable for finite v: %.9g always round-trips */
+}
+
+static int failures_reported = 0;
+
+/* Checks one finite value; with_oracle also compares digit counts. */
+static void check_one(float v, int with_oracle)
+{
+    char buf[ATTND_FLOAT_TEXT_MAX + 1];
+    memset(buf, 'x', sizeof buf);
+    int n = attnd_json_print_float(v, buf);
+    int ok = n > 0 && n <= 15;
+    if (ok) {
+        buf[n] = '\0';
+        float back = strtof(buf, NULL);
+        float via_double = 0.0f;
+        int dok = attnd_json_double_to_float(strtod(buf, NULL), &via_double);
+        char ref[64];
+        int ref_len = snprintf(ref, sizeof ref, "%.9g", (double)v);
+        float fast = 0.0f;
+        const char *fend = attnd_json_parse_float(buf, buf + n, &fast);
+        ok = to_bits(back) == to_bits(v) && dok == 0 && fend == buf + n &&
+             to_bits(fast) == to_bits(v) &&
+             (to_bits(via_double) == to_bits(v) || (to_bits(v) & 0x7fffffffu) == 0x15ae43fdu) &&
+             (n <= ref_len || (v == 0.0f && signbit(v)));
+        if (ok && with_oracle)
+            ok = sig_digits(buf) <= oracle_digits(v);
+    }
+    check_count++;
+    if (!ok) {
+        check_failed++;
+        if (failures_reported++ < 20)
+            fprintf(stderr, "bits 0x%08x (%.9g): printed \"%s\" (len %d)\n", (unsigned)to_bits(v),
+                    (double)v, n > 0 ? buf : "(error)", n);
+    }
+}
+
+static void test_edges(void)
+{
+    const float edges[] = {0.0f, 1.0f, -1.0f, 0.1f, 0.2f, 0.3f, 1e-7f, 1e-5f, 1e-3f, 0.5f, 2.0f,
+                           10.0f, 100.0f, 1e6f, 1e7f, 1e8f, 1e9f, 1e10f, 1e20f, 1e30f, 1e38f,
+                           FLT_MIN, -FLT_MIN, FLT_MAX, -FLT_MAX, FLT_EPSILON, 16777216.0f,
+                           16777217.0f, 123456789.0f, 3.14159265f, 1.0f / 3.0f, 2.0f / 3.0f,
+                           from_bits(1), from_bits(0x80000001u), from_bits(0x007fffffu),
+                           from_bits(0x00800001u), from_bits(0x7f7ffffeu)};
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
+        check_one(edges[i], 1);
+    for (int e = -149; e <= 127; e++) {
+        check_one(ldexpf(1.0f, e), 1);
+        check_one(-ldexpf(1.0f, e), 1);
+    }
+    for (int e = -45; e <= 38; e++) {
+        char s[16];
+        snprintf(s, sizeof s, "1e%d", e);
+        check_one(strtof(s, NULL), 1);
+    }
+}
+
+/* Exact texts for values whose shortest form is known. */
+static void test_exact_texts(void)
+{
+    static const struct {
+        float v;
+        const char *text;
+    } cases[] = {
+        {0.0f, "0"},         {1.0f, "1"},           {-1.0f, "-1"},       {0.1f, "0.1"},
+        {1.5f, "1.5"},       {100.0f, "100"},       {1e10f, "1e10"},     {1e-7f, "1e-7"},
+        {0.001f, "1e-3"}, {0.01f, "0.01"}, {1000.0f, "1e3"},   {1.25e-5f, "1.25e-5"}, {123456.7f, "123456.7"},
+        {FLT_MAX, "3.4028235e38"}, {FLT_MIN, "1.1754944e-38"}, {16777216.0f, "16777216"},
+    };
+    char buf[ATTND_FLOAT_TEXT_MAX + 1];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int n = attnd_json_print_float(cases[i].v, buf);
+        CHECK(n > 0);
+        buf[n > 0 ? n : 0] = '\0';
+        CHECK_STR_EQ(buf, cases[i].text);
+    }
+    int n = attnd_json_print_float(-0.0f, buf);
+    CHECK_INT_EQ(n, 4);
+    buf[4] = '\0';
+    CHECK_STR_EQ(buf, "-0.0");
+    CHECK(signbit(strtof(buf, NULL)));
+    n = attnd_json_print_float(from_bits(1), buf);
+    buf[n > 0 ? n : 0] = '\0';
+    CHECK_STR_EQ(buf, "1e-45");
+}
+
+static void test_non_finite(void)
+{
+    char buf[ATTND_FLOAT_TEXT_MAX] = "untouched";
+    CHECK_INT_EQ(attnd_json_print_float(NAN, buf), -1);
+    CHECK_INT_EQ(attnd_json_print_float(INFINITY, buf), -1);
+    CHECK_INT_EQ(attnd_json_print_float(-INFINITY, buf), -1);
+    CHECK_STR_EQ(buf, "untouched");
+}
+
+static void test_double_to_float(void)
+{
+    float f = 7.0f;
+    CHECK_INT_EQ(attnd_json_double_to_float(1e39, &f), -1);
+    CHECK_INT_EQ(attnd_json_double_to_float(-1e39, &f), -1);
+    CHECK_INT_EQ(attnd_json_double_to_float(NAN, &f), -1);
+    CHECK_INT_EQ(attnd_json_double_to_float(INFINITY, &f), -1);
+    CHECK_INT_EQ(attnd_json_double_to_float(0x1.ffffffp+127, &f), -1); /* ties to 2^128 */
+    CHECK(f == 7.0f);
+    CHECK_INT_EQ(attnd_json_double_to_float(0x1.fffffefffffffp+127, &f), 0);
+    CHECK(f == FLT_MAX);
+    CHECK_INT_EQ(attnd_json_double_to_float(-3.4028235e38, &f), 0);
+    CHECK(f == -FLT_MAX);
+    CHECK_INT_EQ(attnd_json_double_to_float(1e-50, &f), 0); /* underflows to 0: fine */
+    CHECK(f == 0.0f);
+    CHECK_INT_EQ(attnd_json_double_to_float(0.1, &f), 0);
+    CHECK(f == 0.1f);
+}
+
+/* attnd_json_parse_float(text) must equal strtof(text), bit for bit. */
+static void check_parse_text(const char *text)
+{
+    float want = strtof(text, NULL), got = 0.0f;
+    size_t n = strlen(text);
+    const char *end = attnd_json_parse_float(text, text + n, &got);
+    int ok = isinf(want) ? end == NULL : end == text + n && to_bits(got) == to_bits(want);
+    check_count++;
+    if (!ok) {
+        check_failed++;
+        if (failures_reported++ < 20)
+            fprintf(stderr, "parse \"%s\": got %s 0x%08x, strtof 0x%08x\n", text,
+                    end ? "" : "(NULL)", (unsigned)to_bits(got), (unsigned)to_bits(want));
+    }
+}
+
+static void test_parse_known(void)
+{
+    static const char *const texts[] = {
+        "0", "-0", "-0.0", "0.0e10", "1", "-1", "0.1", "1.5e3", "1E3", "1e+3", "1e-3",
+        "16777217", "16777219", "16777216.5", "33554435", "3.4028235e38", "3.40282357e38",
+        "-3.4028235e38", "1.17549435e-38", "1.4e-45", "1.401298464324817e-45",
+        "7.006492321624085e-46", "7.006492321624087e-46", "1e-46", "1e-400", "7.038531e-26",
+        "-7.038531e-26", "0.30000001192092896", "0.12345678901234567890123", "123456789012345678",
+        "1234567890123456789012345", "0.000000000000000000000000000000000000001",
+        "4.7019774e-38", "9.8607613e-32", "1e22", "1e23", "5e-23", "8388608.5", "8388609.5",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++)
+        check_parse_text(texts[i]);
+    float f = 0.0f;
+    const char *t = "7.038531e-26";
+    CHECK(attnd_json_parse_float(t, t + strlen(t), &f) && to_bits(f) == 0x15ae43fdu);
+    t = "-0";
+    CHECK(attnd_json_parse_float(t, t + 2, &f) && f == 0.0f && signbit(f));
+    /* Beyond float32: refused. */
+    static const char *const range[] = {"1e39", "-1e39", "3.4028236e38", "1e400",
+                                        "340282356779733661637539395458142568448"};
+    for (size_t i = 0; i < sizeof range / sizeof range[0]; i++)
+        CHECK_MSG(attnd_json_parse_float(range[i], range[i] + strlen(range[i]), &f) == NULL,
+                  "%s accepted", range[i]);
+    /* Not JSON numbers. */
+    static const char *const bad[] = {"", "-", "+1", ".5", "1.", "1e", "1e+", "--1", "NaN",
+                                      "Infinity", "-Infinity", "e5", "-.5", "1.e5", "x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK_MSG(attnd_json_parse_float(bad[i], bad[i] + strlen(bad[i]), &f) == NULL,
+                  "\"%s\" accepted", bad[i]);
+    /* The number ends where the grammar does; the caller checks what follows. */
+    t = "01";
+    CHECK(attnd_json_parse_float(t, t + 2, &f) == t + 1 && f == 0.0f);
+    t = "0x10";
+    CHECK(attnd_json_parse_float(t, t + 4, &f) == t + 1);
+    t = "12,3";
+    CHECK(attnd_json_parse_float(t, t + 4, &f) == t + 2 && f == 12.0f);
+    /* end is respected: "123" cut to 2 bytes is 12. */
+    t = "123";
+    CHECK(attnd_json_parse_float(t, t + 2, &f) == t + 2 && f == 12.0f);
+    t = "1.5e3";
+    CHECK(attnd_json_parse_float(t, t + 4, &f) == NULL); /* "1.5e" */
+}
+
+/* Random texts of every shape against strtof. */
+static void test_parse_random(int n)
+{
+    char buf[96];
+    for (int i = 0; i < n; i++) {
+        uint32_t b = rng32();
+        if (((b >> 23) & 0xff) == 0xff)
+            continue;
+        float v = from_bits(b);
+        snprintf(buf, sizeof buf, "%.9g", (double)v);
+        check_parse_text(buf);
+        snprintf(buf, sizeof buf, "%.17g", (double)v);
+        check_parse_text(buf);
+        snprintf(buf, sizeof buf, "%.*g", 1 + (int)(rng32() % 12), (double)v);
+        check_parse_text(buf);
+        /* A random decimal: [-]d[.ddd] or [-]0.000ddd, 1-24 digits, an exponent. */
+        int nd = 1 + (int)(rng32() % 24), point = 1 + (int)(rng32() % (unsigned)nd);
+        char *p = buf;
+        if (rng32() & 1)
+            *p++ = '-';
+        if (rng32() % 4 == 0) {
+            p += sprintf(p, "0.%0*d", (int)(rng32() % 5), 0);
+            point = nd; /* no second point */
+        }
+        for (int k = 0; k < nd; k++) {
+            if (k == point)
+                *p++ = '.';
+            *p++ = (char)(k == 0 ? '1' + rng32() % 9 : '0' + rng32() % 10);
+        }
+        sprintf(p, "e%d", (int)(rng32() % 101) - 50);
+        check_parse_text(buf);
+    }
+}
+
+static void test_nest(void)
+{
+    attnd_float_nest n;
+    memset(&n, 0, sizeof n);
+    const char *t = " [[1, 2] ,\n[3,4.5,-0 ] ]x";
+    const char *end = attnd_json_parse_float_nest(t + 1, t + strlen(t), &n);
+    CHECK(end == t + strlen(t) - 1);
+    CHECK_INT_EQ(n.depth, 2);
+    CHECK_INT_EQ(n.count[0], 1);
+    CHECK_INT_EQ(n.count[1], 2);
+    if (end && n.depth == 2) {
+        CHECK_INT_EQ(n.size[0][0], 2);
+        CHECK_INT_EQ(n.size[1][0], 2);
+        CHECK_INT_EQ(n.size[1][1], 3);
+        CHECK_INT_EQ(n.start[0][0], 0);
+        CHECK_INT_EQ(n.start[1][0], 0);
+        CHECK_INT_EQ(n.start[1][1], 2);
+        CHECK_INT_EQ(n.n_values, 5);
+        CHECK(n.values[0] == 1.0f && n.values[3] == 4.5f && signbit(n.values[4]));
+    }
+    attnd_float_nest_free(&n);
+    CHECK(n.values == NULL && n.depth == 0);
+
+    /* Four levels, ragged: [[[[1],[2,3]]],[[[4]]]]. */
+    t = "[[[[1],[2,3]]],[[[4]]]]";
+    memset(&n, 0, sizeof n);
+    end = attnd_json_parse_float_nest(t, t + strlen(t), &n);
+    CHECK(end == t + strlen(t));
+    CHECK_INT_EQ(n.depth, 4);
+    CHECK_INT_EQ(n.count[3], 3);
+    if (end && n.depth == 4) {
+        CHECK_INT_EQ(n.start[3][2], 3);
+        CHECK(n.values[3] == 4.0f);
+    }
+    attnd_float_nest_free(&n);
+
+    static const char *const refused[] = {
+        "[]", "[[1],[]]", "[[1],2]", "[1,[2]]", "[[[[[1]]]]]", "[1,true]", "[1,]", "[1 2]",
+        "[1e39]", "[12345678901234567890]", "[[1,2]", "[1,\"2\"]", "[01]", "[1,null]",
+        "[[1],[2]],", "{\"a\":1}", "[NaN]", "[1,2",
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        memset(&n, 0, sizeof n);
+        const char *r = attnd_json_parse_float_nest(refused[i], refused[i] + strlen(refused[i]),
+                                                    &n);
+        /* "[[1],[2]]," parses up to its ']' — the caller sees the ','. */
+        if (strcmp(refused[i], "[[1],[2]],") == 0)
+            CHECK(r == refused[i] + 9);
+        else
+            CHECK_MSG(r == NULL, "%s accepted", refused[i]);
+        CHECK(r != NULL || (n.values == NULL && n.size[0] == NULL));
+        attnd_float_nest_free(&n);
+    }
+    memset(&n, 0, sizeof n);
+    t = "[123456789012345678]"; /* 18 digits: fine */
+    CHECK(attnd_json_parse_float_nest(t, t + strlen(t), &n) != NULL);
+    CHECK(n.values && n.values[0] == 123456789012345678.0f);
+    attnd_float_nest_free(&n);
+}
+
+/* Every biased exponent (so every table entry) with assorted mantissas, then
+ * random bit patterns. */
+static void test_random(int n_random)
+{
+    for (uint32_t e = 0; e < 255; e++) {
+        const uint32_t fracs[] = {0, 1, 2, 0x7fffff, 0x400000, rng32() & 0x7fffff,
+                                  rng32() & 0x7fffff};
+        for (size_t i = 0; i < sizeof fracs / sizeof fracs[0]; i++)
+            check_one(from_bits(e << 23 | fracs[i]), 1);
+    }
+    for (int i = 0; i < n_random; i++) {
+        uint32_t b = rng32();
+        if (((b >> 23) & 0xff) == 0xff)
+            continue; /* NaN / infinity */
+        check_one(from_bits(b), i < n_random / 10);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int n_random = argc > 1 ? atoi(argv[1]) : 1000000;
+    test_exact_texts();
+    test_non_finite();
+    test_double_to_float();
+    test_edges();
+    test_random(n_random);
+    test_parse_known();
+    test_parse_random(n_random / 4);
+    test_nest();
+    return check_summary();
+}

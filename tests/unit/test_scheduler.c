@@ -1,0 +1,788 @@
+/* test_scheduler.c — the batching scheduler against the real library: results
+ * of batched requests equal the same requests computed alone; batch limits,
+ * queue bound, deadlines, drain and the bad-request fallback behave as
+ * server/scheduler.h promises.
+ *
+ * Requests are built by hand here (not by the codec) and freed by this file.
+ * Tests that need a batch to form deterministically block the only worker in
+ * the batch hook (a "gate") while they fill the queue.
+ */
+#include "check.h"
+#include "request.h"
+#include "scheduler.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define E 32     /* every embedding width of the test layer */
+#define HEADS 4
+#define MAX_LEN 12
+
+/* ------------------------------------------------------------ random */
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+static int rng_int(uint64_t *s, int lo, int hi) /* [lo, hi] */
+{
+    return lo + (int)(rng_next(s) % (uint64_t)(hi - lo + 1));
+}
+
+static float rng_float(uint64_t *s) /* [-1, 1) */
+{
+    return (float)((double)(rng_next(s) >> 11) / 4503599627370496.0 - 1.0);
+}
+
+static float *rand_floats(uint64_t *s, size_t n)
+{
+    float *p = malloc(n * sizeof *p);
+    for (size_t i = 0; i < n; i++) p[i] = rng_float(s);
+    return p;
+}
+
+/* ------------------------------------------------------------ layer */
+
+/* Weights scaled as PyTorch initialises nn.MultiheadAttention (xavier-uniform
+ * in_proj, 1/sqrt(E) out_proj) so outputs are O(1) like a real layer's, and an
+ * absolute tolerance of 1e-6 means float32 rounding. */
+static float *scaled_floats(uint64_t *s, size_t n, float bound)
+{
+    float *p = rand_floats(s, n);
+    for (size_t i = 0; i < n; i++) p[i] *= bound;
+    return p;
+}
+
+static attn_layer *make_layer(uint64_t seed)
+{
+    uint64_t s = seed;
+    const float in_b = sqrtf(6.0f / (4 * E)), out_b = 1.0f / sqrtf(E);
+    float *wq = scaled_floats(&s, E * E, in_b), *wk = scaled_floats(&s, E * E, in_b);
+    float *wv = scaled_floats(&s, E * E, in_b), *wo = scaled_floats(&s, E * E, out_b);
+    float *bq = scaled_floats(&s, E, 0.1f), *bk = scaled_floats(&s, E, 0.1f);
+    float *bv = scaled_floats(&s, E, 0.1f), *bo = scaled_floats(&s, E, 0.1f);
+    attn_layer_desc d = { .num_heads = HEADS, .head_dim_k = E / HEADS, .head_dim_v = E / HEADS,
+                          .embed_q = E, .embed_k = E, .embed_v = E, .embed_out = E,
+                          .w_q = wq, .w_k = wk, .w_v = wv, .w_o = wo,
+                          .b_q = bq, .b_k = bk, .b_v = bv, .b_o = bo };
+    attn_layer *layer = NULL;
+    attn_error err = { 0 };
+    attn_status st = attn_layer_create(&d, &layer, &err);
+    CHECK_MSG(st == ATTN_OK, "attn_layer_create: %s", err.message);
+    free(wq); free(wk); free(wv); free(wo);
+    free(bq); free(bk); free(bv); free(bo);
+    return layer;
+}
+
+/* ------------------------------------------------------------ requests */
+
+/* A hand-made request: every array malloc'd separately, storage NULL, freed by
+ * test_request_free (not attnd_request_free: the codec owns that layout). */
+typedef struct test_request {
+    attnd_request req; /* first member: callbacks cast back */
+    int done_calls;    /* on_done calls seen (guarded by the completion mutex) */
+    int cross;
+} test_request;
+
+typedef enum { SEQ_SELF, SEQ_CROSS, SEQ_RANDOM } seq_kind;
+
+static void fill_seq(uint64_t *s, attn_seq *q, seq_kind kind, int t, int need_weights,
+                     int per_head)
+{
+    int cross = kind == SEQ_CROSS || (kind == SEQ_RANDOM && rng_int(s, 0, 1));
+    q->t = t;
+    q->s = cross ? rng_int(s, 1, MAX_LEN) : t;
+    q->query = rand_floats(s, (size_t)t * E);
+    if (cross) {
+        q->key = rand_floats(s, (size_t)q->s * E);
+        q->value = rand_floats(s, (size_t)q->s * E);
+    }
+    if (rng_int(s, 0, 3) == 0) { /* key padding, never hiding key 0 */
+        uint8_t *m = calloc((size_t)q->s, 1);
+        for (int j = 1; j < q->s; j++) m[j] = rng_int(s, 0, 3) == 0;
+        q->key_padding_mask = m;
+    }
+    if (!cross && rng_int(s, 0, 2) == 0) q->is_causal = 1;
+    if (rng_int(s, 0, 4) == 0) q->window = rng_int(s, 1, 4);
+    if (rng_int(s, 0, 3) == 0) {
+        q->attn_mask_kind = ATTN_MASK_FLOAT;
+        q->attn_mask = rand_floats(s, (size_t)t * q->s);
+    }
+    q->output = malloc((size_t)t * E * sizeof(float));
+    if (need_weights) {
+        q->weights_mode = per_head ? ATTN_WEIGHTS_PER_HEAD : ATTN_WEIGHTS_AVERAGE;
+        q->weights = malloc((size_t)(per_head ? HEADS : 1) * t * q->s * sizeof(float));
+    }
+}
+
+/* Builds a request of n_seqs sequences with query lengths in [t_lo, t_hi]. */
+static test_request *make_request(uint64_t *s, int n_seqs, int t_lo, int t_hi, seq_kind kind)
+{
+    test_request *tr = calloc(1, sizeof *tr);
+    attnd_request *r = &tr->req;
+    r->n_seqs = n_seqs;
+    r->batched = n_seqs > 1;
+    r->seqs = calloc((size_t)n_seqs, sizeof *r->seqs);
+    r->need_weights = rng_int(s, 0, 2) == 0;
+    r->average_attn_weights = rng_int(s, 0, 1);
+    for (int i = 0; i < n_seqs; i++) {
+        attn_seq *q = &r->seqs[i];
+        fill_seq(s, q, kind, rng_int(s, t_lo, t_hi), r->need_weights, !r->average_attn_weights);
+        r->n_tokens += (size_t)q->t + (q->key ? (size_t)q->s : 0);
+        tr->cross |= q->key != NULL;
+    }
+    return tr;
+}
+
+static void test_request_free(test_request *tr)
+{
+    if (tr == NULL) return;
+    for (int i = 0; i < tr->req.n_seqs; i++) {
+        attn_seq *q = &tr->req.seqs[i];
+        free((void *)q->query);
+        free((void *)q->key);
+        free((void *)q->value);
+        free((void *)q->key_padding_mask);
+        free((void *)q->attn_mask);
+        free(q->output);
+        free(q->weights);
+    }
+    free(tr->req.seqs);
+    free(tr);
+}
+
+static size_t seq_weights_len(const attn_seq *q)
+{
+    size_t n = (size_t)q->t * (size_t)q->s;
+    return q->weights_mode == ATTN_WEIGHTS_PER_HEAD ? n * HEADS : n;
+}
+
+/* Largest |difference| between the request's outputs (and weights) and the
+ * same request computed alone; returns INFINITY if the reference fails. */
+static double diff_vs_alone(const attn_layer *layer, const attnd_request *r)
+{
+    attn_seq *ref = malloc((size_t)r->n_seqs * sizeof *ref);
+    memcpy(ref, r->seqs, (size_t)r->n_seqs * sizeof *ref);
+    for (int i = 0; i < r->n_seqs; i++) {
+        ref[i].output = malloc((size_t)ref[i].t * E * sizeof(float));
+        ref[i].weights = ref[i].weights ? malloc(seq_weights_len(&ref[i]) * sizeof(float)) : NULL;
+    }
+    attn_error err = { 0 };
+    double worst = 0;
+    if (attn_forward(layer, ref, r->n_seqs, NULL, NULL, &err) != ATTN_OK) {
+        fprintf(stderr, "reference forward failed: %s\n", err.message);
+        worst = INFINITY;
+    }
+    for (int i = 0; i < r->n_seqs && isfinite(worst); i++) {
+        for (size_t k = 0; k < (size_t)ref[i].t * E; k++)
+            worst = fmax(worst, fabs((double)ref[i].output[k] - r->seqs[i].output[k]));
+        for (size_t k = 0; ref[i].weights && k < seq_weights_len(&ref[i]); k++)
+            worst = fmax(worst, fabs((double)ref[i].weights[k] - r->seqs[i].weights[k]));
+    }
+    for (int i = 0; i < r->n_seqs; i++) {
+        free(ref[i].output);
+        free(ref[i].weights);
+    }
+    free(ref);
+    return worst;
+}
+
+/* ------------------------------------------------------------ completion */
+
+static pthread_mutex_t done_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;
+static int done_total;
+
+static void on_done(attnd_request *req, void *ctx)
+{
+    (void)ctx;
+    pthread_mutex_lock(&done_mu);
+    ((test_request *)req)->done_calls++;
+    done_total++;
+    pthread_cond_broadcast(&done_cv);
+    pthread_mutex_unlock(&done_mu);
+}
+
+static void reset_done(void)
+{
+    pthread_mutex_lock(&done_mu);
+    done_total = 0;
+    pthread_mutex_unlock(&done_mu);
+}
+
+/* Waits (at most 20 s) until n requests finished; returns how many did. */
+static int wait_done(int n)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 20;
+    pthread_mutex_lock(&done_mu);
+    while (done_total < n)
+        if (pthread_cond_timedwait(&done_cv, &done_mu, &ts) != 0) break;
+    int got = done_total;
+    pthread_mutex_unlock(&done_mu);
+    return got;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000 };
+    nanosleep(&ts, NULL);
+}
+
+/* ------------------------------------------------------------ batch hook */
+
+#define MAX_BATCHES 4096
+
+/* Records every batch; optionally holds the worker at a gate until opened. */
+typedef struct hook_log {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n_batches, n_requests, max_requests;
+    int sizes[MAX_BATCHES];
+    size_t tokens[MAX_BATCHES];
+    int gate_closed; /* while 1, a worker entering the hook waits */
+    int first_only;  /* ... but only the one that ran the first batch */
+    int waiting;     /* workers waiting at the gate */
+} hook_log;
+
+static void hook_init(hook_log *h, int gate_closed)
+{
+    memset(h, 0, sizeof *h);
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    h->gate_closed = gate_closed;
+}
+
+static void hook_fini(hook_log *h)
+{
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->cv);
+}
+
+static void batch_hook(void *ctx, int n_requests, size_t n_tokens, int64_t compute_us)
+{
+    hook_log *h = ctx;
+    (void)compute_us;
+    pthread_mutex_lock(&h->mu);
+    if (h->n_batches < MAX_BATCHES) {
+        h->sizes[h->n_batches] = n_requests;
+        h->tokens[h->n_batches] = n_tokens;
+    }
+    int first = h->n_batches++ == 0;
+    h->n_requests += n_requests;
+    if (n_requests > h->max_requests) h->max_requests = n_requests;
+    if (h->gate_closed && (first || !h->first_only)) {
+        h->waiting++;
+        pthread_cond_broadcast(&h->cv);
+        while (h->gate_closed) pthread_cond_wait(&h->cv, &h->mu);
+        h->waiting--;
+    }
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* Waits until a worker is held at the gate. Returns 1 if one is. */
+static int hook_wait_blocked(hook_log *h)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 10;
+    pthread_mutex_lock(&h->mu);
+    while (h->waiting == 0)
+        if (pthread_cond_timedwait(&h->cv, &h->mu, &ts) != 0) break;
+    int ok = h->waiting > 0;
+    pthread_mutex_unlock(&h->mu);
+    return ok;
+}
+
+static void hook_open(hook_log *h)
+{
+    pthread_mutex_lock(&h->mu);
+    h->gate_closed = 0;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
+static attnd_scheduler *make_sched(const attn_layer *layer, int max_req, size_t max_tokens,
+                                   int64_t delay_us, int max_queue, int workers, hook_log *h)
+{
+    attnd_sched_config cfg = { .max_batch_requests = max_req, .max_batch_tokens = max_tokens,
+                               .max_queue_delay_us = delay_us, .max_queue = max_queue,
+                               .workers = workers };
+    attnd_http_error err = { 0 };
+    attnd_scheduler *s = attnd_scheduler_create(layer, &cfg, batch_hook, h, &err);
+    CHECK_MSG(s != NULL, "attnd_scheduler_create: %s", err.message);
+    return s;
+}
+
+/* Submits and checks it was queued. */
+static void submit_ok(attnd_scheduler *s, test_request *tr)
+{
+    tr->req.on_done = on_done;
+    CHECK_INT_EQ(attnd_scheduler_submit(s, &tr->req), ATTND_SUBMIT_OK);
+}
+
+/* ------------------------------------------------------------ tests */
+
+enum { MIX_THREADS = 8, MIX_PER_THREAD = 24, MIX_N = MIX_THREADS * MIX_PER_THREAD };
+
+typedef struct mix_arg {
+    attnd_scheduler *s;
+    test_request **reqs; /* MIX_PER_THREAD entries, already built */
+} mix_arg;
+
+static void *mix_submitter(void *p)
+{
+    mix_arg *a = p;
+    for (int i = 0; i < MIX_PER_THREAD; i++) {
+        a->reqs[i]->req.on_done = on_done;
+        while (attnd_scheduler_submit(a->s, &a->reqs[i]->req) == ATTND_SUBMIT_FULL)
+            sleep_ms(1);
+        if (i % 5 == 4) sleep_ms(1); /* arrivals come in bursts */
+    }
+    return NULL;
+}
+
+/* Many threads submit a mix; every request ends OK, once, equal to its alone
+ * computation; batches formed and the hook saw every request. */
+static void run_mixed(const attn_layer *layer, int max_req, int64_t delay_us, int workers)
+{
+    uint64_t rng = 0x9e3779b97f4a7c15ULL ^ (uint64_t)max_req ^ ((uint64_t)delay_us << 8);
+    test_request *all[MIX_N];
+    int n_cross = 0, n_self = 0;
+    for (int i = 0; i < MIX_N; i++) {
+        all[i] = make_request(&rng, rng_int(&rng, 1, 3), 1, MAX_LEN, SEQ_RANDOM);
+        if (all[i]->cross) n_cross++;
+        else n_self++;
+    }
+    CHECK(n_cross > 0 && n_self > 0);
+
+    hook_log h;
+    hook_init(&h, 0);
+    reset_done();
+    attnd_scheduler *s = make_sched(layer, max_req, 512, delay_us, 64, workers, &h);
+    pthread_t th[MIX_THREADS];
+    mix_arg args[MIX_THREADS];
+    for (int t = 0; t < MIX_THREADS; t++) {
+        args[t] = (mix_arg){ s, all + t * MIX_PER_THREAD };
+        pthread_create(&th[t], NULL, mix_submitter, &args[t]);
+    }
+    for (int t = 0; t < MIX_THREADS; t++) pthread_join(th[t], NULL);
+    CHECK_INT_EQ(wait_done(MIX_N), MIX_N);
+    attnd_scheduler_free(s);
+
+    int max_seen = 0;
+    double worst = 0;
+    for (int i = 0; i < MIX_N; i++) {
+        attnd_request *r = &all[i]->req;
+        CHECK_INT_EQ(all[i]->done_calls, 1);
+        CHECK_INT_EQ(r->outcome, ATTND_DONE_OK);
+        CHECK(r->batch_size >= 1 && r->batch_size <= max_req);
+        CHECK(r->queue_us >= 0 && r->compute_us >= 0);
+        if (r->batch_size > max_seen) max_seen = r->batch_size;
+        worst = fmax(worst, diff_vs_alone(layer, r));
+    }
+    CHECK_MSG(worst <= 1e-6, "max |batched - alone| = %.3g", worst);
+    CHECK_INT_EQ(h.n_requests, MIX_N);
+    CHECK_INT_EQ(h.max_requests, max_seen);
+    if (max_req == 1) {
+        CHECK_INT_EQ(max_seen, 1);
+        CHECK_INT_EQ(h.n_batches, MIX_N);
+    } else {
+        CHECK_MSG(max_seen > 1, "no batch of more than one request formed");
+        CHECK(h.n_batches < MIX_N);
+    }
+    printf("mixed max_req=%d delay=%lldus workers=%d: %d batches, largest %d, max diff %.3g\n",
+           max_req, (long long)delay_us, workers, h.n_batches, max_seen, worst);
+    for (int i = 0; i < MIX_N; i++) test_request_free(all[i]);
+    hook_fini(&h);
+}
+
+/* Fills the queue behind a worker held at the gate, then lets it go. */
+static void hold_first(attnd_scheduler *s, hook_log *h, test_request *first)
+{
+    submit_ok(s, first);
+    CHECK(hook_wait_blocked(h));
+}
+
+/* Token budget: 8-token requests pack two per batch under a budget of 20; a
+ * 40-token request still runs, alone. */
+static void test_token_budget(const attn_layer *layer)
+{
+    uint64_t rng = 42;
+    hook_log h;
+    hook_init(&h, 1);
+    reset_done();
+    attnd_scheduler *s = make_sched(layer, 16, 20, 0, 64, 1, &h);
+    test_request *rs[8];
+    for (int i = 0; i < 8; i++)
+        rs[i] = make_request(&rng, 1, i == 4 ? 40 : 8, i == 4 ? 40 : 8, SEQ_SELF);
+    hold_first(s, &h, rs[0]);
+    for (int i = 1; i < 8; i++) submit_ok(s, rs[i]);
+    CHECK_INT_EQ(attnd_scheduler_queue_depth(s), 7);
+    hook_open(&h);
+    CHECK_INT_EQ(wait_done(8), 8);
+    attnd_scheduler_free(s);
+    /* batches: [0] [1 2] [3] [4: 40 tokens alone] [5 6] [7] */
+    int pairs = 0;
+    for (int b = 0; b < h.n_batches; b++) {
+        CHECK_MSG(h.sizes[b] == 1 || h.tokens[b] <= 20, "batch %d: %d requests, %zu tokens", b,
+                  h.sizes[b], h.tokens[b]);
+        pairs += h.sizes[b] == 2;
+    }
+    CHECK_INT_EQ(h.n_batches, 6);
+    CHECK_INT_EQ(pairs, 2);
+    CHECK_INT_EQ(rs[4]->req.batch_size, 1);
+    CHECK_INT_EQ(rs[4]->req.outcome, ATTND_DONE_OK);
+    CHECK_INT_EQ(rs[1]->req.batch_size, 2);
+    for (int i = 0; i < 8; i++) {
+        CHECK(diff_vs_alone(layer, &rs[i]->req) <= 1e-6);
+        test_request_free(rs[i]);
+    }
+    hook_fini(&h);
+}
+
+/* The request cap: 10 queued with max 4 per batch -> 4, 4, 2. */
+static void test_request_cap(const attn_layer *layer)
+{
+    uint64_t rng = 7;
+    hook_log h;
+    hook_init(&h, 1);
+    reset_done();
+    attnd_scheduler *s = make_sched(layer, 4, 100000, 0, 64, 1, &h);
+    test_request *rs[11];
+    for (int i = 0; i < 11; i++) rs[i] = make_request(&rng, 1, 2, 6, SEQ_RANDOM);
+    hold_first(s, &h, rs[0]);
+    for (int i = 1; i < 11; i++) submit_ok(s, rs[i]);
+    hook_open(&h);
+    CHECK_INT_EQ(wait_done(11), 11);
+    attnd_scheduler_free(s);
+    CHECK_INT_EQ(h.n_batches, 4);
+    CHECK_INT_EQ(h.sizes[1], 4);
+    CHECK_INT_EQ(h.sizes[2], 4);
+    CHECK_INT_EQ(h.sizes[3], 2);
+    for (int i = 0; i < 11; i++) test_request_free(rs[i]);
+    hook_fini(&h);
+}
+
+/* The queue bound: with the worker held, max_queue requests wait and the next
+ * submit is FULL, leaving that request untouched. */
+static void test_queue_full(const attn_layer *layer)
+{
+    uint64_t rng = 11;
+    hook_log h;
+    hook_init(&h, 1);
+    reset_done();
+    attnd_scheduler *s = make_sched(layer, 8, 1000, 0, 3, 1, &h);
+    test_request *rs[5];
+    for (int i = 0; i < 5; i++) rs[i] = make_request(&rng, 1, 3, 3, SEQ_SELF);
+    hold_first(s, &h, rs[0]);
+    for (int i = 1; i <= 3; i++) submit_ok(s, rs[i]);
+    CHECK_INT_EQ(attnd_scheduler_queue_depth(s), 3);
+    rs[4]->req.on_done = on_done;
+    rs[4]->req.outcome = ATTND_PENDING;
+    CHECK_INT_EQ(attnd_scheduler_submit(s, &rs[4]->req), ATTND_SUBMIT_FULL);
+    CHECK_INT_EQ(rs[4]->req.enqueued_ns, 0);
+    CHECK_INT_EQ(attnd_scheduler_queue_depth(s), 3);
+    hook_open(&h);
+    CHECK_INT_EQ(wait_done(4), 4);
+    CHECK_INT_EQ(attnd_scheduler_queue_depth(s), 0);
+    attnd_scheduler_free(s);
+    CHECK_INT_EQ(rs[4]->done_calls, 0);
+    CHECK_INT_EQ(rs[4]->req.outcome, ATTND_PENDING);
+    for (int i = 0; i < 4; i++) CHECK_INT_EQ(rs[i]->req.outcome, ATTND_DONE_OK);
+    for (int i = 0; i < 5; i++) test_request_free(rs[i]);
+    hook_fini(&h);
+}
+
+/* A request whose deadline passes while queued ends TIMEOUT, uncomputed. */
+static void test_deadline(const attn_layer *layer)
+{
+    uint64_t rng = 13;
+    hook_log h;
+    hook_init(&h, 1);
+    reset_done();
+    attnd_scheduler *s = make_sched(layer, 8, 1000, 0, 16, 1, &h);
+    test_request *rs[3];
+    for (int i = 0; i < 3; i++) rs[i] = make_request(&rng, 1, 4, 4, SEQ_SELF);
+    float *out = rs[1]->req.seqs[0].output;
+    for (int k = 0; k < 4 * E; k++) out[k] = 12345.0f;
+    rs[1]->req.timeout_ms = 1;
+    rs[2]->req.timeout_ms = 60000;
+    hold_first(s, &h, rs[0]);
+    submit_ok(s, rs[1]);
+    submit_ok(s, rs[2]);
+    CHECK(rs[1]->req.deadline_ns > rs[1]->req.enqueued_ns);
+    sleep_ms(20);
+    hook_open(&h);
+    CHECK_INT_EQ(wait_done(3), 3);
+    attnd_scheduler_free(s);
+    CHECK_INT_EQ(rs[1]->req.outcome, ATTND_DONE_TIMEOUT);
+    CHECK_INT_EQ(rs[1]->done_calls, 1);
+    CHECK(rs[1]->req.queue_us >= 1000);
+    int untouched = 1;
+    for (int k = 0; k < 4 * E; k++) untouched &= out[k] == 12345.0f;
+    CHECK_MSG(untouched, "a timed-out request was computed");
+    CHECK_INT_EQ(rs[2]->req.outcome, ATTND_DONE_OK);
+    CHECK_INT_EQ(rs[2]->req.batch_size, 1);
+    CHECK_INT_EQ(h.n_requests, 2);
+    for (int i = 0; i < 3; i++) test_request_free(rs[i]);
+    hook_fini(&h);
+}
+
+/* One bad request (NaN the codec missed) in a batch: it alone fails, with the
+ * library's message; its batch mates (self and cross) are correct. */
+static void test_bad_request_isolated(const attn_layer *layer)
+{
+    uint64_t rng = 17;
+    hook_log h;
+    hook_init(&h, 1);
+    reset_done();
+    attnd_scheduler *s = make_sched(layer, 8, 1000, 0, 16, 1, &h);
+    test_request *rs[4];
+    rs[0] = make_request(&rng, 1, 3, 3, SEQ_SELF);
+    rs[1] = make_request(&rng, 2, 3, 5, SEQ_SELF);
+    rs[2] = make_request(&rng, 2, 3, 5, SEQ_CROSS);
+    rs[3] = make_request(&rng, 1, 3, 5, SEQ_CROSS);
+    ((float *)rs[2]->req.seqs[1].query)[2] = NAN;
+    hold_first(s, &h, rs[0]);
+    for (int i = 1; i < 4; i++) submit_ok(s, rs[i]);
+    hook_open(&h);
+    CHECK_INT_EQ(wait_done(4), 4);
+    attnd_scheduler_free(s);
+    CHECK_INT_EQ(rs[2]->req.outcome, ATTND_DONE_ERROR);
+    CHECK_INT_EQ(rs[2]->req.lib_status, ATTN_ERR_NONFINITE);
+    CHECK_MSG(strstr(rs[2]->req.lib_error.message, "seqs[1]") != NULL,
+              "error does not name the request's own sequence: \"%s\"",
+              rs[2]->req.lib_error.message);
+    for (int i = 1; i < 4; i += 2) {
+        CHECK_INT_EQ(rs[i]->req.outcome, ATTND_DONE_OK);
+        CHECK_INT_EQ(rs[i]->req.batch_size, 3);
+        CHECK(diff_vs_alone(layer, &rs[i]->req) <= 1e-6);
+    }
+    for (int i = 0; i < 4; i++) test_request_free(rs[i]);
+    hook_fini(&h);
+}
+
+/* The delay: an unfilled batch waits for its oldest request's delay, then runs
+ * as one batch. */
+static void test_delay_waits(const attn_layer *layer)
+{
+    uint64_t rng = 19;
+    hook_log h;
+    hook_init(&h, 0);
+    reset_done();
+    attnd_scheduler *s = make_sched(layer, 8, 1000, 400000, 16, 2, &h);
+    test_request *rs[3];
+    for (int i = 0; i < 3; i++) rs[i] = make_request(&rng, 1, 2, 5, SEQ_RANDOM);
+    for (int i = 0; i < 3; i++) submit_ok(s, rs[i]);
+    sleep_ms(20);
+    CHECK_INT_EQ(attnd_scheduler_queue_depth(s), 3); /* still collecting */
+    CHECK_INT_EQ(wait_done(3), 3);
+    attnd_scheduler_free(s);
+    CHECK_INT_EQ(h.n_batches, 1);
+    for (int i = 0; i < 3; i++) {
+        CHECK_INT_EQ(rs[i]->req.batch_size, 3);
+        CHECK(diff_vs_alone(layer, &rs[i]->req) <= 1e-6);
+    }
+    CHECK_MSG(rs[0]->req.queue_us >= 400000, "queue_us %lld", (long long)rs[0]->req.queue_us);
+    for (int i = 0; i < 3; i++) test_request_free(rs[i]);
+    hook_fini(&h);
+}
+
+/* Drain runs everything queued at once (ignoring a huge delay), calls each
+ * on_done once, then refuses submits; drain and free are idempotent. */
+static void test_drain(const attn_layer *layer)
+{
+    uint64_t rng = 23;
+    hook_log h;
+    hook_init(&h, 0);
+    reset_done();
+    attnd_scheduler *s = make_sched(layer, 64, 100000, INT64_C(3600000000), 64, 2, &h);
+    enum { N = 20 };
+    test_request *rs[N];
+    for (int i = 0; i < N; i++) {
+        rs[i] = make_request(&rng, 1, 1, MAX_LEN, SEQ_RANDOM);
+        submit_ok(s, rs[i]);
+    }
+    sleep_ms(30);
+    CHECK_INT_EQ(attnd_scheduler_queue_depth(s), N); /* held by the one-hour delay */
+    int64_t t0 = attnd_now_ns();
+    attnd_scheduler_drain(s);
+    CHECK((attnd_now_ns() - t0) < INT64_C(5000000000));
+    pthread_mutex_lock(&done_mu);
+    CHECK_INT_EQ(done_total, N);
+    pthread_mutex_unlock(&done_mu);
+    CHECK_INT_EQ(attnd_scheduler_queue_depth(s), 0);
+    test_request *late = make_request(&rng, 1, 2, 2, SEQ_SELF);
+    late->req.on_done = on_done;
+    CHECK_INT_EQ(attnd_scheduler_submit(s, &late->req), ATTND_SUBMIT_CLOSED);
+    attnd_scheduler_drain(s);
+    attnd_scheduler_free(s);
+    attnd_scheduler_free(NULL);
+    for (int i = 0; i < N; i++) {
+        CHECK_INT_EQ(rs[i]->done_calls, 1);
+        CHECK_INT_EQ(rs[i]->req.outcome, ATTND_DONE_OK);
+        CHECK(diff_vs_alone(layer, &rs[i]->req) <= 1e-6);
+        test_request_free(rs[i]);
+    }
+    CHECK_INT_EQ(late->done_calls, 0);
+    CHECK_INT_EQ(h.n_requests, N);
+    test_request_free(late);
+    hook_fini(&h);
+}
+
+/* Two workers: while one is busy (held in the hook after its batch), the other
+ * collects and runs the following batches. */
+static void test_second_worker_collects(const attn_layer *layer)
+{
+    uint64_t rng = 29;
+    hook_log h;
+    hook_init(&h, 1);
+    h.first_only = 1;
+    reset_done();
+    attnd_scheduler *s = make_sched(layer, 8, 1000, 0, 16, 2, &h);
+    test_request *rs[4];
+    for (int i = 0; i < 4; i++) rs[i] = make_request(&rng, 1, 2, 6, SEQ_RANDOM);
+    hold_first(s, &h, rs[0]);
+    for (int i = 1; i < 4; i++) submit_ok(s, rs[i]);
+    CHECK_INT_EQ(wait_done(3), 3); /* rs[1..3], with rs[0]'s worker still held */
+    CHECK_INT_EQ(rs[0]->done_calls, 0);
+    hook_open(&h);
+    CHECK_INT_EQ(wait_done(4), 4);
+    attnd_scheduler_free(s);
+    for (int i = 0; i < 4; i++) {
+        CHECK_INT_EQ(rs[i]->done_calls, 1);
+        CHECK(diff_vs_alone(layer, &rs[i]->req) <= 1e-6);
+        test_request_free(rs[i]);
+    }
+    hook_fini(&h);
+}
+
+enum { RACE_THREADS = 4, RACE_PER_THREAD = 40 };
+
+typedef struct race_arg {
+    attnd_scheduler *s;
+    test_request **reqs;
+    attnd_submit_result res[RACE_PER_THREAD];
+} race_arg;
+
+static void *race_submitter(void *p)
+{
+    race_arg *a = p;
+    for (int i = 0; i < RACE_PER_THREAD; i++) {
+        a->reqs[i]->req.on_done = on_done;
+        a->res[i] = attnd_scheduler_submit(a->s, &a->reqs[i]->req);
+        sleep_ms(2); /* ~80 ms of submits: the drain lands early in them */
+    }
+    return NULL;
+}
+
+/* Drain racing with submits: every request was either accepted and finished
+ * exactly once, or refused (FULL / CLOSED) and never touched again. */
+static void test_drain_races_submit(const attn_layer *layer)
+{
+    uint64_t rng = 31;
+    hook_log h;
+    hook_init(&h, 0);
+    reset_done();
+    attnd_scheduler *s = make_sched(layer, 64, 100000, 1000000, 64, 2, &h);
+    enum { N = RACE_THREADS * RACE_PER_THREAD };
+    test_request *all[N];
+    for (int i = 0; i < N; i++) all[i] = make_request(&rng, 1, 1, 6, SEQ_RANDOM);
+    pthread_t th[RACE_THREADS];
+    race_arg *args = calloc(RACE_THREADS, sizeof *args);
+    for (int t = 0; t < RACE_THREADS; t++) {
+        args[t].s = s;
+        args[t].reqs = all + t * RACE_PER_THREAD;
+        pthread_create(&th[t], NULL, race_submitter, &args[t]);
+    }
+    for (int i = 0; i < 5000 && attnd_scheduler_queue_depth(s) < 8; i++) sleep_ms(1);
+    CHECK(attnd_scheduler_queue_depth(s) >= 8); /* held by the 1 s delay */
+    attnd_scheduler_drain(s);
+    for (int t = 0; t < RACE_THREADS; t++) pthread_join(th[t], NULL);
+    int accepted = 0, closed = 0, bad = 0;
+    for (int t = 0; t < RACE_THREADS; t++)
+        for (int i = 0; i < RACE_PER_THREAD; i++) {
+            test_request *tr = args[t].reqs[i];
+            if (args[t].res[i] == ATTND_SUBMIT_OK) {
+                accepted++;
+                bad += tr->done_calls != 1 || tr->req.outcome != ATTND_DONE_OK;
+            } else {
+                closed += args[t].res[i] == ATTND_SUBMIT_CLOSED;
+                bad += tr->done_calls != 0;
+            }
+        }
+    CHECK_INT_EQ(bad, 0);
+    CHECK(accepted > 0);
+    CHECK(closed > 0); /* the drain really raced the submitters */
+    pthread_mutex_lock(&done_mu);
+    CHECK_INT_EQ(done_total, accepted);
+    pthread_mutex_unlock(&done_mu);
+    CHECK_INT_EQ(h.n_requests, accepted);
+    printf("drain race: %d accepted, %d refused after close\n", accepted, closed);
+    attnd_scheduler_free(s);
+    for (int i = 0; i < N; i++) test_request_free(all[i]);
+    free(args);
+    hook_fini(&h);
+}
+
+static void expect_bad_config(const attn_layer *layer, attnd_sched_config c, const char *field)
+{
+    attnd_http_error err = { 0 };
+    CHECK(attnd_scheduler_create(layer, &c, NULL, NULL, &err) == NULL);
+    CHECK_STR_EQ(err.field, field);
+    CHECK_MSG(strstr(err.message, field) != NULL, "message \"%s\" lacks %s", err.message, field);
+}
+
+static void test_config(const attn_layer *layer)
+{
+    const attnd_sched_config ok = { .max_batch_requests = 4, .max_batch_tokens = 64,
+                                    .max_queue_delay_us = 0, .max_queue = 1, .workers = 1 };
+    attnd_sched_config c = ok;
+    c.max_batch_requests = 0;
+    expect_bad_config(layer, c, "max_batch_requests");
+    c = ok; c.max_batch_tokens = 0;
+    expect_bad_config(layer, c, "max_batch_tokens");
+    c = ok; c.max_queue_delay_us = -1;
+    expect_bad_config(layer, c, "max_queue_delay_us");
+    c = ok; c.max_queue = 0;
+    expect_bad_config(layer, c, "max_queue");
+    c = ok; c.workers = 0;
+    expect_bad_config(layer, c, "workers");
+    attnd_scheduler *s = attnd_scheduler_create(layer, &ok, NULL, NULL, NULL);
+    CHECK(s != NULL);
+    attnd_scheduler_free(s); /* never used: drain of an idle scheduler */
+    CHECK(attnd_scheduler_create(NULL, &ok, NULL, NULL, NULL) == NULL);
+}
+
+int main(void)
+{
+    attn_layer *layer = make_layer(0x5eed);
+    if (layer == NULL) return check_summary();
+    test_config(layer);
+    run_mixed(layer, 8, 2000, 2);
+    run_mixed(layer, 1, 2000, 2);
+    run_mixed(layer, 6, 0, 2); /* a delay of 0 still works */
+    run_mixed(layer, 16, 500, 1);
+    test_token_budget(layer);
+    test_request_cap(layer);
+    test_queue_full(layer);
+    test_deadline(layer);
+    test_bad_request_isolated(layer);
+    test_delay_waits(layer);
+    test_drain(layer);
+    test_second_worker_collects(layer);
+    test_drain_races_submit(layer);
+    attn_layer_free(layer);
+    return check_summary();
+}
