@@ -1,0 +1,179 @@
+/* test_auth.c — API keys through the real daemon: 401 (with WWW-Authenticate)
+ * without a key or with a wrong one, 200 with a key from the file or from
+ * ATTND_API_KEYS, open health routes and playground, /metrics per
+ * --metrics-require-key, keys never in the log or --print-config, and refusal
+ * to start on a world-writable key or config file.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "daemon.h"
+
+#define FILE_KEY "file-key-7f3a9c2e41"
+#define ENV_KEY "env-key-b5d81f0c99"
+
+static const char body[] = "{\"query\": [[0.5, -0.25, 1, 0, 0.5, -0.25, 1, 0, 0.5, -0.25, 1, 0,"
+                           " 0.5, -0.25, 1, 0, 0.5, -0.25, 1, 0, 0.5, -0.25, 1, 0, 0.5, -0.25,"
+                           " 1, 0, 0.5, -0.25, 1, 0, 0.5, -0.25, 1, 0, 0.5, -0.25, 1, 0, 0.5,"
+                           " -0.25, 1, 0, 0.5, -0.25, 1, 0, 0.5, -0.25, 1, 0, 0.5, -0.25, 1, 0,"
+                           " 0.5, -0.25, 1, 0, 0.5, -0.25, 1, 0]]}";
+
+/* Status of one request to base+path with Authorization "Bearer key" (key
+ * NULL: no header; key "" : a raw header value in raw). */
+static long call(const attnd_proc *p, const char *method, const char *path, const char *auth,
+                 http_result *keep)
+{
+    char url[256], hdr[300];
+    snprintf(url, sizeof url, "%s%s", p->base_url, path);
+    snprintf(hdr, sizeof hdr, "Authorization: %s", auth ? auth : "");
+    const char *hdrs[] = {hdr, NULL};
+    http_result r;
+    int post = strcmp(method, "POST") == 0;
+    if (http_do_ex(method, url, post ? body : NULL, post ? strlen(body) : 0, NULL,
+                   auth ? hdrs : NULL, NULL, &r) != 0)
+        return -1;
+    long st = r.status;
+    if (keep)
+        *keep = r;
+    else
+        http_result_free(&r);
+    return st;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    char *buf = calloc(1, 1 << 20);
+    if (buf)
+        buf[fread(buf, 1, (1 << 20) - 1, f)] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+    chmod(path, mode);
+}
+
+static void test_keys(const char *key_file)
+{
+    attnd_proc p;
+    setenv("ATTND_API_KEYS", " " ENV_KEY " ,", 1);
+    const char *args[] = {"--api-key-file", key_file, NULL};
+    int started = attnd_proc_start(&p, args) == 0;
+    unsetenv("ATTND_API_KEYS");
+    if (!started) {
+        CHECK_MSG(0, "attnd with keys did not start");
+        return;
+    }
+    http_result r;
+    CHECK_INT_EQ(call(&p, "GET", "/v1/models", NULL, &r), 401);
+    CHECK(strstr(r.body, "\"unauthorized\"") != NULL);
+    CHECK_STR_EQ(r.content_type, "application/json");
+    CHECK_MSG(strncmp(r.www_authenticate, "Bearer", 6) == 0, "WWW-Authenticate '%s'",
+              r.www_authenticate);
+    http_result_free(&r);
+    CHECK_INT_EQ(call(&p, "POST", "/v1/models/demo/attention", NULL, NULL), 401);
+    CHECK_INT_EQ(call(&p, "POST", "/v1/attention", "Bearer wrong-key", NULL), 401);
+    CHECK_INT_EQ(call(&p, "GET", "/v1/models", "Bearer " FILE_KEY "x", NULL), 401);
+    CHECK_INT_EQ(call(&p, "GET", "/v1/models", "Bearer file-key-7f3a9c2e4", NULL), 401);
+    CHECK_INT_EQ(call(&p, "GET", "/v1/models", "Basic " FILE_KEY, NULL), 401);
+    CHECK_INT_EQ(call(&p, "GET", "/v1/models", "Bearer " , NULL), 401);
+    CHECK_INT_EQ(call(&p, "GET", "/v1/models", "Bearer second-key-in-file", NULL), 200);
+    CHECK_INT_EQ(call(&p, "GET", "/nowhere", NULL, NULL), 401); /* routes are not revealed */
+    CHECK_INT_EQ(call(&p, "GET", "/v1/models", "Bearer # not-a-key", NULL), 401);
+
+    CHECK_INT_EQ(call(&p, "GET", "/v1/models", "Bearer " FILE_KEY, NULL), 200);
+    CHECK_INT_EQ(call(&p, "GET", "/v1/models", "bearer " ENV_KEY, NULL), 200);
+    CHECK_INT_EQ(call(&p, "POST", "/v1/models/demo/attention", "Bearer " FILE_KEY, &r), 200);
+    CHECK(strstr(r.body, "\"output\"") != NULL);
+    http_result_free(&r);
+    CHECK_INT_EQ(call(&p, "POST", "/v1/attention", "Bearer " ENV_KEY, NULL), 200);
+
+    CHECK_INT_EQ(call(&p, "GET", "/healthz", NULL, NULL), 200);
+    CHECK_INT_EQ(call(&p, "GET", "/readyz", NULL, NULL), 200);
+    CHECK_INT_EQ(call(&p, "GET", "/metrics", NULL, NULL), 200);
+    CHECK_INT_EQ(call(&p, "GET", "/", NULL, NULL), 200); /* playground page; its calls need a key */
+
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+    char *log = slurp(p.log_path);
+    CHECK(log && strstr(log, "401 unauthorized"));
+    CHECK_MSG(log && !strstr(log, FILE_KEY) && !strstr(log, ENV_KEY) &&
+                  !strstr(log, "second-key-in-file") && !strstr(log, "wrong-key"),
+              "a key appears in the log");
+    free(log);
+    unlink(p.log_path);
+
+    /* --print-config and the debug config log hide the keys too. */
+    char *out = NULL;
+    setenv("ATTND_API_KEYS", ENV_KEY, 1);
+    const char *pargs[] = {"--model", "demo=config/demo.safetensors", "--print-config", NULL};
+    CHECK_INT_EQ(attnd_run(pargs, 10, &out), 0);
+    unsetenv("ATTND_API_KEYS");
+    CHECK(out && strstr(out, "api-keys = (set, hidden)"));
+    CHECK(out && !strstr(out, ENV_KEY));
+    free(out);
+}
+
+static void test_metrics_key(const char *key_file)
+{
+    attnd_proc p;
+    const char *args[] = {"--api-key-file", key_file, "--metrics-require-key", "1", NULL};
+    if (attnd_proc_start(&p, args) != 0) {
+        CHECK_MSG(0, "attnd with --metrics-require-key did not start");
+        return;
+    }
+    CHECK_INT_EQ(call(&p, "GET", "/metrics", NULL, NULL), 401);
+    CHECK_INT_EQ(call(&p, "GET", "/metrics", "Bearer " FILE_KEY, NULL), 200);
+    CHECK_INT_EQ(call(&p, "GET", "/healthz", NULL, NULL), 200);
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+    unlink(p.log_path);
+}
+
+/* A file anyone may write is refused at start-up, with the reason. */
+static void test_world_writable(const char *key_file, const char *cfg_file)
+{
+    char *out = NULL;
+    chmod(key_file, 0666);
+    const char *a[] = {"--model", "demo=config/demo.safetensors", "--listen", "127.0.0.1:0",
+                       "--api-key-file", key_file, NULL};
+    CHECK(attnd_run(a, 10, &out) != 0);
+    CHECK_MSG(out && strstr(out, "world-writable"), "output: %s", out ? out : "");
+    free(out);
+    chmod(key_file, 0600);
+
+    write_file(cfg_file, "{\"models\": [\"demo=config/demo.safetensors\"]}", 0666);
+    const char *b[] = {"--config", cfg_file, "--listen", "127.0.0.1:0", NULL};
+    out = NULL;
+    CHECK_INT_EQ(attnd_run(b, 10, &out), 2);
+    CHECK_MSG(out && strstr(out, "world-writable"), "output: %s", out ? out : "");
+    free(out);
+}
+
+int main(void)
+{
+    char key_file[] = "/tmp/attnd-keys-XXXXXX", cfg_file[] = "/tmp/attnd-cfg-XXXXXX";
+    int fd = mkstemp(key_file), fd2 = mkstemp(cfg_file);
+    CHECK(fd >= 0 && fd2 >= 0);
+    close(fd);
+    close(fd2);
+    write_file(key_file, "# attnd API keys\n" FILE_KEY "\n\n  second-key-in-file  \n", 0600);
+    test_keys(key_file);
+    test_metrics_key(key_file);
+    test_world_writable(key_file, cfg_file);
+    unlink(key_file);
+    unlink(cfg_file);
+    return check_summary();
+}
