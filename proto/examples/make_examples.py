@@ -351,6 +351,143 @@ def model_info(mha, model_file):
             "param_count": n}
 
 
+
+# ------------------------------------------------------------------ Open Inference Protocol (v2)
+
+def unflatten(flat, shape):
+    """Row-major flat list -> nested lists of `shape`."""
+    if len(shape) == 1:
+        return list(flat)
+    n = len(flat) // shape[0]
+    return [unflatten(flat[i * n:(i + 1) * n], shape[1:]) for i in range(shape[0])]
+
+
+def flatten(x):
+    return [y for v in x for y in flatten(v)] if isinstance(x, list) else [x]
+
+
+def v2_to_v1(req):
+    """A v2 infer request read as the equivalent /v1 batch request (proto/openapi.yaml, v2
+    routes): inputs [B,T,E] / [B,S,E] / [B,S] / [T,S] (shared), data flat or nested."""
+    v1 = {}
+    for t in req["inputs"]:
+        data = t["data"]
+        nested = bool(data) and isinstance(data[0], list)
+        assert len(flatten(data)) == math.prod(t["shape"])
+        v1[t["name"]] = data if nested else unflatten(data, t["shape"])
+    params = dict(req.get("parameters", {}))
+    v1.update({k: v for k, v in params.items() if k != "binary_data_output"})
+    names = [o["name"] for o in req.get("outputs", [])]
+    if names:
+        v1["need_weights"] = "attn_weights" in names
+    return v1, names or (["output", "attn_weights"] if v1.get("need_weights") else ["output"])
+
+
+def compute_v2(mha, req):
+    v1, names = v2_to_v1(req)
+    r = compute(mha, v1)
+    b, t = len(v1["query"]), len(v1["query"][0])
+    s = len(v1["key"][0]) if "key" in v1 else t
+    tensors = {"output": (r["output"], [b, t, mha.embed_dim])}
+    if "weights" in r:
+        per_head = not v1.get("average_attn_weights", True)
+        tensors["attn_weights"] = (r["weights"], [b, mha.num_heads, t, s] if per_head else [b, t, s])
+    resp = {"model_name": "demo", "model_version": "1"}
+    if "id" in req:
+        resp["id"] = req["id"]
+    resp["parameters"] = r["timing"]
+    resp["outputs"] = [{"name": n, "datatype": "FP32", "shape": tensors[n][1],
+                        "data": flatten(tensors[n][0])} for n in names]
+    return resp
+
+
+def v2_tensor(name, shape, data, nested=False):
+    return {"name": name, "datatype": "FP32", "shape": shape,
+            "data": data if nested else flatten(data)}
+
+
+def v2_examples(x):
+    """(name, summary, path, request) for every 200 v2 infer example."""
+    return [
+        ("v2_infer_flat", "v2 infer, flat row-major data: B=1, T=3, is_causal; id echoed",
+         "/v2/models/demo/infer",
+         {"id": "v2-flat-1", "parameters": {"is_causal": True},
+          "inputs": [v2_tensor("query", [1, 3, x.e], [x.mat(3)])]}),
+        ("v2_infer_nested", "v2 infer, data nested as the shape: cross-attention B=2, T=2, S=3, "
+         "with attn_weights (versioned path)",
+         "/v2/models/demo/versions/1/infer",
+         {"inputs": [v2_tensor("query", [2, 2, x.e], [x.mat(2), x.mat(2)], nested=True),
+                     v2_tensor("key", [2, 3, x.e], [x.mat(3), x.mat(3)], nested=True)],
+          "outputs": [{"name": "output"}, {"name": "attn_weights"}]}),
+    ]
+
+
+def v2_error_examples(x):
+    """(name, summary, method, path, request, status, message). The message is what attnd says
+    today; the tests compare it by type only (v2 errors carry no stable code)."""
+    return [
+        ("v2_error_shape", "v2: query rows of 63 numbers, the model needs 64", "POST",
+         "/v2/models/demo/infer",
+         {"inputs": [v2_tensor("query", [1, 2, x.e - 1], [row[:-1] for row in x.mat(2)])]},
+         400, 'input "query": shape [1,2,63], expected [B,T,64]'),
+        ("v2_error_model_not_found", "v2: no model of that name", "POST",
+         "/v2/models/nope/infer", {"inputs": [v2_tensor("query", [1, 1, x.e], [x.mat(1)])]},
+         404, 'no model named "nope"'),
+    ]
+
+
+def v2_metadata(mha):
+    e = mha.embed_dim
+
+    def meta(name, dtype, shape):
+        return {"name": name, "datatype": dtype, "shape": shape}
+    return {"name": "demo", "versions": ["1"], "platform": "attnd_multihead_attention",
+            "inputs": [meta("query", "FP32", [-1, -1, e]), meta("key", "FP32", [-1, -1, e]),
+                       meta("value", "FP32", [-1, -1, e]),
+                       meta("key_padding_mask", "BOOL", [-1, -1]),
+                       meta("attn_mask", "BOOL", [-1, -1])],
+            "outputs": [meta("output", "FP32", [-1, -1, e]),
+                        meta("attn_weights", "FP32", [-1, -1, -1])],
+            "parameters": {"num_heads": mha.num_heads}}
+
+
+def v2_index(mha, x, out):
+    """The v2 entries of index.json (after every v1 one, so v1 inputs stay as they were).
+    request_schema / response_schema name the v2 schemas; an entry's illustrative_keys add
+    to the global list for that entry only."""
+    index = []
+    for name, summary, path, req in v2_examples(x):
+        index.append({"name": name, "summary": summary, "method": "POST", "path": path,
+                      "request": write(out, name + ".request.json", req),
+                      "request_schema": "InferRequest", "request_valid": True, "status": 200,
+                      "response": write(out, name + ".response.json", compute_v2(mha, req)),
+                      "response_schema": "InferResponse"})
+    for name, summary, method, path, req, status, message in v2_error_examples(x):
+        index.append({"name": name, "summary": summary, "method": method, "path": path,
+                      "request": write(out, name + ".request.json", req),
+                      "request_schema": "InferRequest", "request_valid": True, "status": status,
+                      "response": write(out, name + ".response.json", {"error": message}),
+                      "response_schema": "V2Error", "illustrative_keys": ["error"]})
+    gets = [
+        ("v2_server_metadata", "v2 server metadata", "/v2",
+         {"name": "attnd", "version": "0.1.0", "extensions": ["binary_tensor_data"]},
+         "ServerMetadata", ["version"]),
+        ("v2_health_live", "v2 liveness", "/v2/health/live", {"live": True}, "V2Live", None),
+        ("v2_health_ready", "v2 readiness", "/v2/health/ready", {"ready": True}, "V2Ready", None),
+        ("v2_model_metadata", "v2 model metadata: tensors, -1 = any size", "/v2/models/demo",
+         v2_metadata(mha), "ModelMetadata", None),
+        ("v2_model_ready", "v2 model readiness (versioned path)", "/v2/models/demo/versions/1/ready",
+         {"ready": True}, "V2Ready", None),
+    ]
+    for name, summary, path, body, schema, illustrative in gets:
+        entry = {"name": name, "summary": summary, "method": "GET", "path": path, "status": 200,
+                 "response": write(out, name + ".response.json", body), "response_schema": schema}
+        if illustrative:
+            entry["illustrative_keys"] = illustrative
+        index.append(entry)
+    return index
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="config/demo.safetensors")
@@ -416,6 +553,7 @@ def main():
         {"name": "metrics", "summary": "Prometheus text format 0.0.4", "method": "GET",
          "path": "/metrics", "status": 200, "response_content_type": "text/plain"},
     ]
+    index += v2_index(mha, x, args.out)
 
     manifest = {
         "format": "attnd-examples", "version": 1,

@@ -1,7 +1,8 @@
 /* test_examples.c — sends every example in proto/examples/index.json to a real attnd on the
  * demo model and checks the documented answer: status, then the body against the example
  * response (numbers within the index's tolerance; "illustrative" keys such as timing only by
- * JSON type; keys listed as absent must not appear). Then sends every 200 example at once from
+ * JSON type, plus an entry's own illustrative_keys such as a v2 error's message; keys listed
+ * as absent must not appear). /v1 and KServe v2 examples alike. Then sends every 200 example at once from
  * parallel clients, so they are batched together, and checks the same answers again.
  * Expected responses come from PyTorch (proto/examples/make_examples.py).
  * Env: ATTND_BIN (daemon), ATTND_EXAMPLES_DIR (default proto/examples).
@@ -19,6 +20,7 @@
 typedef struct cmp_state {
     double tol;
     const json_t *illustrative; /* array of key names compared by type only */
+    const json_t *entry_illustrative; /* the example's own additions (may be NULL) */
     int mismatches;
     char first[512];            /* the first mismatch, for the message      */
     double max_diff;            /* largest |expected - actual| over numbers */
@@ -31,6 +33,7 @@ typedef struct example {
     long status;
     json_t *expected;    /* parsed response file or NULL; owned */
     const json_t *absent;
+    const json_t *illustrative; /* the entry's illustrative_keys, or NULL; borrowed */
 } example;
 
 /* Returns the malloc'd contents of dir/name (NUL-terminated) and its length, or NULL. */
@@ -69,13 +72,18 @@ static void mismatch(cmp_state *st, const char *path, const char *what, const ch
     if (st->mismatches++ == 0) fmt(st->first, sizeof st->first, "%s: %s %s", path, what, detail);
 }
 
-static int is_illustrative(const cmp_state *st, const char *key) {
+static int in_list(const json_t *list, const char *key) {
     size_t i;
     const json_t *k;
-    json_array_foreach(st->illustrative, i, k) {
-        if (strcmp(json_string_value(k), key) == 0) return 1;
+    json_array_foreach(list, i, k) {
+        if (json_is_string(k) && strcmp(json_string_value(k), key) == 0) return 1;
     }
     return 0;
+}
+
+/* Global illustrative_keys, plus the example's own (e.g. a v2 error's "error" message). */
+static int is_illustrative(const cmp_state *st, const char *key) {
+    return in_list(st->illustrative, key) || in_list(st->entry_illustrative, key);
 }
 
 static const char *type_name(const json_t *v) {
@@ -161,6 +169,7 @@ static int load_example(const char *dir, const json_t *e, example *ex) {
     ex->allow = json_string_value(json_object_get(e, "allow_contains"));
     ex->status = (long)json_integer_value(json_object_get(e, "status"));
     ex->absent = json_object_get(e, "absent");
+    ex->illustrative = json_object_get(e, "illustrative_keys");
     const char *req = json_string_value(json_object_get(e, "request"));
     const char *resp = json_string_value(json_object_get(e, "response"));
     CHECK_MSG(ex->name && ex->method && ex->path && ex->status > 0, "index entry incomplete");
@@ -207,6 +216,7 @@ static void check_response(const example *ex, const http_result *r, const cmp_st
               r->body ? r->body : "");
     if (!act) return;
     cmp_state st = *proto;
+    st.entry_illustrative = ex->illustrative;
     compare(ex->expected, act, "$", &st);
     CHECK_MSG(st.mismatches == 0, "%s [%s]: %d mismatches; first %s", ex->name, tag,
               st.mismatches, st.first);
@@ -216,7 +226,7 @@ static void check_response(const example *ex, const http_result *r, const cmp_st
         CHECK_MSG(json_object_get(act, json_string_value(k)) == NULL, "%s [%s]: \"%s\" present",
                   ex->name, tag, json_string_value(k));
     }
-    if (json_object_get(ex->expected, "output"))
+    if (json_object_get(ex->expected, "output") || json_object_get(ex->expected, "outputs"))
         printf("%-32s %-10s max |diff| %.3g\n", ex->name, tag, st.max_diff);
     json_decref(act);
 }
@@ -265,7 +275,9 @@ static void concurrent_pass(const char *base_url, const example *exs, size_t n, 
         check_response(args[i].ex, &args[i].result, st, "concurrent");
         json_t *r = json_loadb(args[i].result.body ? args[i].result.body : "",
                                args[i].result.body_len, 0, NULL);
-        json_int_t b = json_integer_value(json_object_get(json_object_get(r, "timing"), "batch_size"));
+        const json_t *tm = json_object_get(r, "timing"); /* v2: "parameters" */
+        if (!tm) tm = json_object_get(r, "parameters");
+        json_int_t b = json_integer_value(json_object_get(tm, "batch_size"));
         if (b > largest) largest = b;
         json_decref(r);
         http_result_free(&args[i].result);

@@ -6,7 +6,8 @@
  *   3. open loop: exactly rate x duration requests; a slow server gives timeouts;
  *      bad usage exits 2, an unreachable server exits 3;
  *   4. a tiny sweep against the real attnd (tests/common/daemon.h): zero errors, rps > 0,
- *      0 < p50 <= p90 <= p95 <= p99 <= max, and the JSON, CSV and SVG files are well formed. */
+ *      0 < p50 <= p90 <= p95 <= p99 <= max, and the JSON, CSV and SVG files are well formed;
+ *      then --protocol v2 --binary against it: zero errors, timing read from the answers. */
 #include <arpa/inet.h>
 #include <jansson.h>
 #include <microhttpd.h>
@@ -456,13 +457,33 @@ static void test_real_attnd(void)
     CHECK(out && strstr(out, "concurrency") && strstr(out, "p99 ms"));
     free(out);
     check_svg(tmp_path("real.svg"));
+
+    /* KServe v2 with binary tensors both ways: every answer's header length, shapes and
+     * binary_data_size checked by attnd-load; timing read from the response's parameters. */
+    const char *v2[] = {"--url", p.base_url, "--model", "demo", "--protocol", "v2", "--binary",
+                        "--batch", "3", "--seq-len", "4:24", "--cross", "--key-len", "2:9",
+                        "--need-weights", "--key-padding", "0.25", "--causal",
+                        "--concurrency", "4", "--requests", "60", "--warmup", "0",
+                        "--json", tmp_path("real_v2.json"), "--max-error-rate", "0", NULL};
+    CHECK_INT_EQ(run_load(v2), 0);
+    root = load_json(tmp_path("real_v2.json"));
+    levels = check_report(root, 1, &ok);
+    json_t *l = json_array_get(levels, 0);
+    CHECK_INT_EQ(jint(l, "errors"), 0);
+    CHECK_INT_EQ(jint(l, "ok"), 60);
+    CHECK(jnum(l, "mean_batch_size") >= 1);
+    CHECK(jnum(l, "tokens_per_s") >= 3 * 4 * jnum(l, "rps")); /* B = 3 sequences of T >= 4 */
+    json_t *params = json_object_get(root, "params");
+    CHECK_STR_EQ(json_string_value(json_object_get(params, "protocol")), "v2");
+    CHECK(json_is_true(json_object_get(params, "binary")));
+    json_decref(root);
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);
 }
 
 static void cleanup(void)
 {
     const char *names[] = {"out.txt", "good.json", "good.csv", "good.svg", "bad.json",
-                           "gone.json", "rate.json", "rate.csv", "rate.svg", "slow.json", "real.json", "real.csv", "real.svg"};
+                           "gone.json", "rate.json", "rate.csv", "rate.svg", "slow.json", "real.json", "real.csv", "real.svg", "real_v2.json"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) unlink(tmp_path(names[i]));
     rmdir(tmpdir);
 }

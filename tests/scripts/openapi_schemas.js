@@ -63,7 +63,9 @@ for (const e of index.examples) {
         const p = exampleFile(e.request);
         if (e.request.endsWith(".json")) {
             if (typeof e.request_valid !== "boolean") die(e.name + ": request_valid missing");
-            plan.push([schemaFile("AttentionRequest"), e.request_valid ? "valid" : "invalid", p]);
+            // request_schema: the v2 examples' InferRequest; /v1 ones leave it out.
+            const schema = e.request_schema || "AttentionRequest";
+            plan.push([schemaFile(schema), e.request_valid ? "valid" : "invalid", p]);
         }
     }
     if (e.response) {
@@ -86,6 +88,9 @@ const resp = read("self_single.response.json");
 const err = read("error_unknown_field.response.json");
 const info = read("model_info.response.json");
 const row = single.query[0];
+const v2req = read("v2_infer_flat.request.json");
+const v2resp = read("v2_infer_flat.response.json");
+const v2in = v2req.inputs[0];
 const mutants = {
     request: {
         unknown_field: { ...single, foo: 1 },
@@ -117,6 +122,25 @@ const mutants = {
         field_missing: { error: { code: err.error.code, message: err.error.message } },
         not_enveloped: err.error,
     },
+    v2request: {
+        unknown_member: { ...v2req, extra: 1 },
+        inputs_missing: { id: v2req.id },
+        input_unknown_name: { inputs: [{ ...v2in, name: "queries" }] },
+        datatype_fp64: { inputs: [{ ...v2in, datatype: "FP64" }] },
+        shape_zero: { inputs: [{ ...v2in, shape: [1, 0, 64] }] },
+        data_string: { inputs: [{ ...v2in, data: ["0.5"] }] },
+        parameter_unknown: { ...v2req, parameters: { is_casual: true } },
+        output_unknown: { ...v2req, outputs: [{ name: "weights" }] },
+    },
+    v2response: {
+        outputs_missing: (({ outputs, ...r }) => r)(v2resp),
+        timing_missing: (({ parameters, ...r }) => r)(v2resp),
+        datatype_bool: { ...v2resp, outputs: [{ ...v2resp.outputs[0], datatype: "BOOL" }] },
+    },
+    v2error: {
+        v1_envelope: read("error_unknown_field.response.json"),
+        not_a_string: { error: 5 },
+    },
     info: {
         has_bias_missing: (({ has_bias, ...r }) => r)(info),
         loaded_at_not_a_date: { ...info, loaded_at: "yesterday" },
@@ -124,7 +148,8 @@ const mutants = {
     },
 };
 const mutantSchema = { request: "AttentionRequest", response: "AttentionResponse",
-                       error: "Error", info: "ModelInfo" };
+                       error: "Error", info: "ModelInfo", v2request: "InferRequest",
+                       v2response: "InferResponse", v2error: "V2Error" };
 for (const [kind, cases] of Object.entries(mutants)) {
     for (const [name, body] of Object.entries(cases)) {
         const p = path.join(outDir, "mutants", kind + "_" + name + ".json");

@@ -1,5 +1,5 @@
 /* test_load_args.c — attnd-load's option parser: sweep syntax, ranges, durations, defaults,
- * and bad input rejected with a message instead of being guessed at. */
+ * --protocol v2 / --binary, and bad input rejected with a message instead of being guessed at. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,8 +164,51 @@ static void test_seq_len_dist(void)
     unlink(path);
 }
 
+/* --protocol v2 / --binary: accepted combinations and the usage errors. */
+static void test_protocol(void)
+{
+    load_opts o;
+    char err[256] = "";
+    const char *defaults[] = {NULL};
+    CHECK_INT_EQ(parse(&o, defaults, err, sizeof err), 0);
+    CHECK(o.protocol == 1 && !o.binary);
+    load_opts_free(&o);
+
+    /* v2 with a ragged length range is fine: each request draws one T for its whole batch */
+    const char *v2[] = {"--model", "demo", "--protocol", "v2", "--binary", "--seq-len", "16:128",
+                        "--batch", "8", "--cross", "--key-len", "4:9", "--need-weights",
+                        "--causal", "--window", "4", "--key-padding", "0.5", NULL};
+    CHECK_INT_EQ(parse(&o, v2, err, sizeof err), 0);
+    CHECK(o.protocol == 2 && o.binary && o.seq_min == 16 && o.seq_max == 128 && o.batch == 8);
+    CHECK(o.cross && o.key_min == 4 && o.key_max == 9 && o.need_weights && o.causal);
+    load_opts_free(&o);
+
+    const char *v1[] = {"--protocol", "v1", NULL};
+    CHECK_INT_EQ(parse(&o, v1, err, sizeof err), 0);
+    CHECK(o.protocol == 1 && !o.binary);
+    load_opts_free(&o);
+
+    const char *const bad[][7] = {
+        {"--binary", NULL},                                      /* needs --protocol v2 */
+        {"--binary", "--model", "demo", "--protocol", "v1", NULL},
+        {"--protocol", "v3", "--model", "demo", NULL},
+        {"--protocol", "2", "--model", "demo", NULL},
+        {"--protocol", "v2", NULL},                              /* the v2 path needs a model */
+        {"--protocol", "v2", "--model", "demo", "--request-file", "x.json", NULL},
+    };
+    const char *want[] = {"--binary", "--binary", "--protocol", "--protocol", "--model",
+                          "--request-file"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err[0] = 0;
+        int rc = parse(&o, bad[i], err, sizeof err);
+        CHECK_MSG(rc == -1 && strstr(err, want[i]), "case %zu accepted or unclear: '%s'", i, err);
+        load_opts_free(&o);
+    }
+}
+
 int main(void)
 {
+    test_protocol();
     test_sweeps();
     test_ranges_durations();
     test_command_lines();

@@ -1,7 +1,9 @@
 /* test_load_check.c — attnd-load's response checker: a good body passes and yields its timing;
  * wrong status, non-JSON, truncated JSON, missing or misshapen output/weights and a wrong id are
- * each counted as the right error kind. Also: every generated pool request is valid JSON whose
- * shapes agree with the response shape it expects. */
+ * each counted as the right error kind; the same for KServe v2 responses, JSON and binary
+ * (outputs[], shapes, data lengths, binary_data_size against the header length and body).
+ * Also: every generated pool request (v1, v2 JSON, v2 binary) is well formed and its
+ * expectation accepts the answer attnd would give. */
 #include <curl/curl.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -193,6 +195,238 @@ static void test_pool_roundtrip(const char *const *args)
     load_opts_free(&o);
 }
 
+
+/* ---- KServe v2 ------------------------------------------------------------------------------ */
+
+static load_kind check_v2(long status, const char *body, size_t len, long long hl,
+                          const load_expect_v2 *w, load_timing *t)
+{
+    return load_check_response_v2(status, body, len, hl, w, t);
+}
+
+#define V2_TIMING "\"parameters\":{\"queue_us\":412,\"compute_us\":180,\"batch_size\":6}"
+#define V2_DATA12 "[1,2,3,4,5,6,7,8,9,10,11,-1.5e-3]"
+
+static void test_v2_json(void)
+{
+    load_expect_v2 w = {.b = 2, .t = 2, .s = 3, .e_out = 3, .id = "r1"};
+    load_expect_v2 ww = {.weights = 1, .b = 2, .t = 2, .s = 3, .e_out = 3};
+    load_timing t;
+    char buf[1024];
+#define V2(outputs) "{\"model_name\":\"demo\",\"model_version\":\"1\",\"id\":\"r1\"," V2_TIMING \
+                    ",\"outputs\":[" outputs "]}"
+#define OUT(shape, data) "{\"name\":\"output\",\"datatype\":\"FP32\",\"shape\":" shape ",\"data\":" data "}"
+    const char *good = V2(OUT("[2,2,3]", V2_DATA12));
+    CHECK_INT_EQ(check_v2(200, good, strlen(good), -1, &w, &t), LOAD_OK);
+    CHECK(t.has && t.queue_us == 412 && t.compute_us == 180 && t.batch_size == 6);
+    /* member order is free: data before shape is checked once the shape is known */
+    const char *data_first = "{\"outputs\":[{\"data\":" V2_DATA12 ",\"shape\":[2,2,3],"
+                             "\"datatype\":\"FP32\",\"name\":\"output\"}],\"id\":\"r1\"}";
+    CHECK_INT_EQ(check_v2(200, data_first, strlen(data_first), -1, &w, &t), LOAD_OK);
+    CHECK(!t.has);
+    const char *with_w = V2(OUT("[2,2,3]", V2_DATA12) ",{\"name\":\"attn_weights\",\"datatype\":"
+                            "\"FP32\",\"shape\":[2,2,3],\"data\":" V2_DATA12 "}");
+    CHECK_INT_EQ(check_v2(200, with_w, strlen(with_w), -1, &ww, &t), LOAD_OK);
+
+    const char *bad_shape[] = {
+        V2(OUT("[2,2,4]", V2_DATA12)),                      /* wrong E_out            */
+        V2(OUT("[2,2,3]", "[1,2,3,4,5,6,7,8,9,10,11]")),     /* 11 values for 12       */
+        V2(OUT("[2,2,3]", "[[1,2,3,4,5,6],[7,8,9,10,11,12]]")), /* nested, not flat   */
+        V2(OUT("[2,2,3]", "[1,2,3,4,5,6,7,8,9,10,11,\"x\"]")),
+        V2(OUT("[4,3]", V2_DATA12)),                        /* right count, wrong rank */
+        V2(OUT("[2,2,3.0]", V2_DATA12)),
+        V2("{\"name\":\"output\",\"datatype\":\"FP16\",\"shape\":[2,2,3],\"data\":" V2_DATA12 "}"),
+        V2("{\"name\":\"out\",\"datatype\":\"FP32\",\"shape\":[2,2,3],\"data\":" V2_DATA12 "}"),
+        V2("{\"name\":\"output\",\"datatype\":\"FP32\",\"shape\":[2,2,3]}"),          /* no data */
+        V2("{\"name\":\"output\",\"datatype\":\"FP32\",\"shape\":[2,2,3],"
+           "\"parameters\":{\"binary_data_size\":48}}"),   /* binary, not asked for  */
+        V2(OUT("[2,2,3]", V2_DATA12) "," OUT("[2,2,3]", V2_DATA12)),   /* twice    */
+        V2(""),                                             /* no outputs             */
+        V2("1"),
+        "{\"id\":\"r1\"," V2_TIMING "}",                     /* outputs missing        */
+        "{\"id\":\"r2\",\"outputs\":[" OUT("[2,2,3]", V2_DATA12) "]}",   /* wrong id   */
+        V2(OUT("[2,2,3]", V2_DATA12) ",{\"name\":\"attn_weights\",\"datatype\":\"FP32\","
+           "\"shape\":[2,2,3],\"data\":" V2_DATA12 "}"),   /* weights not asked for  */
+    };
+    for (size_t i = 0; i < sizeof bad_shape / sizeof *bad_shape; i++)
+        CHECK_MSG(check_v2(200, bad_shape[i], strlen(bad_shape[i]), -1, &w, &t) == LOAD_ERR_BAD_SHAPE,
+                  "v2 body %zu: %s", i, bad_shape[i]);
+    CHECK(!t.has);
+    CHECK_INT_EQ(check_v2(200, good, strlen(good), -1, &ww, &t), LOAD_ERR_BAD_SHAPE); /* weights missing */
+    /* a JSON-only answer with a header length: trailing bytes are not accounted for */
+    snprintf(buf, sizeof buf, "%sXXXX", good);
+    CHECK_INT_EQ(check_v2(200, buf, strlen(buf), (long long)strlen(good), &w, &t), LOAD_ERR_BAD_SHAPE);
+
+    const char *bad_json[] = {"", "[]", "{\"outputs\":[" OUT("[2,2,3]", V2_DATA12),
+                              "{\"outputs\":[{\"name\":output}]}", "{\"outputs\":[{}],}"};
+    for (size_t i = 0; i < sizeof bad_json / sizeof *bad_json; i++)
+        CHECK_MSG(check_v2(200, bad_json[i], strlen(bad_json[i]), -1, &w, &t) == LOAD_ERR_BAD_JSON,
+                  "v2 body %zu: %s", i, bad_json[i]);
+    CHECK_INT_EQ(check_v2(400, "{\"error\":\"input \\\"query\\\": shape\"}", 33, -1, &w, &t),
+                 LOAD_ERR_HTTP_4XX);
+    CHECK_INT_EQ(check_v2(503, "{\"error\":\"queue full\"}", 22, -1, &w, &t), LOAD_ERR_HTTP_503);
+    CHECK_INT_EQ(check_v2(200, NULL, 0, -1, &w, &t), LOAD_ERR_BAD_JSON);
+#undef V2
+#undef OUT
+}
+
+/* Header JSON then n_bytes of zeros; returns the total length. */
+static size_t binary_body(char *buf, size_t cap, const char *header, size_t n_bytes)
+{
+    size_t h = strlen(header);
+    if (h + n_bytes > cap) return 0;
+    memcpy(buf, header, h);
+    memset(buf + h, 0, n_bytes);
+    return h + n_bytes;
+}
+
+static void test_v2_binary(void)
+{
+    load_expect_v2 w = {.binary = 1, .b = 1, .t = 2, .s = 5, .e_out = 3};   /* 24 bytes */
+    load_expect_v2 ww = {.binary = 1, .weights = 1, .b = 1, .t = 2, .s = 5, .e_out = 3};
+    load_timing t;
+    char buf[1024];
+#define BOUT(name, shape, size) "{\"name\":\"" name "\",\"datatype\":\"FP32\",\"shape\":" shape \
+                                ",\"parameters\":{\"binary_data_size\":" size "}}"
+    const char *h = "{\"model_name\":\"demo\"," V2_TIMING ",\"outputs\":[" BOUT("output", "[1,2,3]", "24") "]}";
+    long long hl = (long long)strlen(h);
+    size_t n = binary_body(buf, sizeof buf, h, 24);
+    CHECK_INT_EQ(check_v2(200, buf, n, hl, &w, &t), LOAD_OK);
+    CHECK(t.has && t.batch_size == 6);
+    CHECK_INT_EQ(check_v2(200, buf, n - 4, hl, &w, &t), LOAD_ERR_BAD_SHAPE);     /* short body  */
+    n = binary_body(buf, sizeof buf, h, 28);
+    CHECK_INT_EQ(check_v2(200, buf, n, hl, &w, &t), LOAD_ERR_BAD_SHAPE);         /* extra bytes */
+    n = binary_body(buf, sizeof buf, h, 24);
+    CHECK_INT_EQ(check_v2(200, buf, n, -1, &w, &t), LOAD_ERR_BAD_JSON);          /* no header length */
+    CHECK_INT_EQ(check_v2(200, buf, n, (long long)n + 1, &w, &t), LOAD_ERR_BAD_JSON); /* beyond body */
+    CHECK_INT_EQ(check_v2(200, buf, n, hl - 1, &w, &t), LOAD_ERR_BAD_JSON);      /* inside the JSON */
+    CHECK(!t.has);
+
+    const char *size20 = "{\"outputs\":[" BOUT("output", "[1,2,3]", "20") "]}";
+    n = binary_body(buf, sizeof buf, size20, 20);
+    CHECK_INT_EQ(check_v2(200, buf, n, (long long)strlen(size20), &w, &t), LOAD_ERR_BAD_SHAPE);
+    const char *json_data = "{\"outputs\":[{\"name\":\"output\",\"datatype\":\"FP32\",\"shape\":"
+                            "[1,2,3],\"data\":[1,2,3,4,5,6]}]}";                 /* not binary */
+    CHECK_INT_EQ(check_v2(200, json_data, strlen(json_data), -1, &w, &t), LOAD_ERR_BAD_SHAPE);
+
+    /* two binary outputs: output (24 bytes) then attn_weights [1,2,5] (40 bytes) */
+    const char *two = "{\"outputs\":[" BOUT("output", "[1,2,3]", "24") ","
+                      BOUT("attn_weights", "[1,2,5]", "40") "]}";
+    n = binary_body(buf, sizeof buf, two, 64);
+    CHECK_INT_EQ(check_v2(200, buf, n, (long long)strlen(two), &ww, &t), LOAD_OK);
+    CHECK_INT_EQ(check_v2(200, buf, n - 40, (long long)strlen(two), &ww, &t), LOAD_ERR_BAD_SHAPE);
+    CHECK_INT_EQ(check_v2(200, buf, n, (long long)strlen(two), &w, &t), LOAD_ERR_BAD_SHAPE);
+#undef BOUT
+}
+
+/* The answer attnd would give to a v2 pool request: JSON data of zeros, or binary zeros. */
+static char *fake_v2_response(const load_expect_v2 *e, size_t *len, long long *hl)
+{
+    size_t n_out = (size_t)e->b * (size_t)e->t * (size_t)e->e_out;
+    size_t n_w = e->weights ? (size_t)e->b * (size_t)e->t * (size_t)e->s : 0;
+    size_t cap = 512 + 2 * (n_out + n_w) + 4 * (n_out + n_w);
+    char *b = malloc(cap);
+    int k = snprintf(b, cap, "{\"model_name\":\"x\",\"id\":\"%s\",\"outputs\":[", e->id);
+    for (int o = 0; o < (e->weights ? 2 : 1); o++) {
+        size_t cnt = o ? n_w : n_out;
+        k += snprintf(b + k, cap - (size_t)k, "%s{\"name\":\"%s\",\"datatype\":\"FP32\",\"shape\":"
+                      "[%d,%d,%d]", o ? "," : "", o ? "attn_weights" : "output", e->b, e->t,
+                      o ? e->s : e->e_out);
+        if (e->binary) {
+            k += snprintf(b + k, cap - (size_t)k, ",\"parameters\":{\"binary_data_size\":%zu}}", 4 * cnt);
+            continue;
+        }
+        k += snprintf(b + k, cap - (size_t)k, ",\"data\":[");
+        for (size_t i = 0; i < cnt; i++) k += snprintf(b + k, cap - (size_t)k, i ? ",0" : "0");
+        k += snprintf(b + k, cap - (size_t)k, "]}");
+    }
+    k += snprintf(b + k, cap - (size_t)k, "]}");
+    *hl = e->binary ? k : -1;
+    if (e->binary) {
+        memset(b + k, 0, 4 * (n_out + n_w));
+        k += (int)(4 * (n_out + n_w));
+    }
+    *len = (size_t)k;
+    return b;
+}
+
+/* Finds input `name` in a v2 request's JSON header; its shape into dim. Returns the input or NULL. */
+static json_t *v2_input(json_t *req, const char *name, int64_t *dim, int *rank)
+{
+    size_t i;
+    json_t *in;
+    json_array_foreach(json_object_get(req, "inputs"), i, in) {
+        if (strcmp(json_string_value(json_object_get(in, "name")), name) != 0) continue;
+        json_t *shape = json_object_get(in, "shape");
+        *rank = (int)json_array_size(shape);
+        for (int d = 0; d < *rank && d < 4; d++) dim[d] = json_integer_value(json_array_get(shape, (size_t)d));
+        return in;
+    }
+    return NULL;
+}
+
+/* Every v2 pool body is a valid infer request (JSON, or JSON header + exactly the binary bytes
+ * announced) with one T per request, and its expectation accepts attnd's answer. */
+static void test_v2_pool(const char *const *args)
+{
+    char *argv[32];
+    int argc = 0;
+    char err[256];
+    load_opts o;
+    load_pool p;
+    argv[argc++] = (char *)"attnd-load";
+    for (; *args; args++) argv[argc++] = (char *)*args;
+    CHECK_INT_EQ(load_opts_parse(&o, argc, argv, err, sizeof err), 0);
+    load_model m = {6, 5, 5, 7, 2};
+    CHECK_INT_EQ(load_pool_build(&p, &o, &m, err, sizeof err), 0);
+    CHECK_INT_EQ(p.n, (size_t)o.pool);
+    int lengths_seen = 0, last_t = -1;
+    for (size_t i = 0; i < p.n; i++) {
+        const load_req *r = &p.reqs[i];
+        CHECK(r->v2.on);
+        size_t hl = o.binary ? r->v2.header_len : r->len;
+        CHECK(hl > 0 && hl <= r->len);
+        json_error_t je;
+        json_t *req = json_loadb(r->body, hl, JSON_REJECT_DUPLICATES, &je);
+        CHECK_MSG(req != NULL, "v2 pool body %zu header is not JSON: %s", i, je.text);
+        int64_t q[4] = {0}, k[4] = {0};
+        int qr = 0, kr = 0;
+        int B = o.batch ? o.batch : 1;
+        CHECK(v2_input(req, "query", q, &qr) && qr == 3);
+        CHECK(q[0] == B && q[1] >= o.seq_min && q[1] <= o.seq_max && q[2] == 6);
+        CHECK(q[1] == r->v2.expect.t && r->tokens == B * q[1] && r->sequences == B);
+        lengths_seen += q[1] != last_t;
+        last_t = (int)q[1];
+        if (o.cross) {
+            CHECK(v2_input(req, "key", k, &kr) && kr == 3 && k[0] == B && k[2] == 5);
+            CHECK(k[1] == r->v2.expect.s);
+            CHECK(!v2_input(req, "value", k, &kr)); /* E_k == E_v: value defaults to key */
+        }
+        json_t *params = json_object_get(req, "parameters");
+        CHECK(json_is_true(json_object_get(params, "binary_data_output")) == o.binary);
+        CHECK(json_is_true(json_object_get(params, "need_weights")) == o.need_weights);
+        size_t bytes = 0, idx;
+        json_t *in;
+        json_array_foreach(json_object_get(req, "inputs"), idx, in) {
+            json_t *size = json_object_get(json_object_get(in, "parameters"), "binary_data_size");
+            CHECK((size != NULL) == o.binary && (json_object_get(in, "data") != NULL) == !o.binary);
+            bytes += (size_t)json_integer_value(size);
+        }
+        CHECK_INT_EQ(r->len - hl, bytes);
+        json_decref(req);
+        size_t len;
+        long long rhl;
+        load_expect_v2 want = load_req_expect_v2(r);
+        char *resp = fake_v2_response(&want, &len, &rhl);
+        load_timing t;
+        CHECK_MSG(check_v2(200, resp, len, rhl, &want, &t) == LOAD_OK, "v2 request %zu: response rejected", i);
+        free(resp);
+    }
+    CHECK(lengths_seen > 1); /* --seq-len A:B varies T across requests */
+    load_pool_free(&p);
+    load_opts_free(&o);
+}
+
 /* A request file is sent verbatim; its expected shapes come from its own query/key and flags. */
 static void test_request_file(void)
 {
@@ -258,5 +492,18 @@ int main(void)
     test_pool_roundtrip(plain);
     test_pool_roundtrip(cross);
     test_pool_roundtrip(batch);
+    test_v2_json();
+    test_v2_binary();
+    const char *v2_json[] = {"--pool", "8", "--model", "m", "--protocol", "v2", "--seq-len", "1:9",
+                             "--batch", "3", "--cross", "--key-len", "2:6", "--need-weights",
+                             "--key-padding", "0.5", "--causal", NULL};
+    const char *v2_bin[] = {"--pool", "8", "--model", "m", "--protocol", "v2", "--binary",
+                            "--seq-len", "2:12", "--key-padding", "0.3", "--window", "2", NULL};
+    const char *v2_bin_cross[] = {"--pool", "8", "--model", "m", "--protocol", "v2", "--binary",
+                                  "--seq-len", "1:5", "--batch", "2", "--cross", "--need-weights",
+                                  NULL};
+    test_v2_pool(v2_json);
+    test_v2_pool(v2_bin);
+    test_v2_pool(v2_bin_cross);
     return check_summary();
 }

@@ -34,6 +34,8 @@ static void describe(char *buf, size_t n, const load_opts *o, const load_model *
     if (o->cross && (size_t)k < n)
         k += snprintf(buf + k, n - (size_t)k, ", cross S %d:%d", o->key_min, o->key_max);
     if (o->batch && (size_t)k < n) k += snprintf(buf + k, n - (size_t)k, ", batch %d", o->batch);
+    if (o->protocol == 2 && (size_t)k < n)
+        k += snprintf(buf + k, n - (size_t)k, ", v2%s", o->binary ? " binary" : "");
     if ((size_t)k < n) {
         if (o->requests)
             snprintf(buf + k, n - (size_t)k, ", %ld requests per level", o->requests);

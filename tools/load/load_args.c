@@ -182,6 +182,12 @@ void load_usage(FILE *f)
         "target\n"
         "  --url URL              base URL (default http://127.0.0.1:8080)\n"
         "  --model NAME           POST URL/v1/models/NAME/attention (default: /v1/attention)\n"
+        "  --protocol v1|v2       v2: KServe v2, POST URL/v2/models/NAME/infer (needs --model);\n"
+        "                         query FP32 [B,T,E] (B = --batch or 1, one T per request;\n"
+        "                         --seq-len A:B still varies T across requests), key/value\n"
+        "                         with --cross, is_causal/window/need_weights as parameters\n"
+        "  --binary               v2: send tensors as binary data (Inference-Header-Content-\n"
+        "                         Length) and ask for binary outputs; checks their sizes\n"
         "requests (bodies are pre-generated into a pool, seeded; generation is not measured)\n"
         "  --seq-len N|A:B        query length T, fixed or uniform in [A,B] (default 32)\n"
         "  --seq-len-dist FILE    T sampled from FILE's lines (one length per line)\n"
@@ -192,7 +198,8 @@ void load_usage(FILE *f)
         "  --causal               is_causal: true\n"
         "  --window N             sliding window\n"
         "  --key-padding P        mask the last fraction P of every sequence's keys (0 <= P < 1)\n"
-        "  --batch B              B sequences per request (B x T x E; each T drawn separately)\n"
+        "  --batch B              B sequences per request (B x T x E; each T drawn separately\n"
+        "                         in v1, one T for all B in v2)\n"
         "  --request-file FILE    send FILE as is (repeatable: a pool of files)\n"
         "  --pool N               distinct generated bodies (default 64)\n"
         "  --seed S               PRNG seed (default 1)\n"
@@ -220,7 +227,8 @@ void load_usage(FILE *f)
         "  attnd-load --model demo --concurrency 1:64:x2 --duration 5s --seq-len 16:128\n"
         "  attnd-load --model demo --rate 200,400,800 --duration 10s --json r.json --svg r.svg\n"
         "  attnd-load --model demo --cross --key-len 256 --need-weights --batch 4\n"
-        "  attnd-load --model demo --request-file proto/examples/attention_single.json\n",
+        "  attnd-load --model demo --request-file proto/examples/self_single.request.json\n"
+        "  attnd-load --model demo --protocol v2 --binary --batch 8 --seq-len 16:128\n",
         f);
 }
 
@@ -228,6 +236,7 @@ enum {
     O_URL = 256, O_MODEL, O_SEQ, O_SEQDIST, O_EMBED, O_CROSS, O_KEYLEN, O_WEIGHTS, O_CAUSAL,
     O_WINDOW, O_KPAD, O_BATCH, O_REQFILE, O_POOL, O_SEED, O_CONC, O_RATE, O_DUR, O_REQS,
     O_WARM, O_TIMEOUT, O_INFLIGHT, O_JSON, O_CSV, O_SVG, O_QUIET, O_MAXERR, O_HELP,
+    O_PROTOCOL, O_BINARY,
 };
 
 static const struct option long_opts[] = {
@@ -259,6 +268,8 @@ static const struct option long_opts[] = {
     {"quiet", no_argument, 0, O_QUIET},
     {"max-error-rate", required_argument, 0, O_MAXERR},
     {"help", no_argument, 0, O_HELP},
+    {"protocol", required_argument, 0, O_PROTOCOL},
+    {"binary", no_argument, 0, O_BINARY},
     {0, 0, 0, 0},
 };
 
@@ -274,6 +285,7 @@ static void set_defaults(load_opts *o)
     o->timeout_s = 30;
     o->max_inflight = 1024;
     o->max_error_rate = 0.01;
+    o->protocol = 1;
 }
 
 /* Handles one option; returns 0 or -1 (err set). */
@@ -294,6 +306,12 @@ static int apply_opt(load_opts *o, int c, const char *arg, int *seen_conc, char 
     case O_JSON: o->json_path = arg; return 0;
     case O_CSV: o->csv_path = arg; return 0;
     case O_SVG: o->svg_path = arg; return 0;
+    case O_BINARY: o->binary = 1; return 0;
+    case O_PROTOCOL:
+        if (strcmp(arg, "v1") && strcmp(arg, "v2"))
+            return errf(err, el, "--protocol: '%s' is not v1 or v2", arg);
+        o->protocol = arg[1] - '0';
+        return 0;
     case O_EMBED:
     case O_WINDOW:
     case O_BATCH:
@@ -365,6 +383,11 @@ static int validate(load_opts *o, char *err, size_t el)
     if (o->n_request_files && (o->cross || o->batch || o->seq_dist || o->need_weights ||
                                o->causal || o->window || o->key_padding > 0))
         return errf(err, el, "--request-file is sent as is; drop the request-shape options");
+    if (o->binary && o->protocol != 2) return errf(err, el, "--binary needs --protocol v2");
+    if (o->protocol == 2 && !o->model)
+        return errf(err, el, "--protocol v2 needs --model (the v2 path names the model)");
+    if (o->protocol == 2 && o->n_request_files)
+        return errf(err, el, "--request-file sends /v1 bodies; it does not mix with --protocol v2");
     for (size_t i = 0; !o->is_rate && i < o->n_levels; i++)
         if (o->levels[i] > MAX_CONCURRENCY)
             return errf(err, el, "--concurrency: %g is above %d", o->levels[i], MAX_CONCURRENCY);

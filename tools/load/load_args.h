@@ -37,6 +37,8 @@ typedef struct load_opts {
     int quiet;
     double max_error_rate;
     int help;               /* --help was given (usage already printed) */
+    int protocol;           /* 1: POST /v1 attention (default); 2: KServe v2 infer */
+    int binary;             /* v2 only: tensors as binary data, both ways */
 } load_opts;
 
 /* Parses argv into *o (defaults first). Returns 0, or -1 with a one-line reason in err.

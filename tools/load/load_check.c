@@ -1,6 +1,7 @@
 /* load_check.c — response classification for attnd-load: a strict one-pass JSON scanner that
  * compares the nesting of `output`/`weights` against the expected shape as it goes (no tree,
- * no allocation) and picks up timing.{queue_us,compute_us,batch_size}. */
+ * no allocation) and picks up timing.{queue_us,compute_us,batch_size}; the same for KServe v2
+ * infer responses (outputs[], parameters, binary outputs after the JSON header). */
 #include "load_check.h"
 
 #include <curl/curl.h>
@@ -341,6 +342,232 @@ load_kind load_check_response(long status, const char *body, size_t len,
         int want_id = want->id && want->id[0];
         if (sc.bad_shape || !t.seen_output || t.seen_weights != (want->weights != NULL) ||
             (want_id && !t.id_ok))
+            k = LOAD_ERR_BAD_SHAPE;
+    }
+    if (k != LOAD_OK) memset(timing, 0, sizeof *timing);
+    return k;
+}
+
+/* ---- KServe v2 infer responses --------------------------------------------------------------- */
+
+enum { OUT_OUTPUT, OUT_WEIGHTS, OUT_OTHER };
+
+/* One entry of "outputs" as scanned; checked against the expectation when the object ends. */
+typedef struct v2_output {
+    int name;                   /* OUT_*                                            */
+    int fp32;                   /* datatype is "FP32"                               */
+    int64_t dim[4];
+    int rank;                   /* 5 = more than 4 dimensions; -1 = no/bad shape    */
+    int has_data, data_bad;     /* data present; not a flat array of count numbers  */
+    int64_t count;              /* prod(shape), when the shape came before "data"   */
+    long long binary_size;      /* parameters.binary_data_size, -1 when absent      */
+    const char *data_start;     /* data seen before shape: rescanned at the end     */
+} v2_output;
+
+typedef struct v2_ctx {
+    const load_expect_v2 *want;
+    load_timing *timing;
+    int seen[2], outputs_seen, id_ok, bad;
+    unsigned long long binary_total;
+} v2_ctx;
+
+/* A JSON integer at sc->p into *v (non-integers and huge values are *ok = 0). */
+static int scan_int(scan *sc, int64_t *v, int *ok)
+{
+    const char *start = sc->p;
+    int k;
+    if (scan_value(sc, NULL, 0, &k)) return -1;
+    char buf[32];
+    size_t n = (size_t)(sc->p - start);
+    if (k != V_NUMBER || n >= sizeof buf || memchr(start, '.', n) || memchr(start, 'e', n) ||
+        memchr(start, 'E', n)) {
+        *ok = 0;
+        return 0;
+    }
+    memcpy(buf, start, n);
+    buf[n] = 0;
+    *v = strtoll(buf, NULL, 10);
+    return 0;
+}
+
+/* "shape": [d0, ...] of positive integers. */
+static int scan_dims(scan *sc, v2_output *o)
+{
+    if (sc->p >= sc->end || *sc->p != '[') {
+        o->rank = -1;
+        return scan_value(sc, NULL, 0, NULL);
+    }
+    if (enter(sc)) return -1;
+    o->rank = 0;
+    int ok = 1;
+    while (sc->p < sc->end && *sc->p != ']') {
+        int64_t v = 0;
+        if (scan_int(sc, &v, &ok)) return -1;
+        if (v < 1) ok = 0;
+        if (o->rank < 4) o->dim[o->rank] = v;
+        if (o->rank < 5) o->rank++;
+        skip_ws(sc);
+        if (sc->p < sc->end && *sc->p == ',') {
+            sc->p++;
+            skip_ws(sc);
+        } else if (sc->p >= sc->end || *sc->p != ']') {
+            return fail(sc);
+        }
+    }
+    if (sc->p >= sc->end) return fail(sc);
+    sc->p++;
+    sc->nesting--;
+    if (!ok || o->rank == 0) o->rank = -1;
+    return 0;
+}
+
+/* "data": must be a flat array of exactly count numbers (count < 0: not known yet). */
+static int scan_data(scan *sc, v2_output *o, int64_t count)
+{
+    int32_t pair[2] = {0, count >= 0 && count <= INT32_MAX ? (int32_t)count : -1};
+    load_shape one = {pair, 1, 1};
+    shape_cmp cmp = {&one, 0, 0};
+    int k;
+    if (scan_value(sc, &cmp, 0, &k)) return -1;
+    o->data_bad = k != V_ARRAY || cmp.bad || cmp.next != 1 || pair[1] < 0;
+    return 0;
+}
+
+static int64_t dims_count(const v2_output *o)
+{
+    int64_t n = 1;
+    for (int i = 0; i < o->rank && o->rank <= 4; i++) {
+        if (o->dim[i] > INT32_MAX || n > INT64_MAX / 4 / o->dim[i]) return -1;
+        n *= o->dim[i];
+    }
+    return o->rank > 0 && o->rank <= 4 ? n : -1;
+}
+
+static int binary_member(scan *sc, const char *key, size_t klen, void *ctx)
+{
+    v2_output *o = ctx;
+    if (!key_is(key, klen, "binary_data_size")) return scan_value(sc, NULL, 0, NULL);
+    int64_t v = -1;
+    int ok = 1;
+    if (scan_int(sc, &v, &ok)) return -1;
+    o->binary_size = ok && v >= 0 ? v : -2; /* -2: present but not a size */
+    return 0;
+}
+
+static int output_member(scan *sc, const char *key, size_t klen, void *ctx)
+{
+    v2_output *o = ctx;
+    const char *s;
+    size_t n;
+    if ((key_is(key, klen, "name") || key_is(key, klen, "datatype")) && sc->p < sc->end &&
+        *sc->p == '"') {
+        if (scan_string(sc, &s, &n)) return -1;
+        if (key_is(key, klen, "datatype")) o->fp32 = key_is(s, n, "FP32");
+        else o->name = key_is(s, n, "output") ? OUT_OUTPUT : key_is(s, n, "attn_weights") ? OUT_WEIGHTS : OUT_OTHER;
+        return 0;
+    }
+    if (key_is(key, klen, "shape")) return scan_dims(sc, o);
+    if (key_is(key, klen, "data")) {
+        o->has_data = 1;
+        o->count = dims_count(o);
+        if (o->count < 0) o->data_start = sc->p; /* shape not seen yet: check again later */
+        return scan_data(sc, o, o->count);
+    }
+    if (key_is(key, klen, "parameters") && sc->p < sc->end && *sc->p == '{')
+        return scan_object(sc, binary_member, o);
+    return scan_value(sc, NULL, 0, NULL);
+}
+
+/* Checks one finished "outputs" entry against the expectation. */
+static void check_output(v2_ctx *c, v2_output *o, const char *end)
+{
+    const load_expect_v2 *w = c->want;
+    int64_t want_dim[3] = {w->b, w->t, o->name == OUT_WEIGHTS ? w->s : w->e_out};
+    int ok = o->name != OUT_OTHER && o->fp32 && o->rank == 3 && !c->seen[o->name] &&
+             (o->name == OUT_OUTPUT || w->weights);
+    for (int i = 0; ok && i < 3; i++) ok = o->dim[i] == want_dim[i];
+    if (ok && o->data_start) { /* "data" came before "shape": scan it again, now knowing the count */
+        scan again = {o->data_start, end, 0, 0, 0};
+        ok = scan_data(&again, o, dims_count(o)) == 0;
+    }
+    int64_t bytes = ok ? dims_count(o) * 4 : 0;
+    if (ok && w->binary)
+        ok = !o->has_data && o->binary_size == bytes;
+    else if (ok)
+        ok = o->has_data && !o->data_bad && o->binary_size == -1;
+    if (ok && w->binary) c->binary_total += (unsigned long long)bytes;
+    if (!ok) c->bad = 1;
+    if (o->name != OUT_OTHER) c->seen[o->name] = 1;
+}
+
+static int scan_outputs(scan *sc, v2_ctx *c)
+{
+    if (c->outputs_seen++ || sc->p >= sc->end || *sc->p != '[') {
+        c->bad = 1;
+        return scan_value(sc, NULL, 0, NULL);
+    }
+    if (enter(sc)) return -1;
+    while (sc->p < sc->end && *sc->p != ']') {
+        v2_output o = {.binary_size = -1, .count = -1, .rank = -1, .name = OUT_OTHER};
+        if (*sc->p != '{') {
+            c->bad = 1;
+            if (scan_value(sc, NULL, 0, NULL)) return -1;
+        } else {
+            if (scan_object(sc, output_member, &o)) return -1;
+            check_output(c, &o, sc->end);
+        }
+        skip_ws(sc);
+        if (sc->p < sc->end && *sc->p == ',') {
+            sc->p++;
+            skip_ws(sc);
+        } else if (sc->p >= sc->end || *sc->p != ']') {
+            return fail(sc);
+        }
+    }
+    if (sc->p >= sc->end) return fail(sc);
+    sc->p++;
+    sc->nesting--;
+    return 0;
+}
+
+static int v2_top_member(scan *sc, const char *key, size_t klen, void *ctx)
+{
+    v2_ctx *c = ctx;
+    if (key_is(key, klen, "outputs")) return scan_outputs(sc, c);
+    if (key_is(key, klen, "parameters") && sc->p < sc->end && *sc->p == '{') {
+        c->timing->has = 1;
+        return scan_object(sc, timing_member, c->timing);
+    }
+    if (key_is(key, klen, "id") && sc->p < sc->end && *sc->p == '"') {
+        const char *s;
+        size_t n;
+        if (scan_string(sc, &s, &n)) return -1;
+        c->id_ok = c->want->id && n == strlen(c->want->id) && memcmp(s, c->want->id, n) == 0;
+        return 0;
+    }
+    return scan_value(sc, NULL, 0, NULL);
+}
+
+load_kind load_check_response_v2(long status, const char *body, size_t len, long long header_len,
+                                 const load_expect_v2 *want, load_timing *timing)
+{
+    load_kind k = load_kind_from_status(status);
+    memset(timing, 0, sizeof *timing);
+    if (k != LOAD_OK) return k;
+    if (!body || (header_len >= 0 && (unsigned long long)header_len > len)) return LOAD_ERR_BAD_JSON;
+    size_t json_len = header_len >= 0 ? (size_t)header_len : len;
+    scan sc = {body, body + json_len, 0, 0, 0};
+    v2_ctx c = {.want = want, .timing = timing};
+    skip_ws(&sc);
+    if (sc.p >= sc.end || *sc.p != '{' || scan_object(&sc, v2_top_member, &c)) k = LOAD_ERR_BAD_JSON;
+    if (k == LOAD_OK) {
+        skip_ws(&sc);
+        if (sc.p != sc.end) k = LOAD_ERR_BAD_JSON;
+    }
+    if (k == LOAD_OK) {
+        int want_id = want->id && want->id[0];
+        if (c.bad || !c.seen[OUT_OUTPUT] || c.seen[OUT_WEIGHTS] != (want->weights != 0) ||
+            (want_id && !c.id_ok) || c.binary_total != len - json_len)
             k = LOAD_ERR_BAD_SHAPE;
     }
     if (k != LOAD_OK) memset(timing, 0, sizeof *timing);

@@ -62,10 +62,28 @@ typedef struct load_expect {
     const char *id;
 } load_expect;
 
+/* What a KServe v2 infer response must hold (--protocol v2): outputs[] with "output" FP32
+ * [b,t,e_out], plus "attn_weights" [b,t,s] iff weights, as flat JSON data or, with binary,
+ * as raw bytes after the JSON header. id as in load_expect. Borrowed by the checker. */
+typedef struct load_expect_v2 {
+    int binary, weights;
+    int32_t b, t, s, e_out;
+    const char *id;
+} load_expect_v2;
+
 /* Classifies a finished HTTP exchange: status first, then the body (only for 200).
  * body need not be NUL-terminated. Fills *timing (zeroed when not LOAD_OK). Never allocates
  * more than the shape of the response needs; never fails on hostile input. */
 load_kind load_check_response(long status, const char *body, size_t len,
                               const load_expect *want, load_timing *timing);
+
+/* The same for a KServe v2 infer response. header_len: the response's
+ * Inference-Header-Content-Length, or -1 when absent (then the whole body is JSON).
+ * The JSON header must be one object whose outputs match want (name, FP32, shape, and the
+ * data length or binary_data_size); the bytes after it must be exactly the binary outputs.
+ * Timing comes from parameters.{queue_us,compute_us,batch_size}. A header_len beyond the
+ * body is LOAD_ERR_BAD_JSON; everything else wrong is LOAD_ERR_BAD_SHAPE. */
+load_kind load_check_response_v2(long status, const char *body, size_t len, long long header_len,
+                                 const load_expect_v2 *want, load_timing *timing);
 
 #endif

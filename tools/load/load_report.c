@@ -64,6 +64,11 @@ static json_t *params_json(const load_opts *o, const load_model *m)
         "max_inflight", o->max_inflight, "max_error_rate", o->max_error_rate, "model_dims",
         "embed_q", m->embed_q, "embed_k", m->embed_k, "embed_v", m->embed_v, "embed_out",
         m->embed_out, "num_heads", m->heads, "percentiles", "exact, nearest rank over successes");
+    if (q && (json_object_set_new(q, "protocol", json_string(o->protocol == 2 ? "v2" : "v1")) ||
+              json_object_set_new(q, "binary", json_boolean(o->binary)))) {
+        json_decref(q);
+        q = NULL;
+    }
     if (!p || !q || json_object_update(p, q)) {
         json_decref(p);
         p = NULL;

@@ -1,5 +1,6 @@
 /* load_reqgen.c — builds attnd-load's request pool: random attention requests from a seeded
- * PRNG (splitmix64), or request files sent verbatim; records each one's expected response shape. */
+ * PRNG (splitmix64), /v1 JSON or KServe v2 (JSON or binary tensors), or request files sent
+ * verbatim; records each one's expected response shape. */
 #include "load_reqgen.h"
 
 #include <jansson.h>
@@ -186,6 +187,107 @@ done:
     return rc;
 }
 
+/* ---- KServe v2 requests ----------------------------------------------------------------------- */
+
+/* One input tensor of a v2 request: JSON data, or (binary) its bytes appended to raw. */
+typedef struct v2_input {
+    const char *name, *datatype;
+    int rank;
+    int dim[3];
+    int pad;             /* BOOL key_padding_mask: keys >= S - pad are masked */
+} v2_input;
+
+static void put_v2_input(sbuf *h, sbuf *raw, uint64_t *rng, const v2_input *in, int first,
+                         int binary)
+{
+    size_t count = 1;
+    int is_bool = in->datatype[0] == 'B';
+    sb_fmt(h, "%s{\"name\":\"%s\",", first ? "" : ",", in->name);
+    sb_fmt(h, "\"datatype\":\"%s\",\"shape\":[", in->datatype);
+    for (int i = 0; i < in->rank; i++) {
+        sb_fmt(h, "%s%d", i ? "," : "", in->dim[i]);
+        count *= (size_t)in->dim[i];
+    }
+    if (binary)
+        sb_fmt(h, "],\"parameters\":{\"binary_data_size\":%zu}}", count * (is_bool ? 1 : 4));
+    else
+        sb_str(h, "],\"data\":[");
+    sbuf *out = binary ? raw : h;
+    for (size_t i = 0; i < count; i++) {
+        if (is_bool) { /* [B,S]: element i is key i % S */
+            int j = (int)(i % (size_t)in->dim[1]), masked = j >= in->dim[1] - in->pad;
+            if (binary) sb_put(out, masked ? "\1" : "\0", 1);
+            else sb_str(out, masked ? (i ? ",true" : "true") : (i ? ",false" : "false"));
+            continue;
+        }
+        int v = (int)(splitmix64(rng) % 20001) - 10000; /* -1.0000 .. 1.0000 */
+        if (!binary) {
+            sb_fmt(out, "%s%s%d.%04d", i ? "," : "", v < 0 ? "-" : "", abs(v) / 10000,
+                   abs(v) % 10000);
+            continue;
+        }
+        float f = (float)v / 10000.0f;
+        uint32_t u;
+        memcpy(&u, &f, sizeof u);
+        char le[4] = {(char)(u & 0xff), (char)(u >> 8 & 0xff), (char)(u >> 16 & 0xff),
+                      (char)(u >> 24)};
+        sb_put(out, le, 4);
+    }
+    if (!binary) sb_str(h, "]}");
+}
+
+/* A v2 infer request: query [B,T,E_q] (one T for all B sequences), key/value [B,S,E],
+ * key_padding_mask BOOL [B,S], options as parameters. With --binary the tensors follow the
+ * JSON header as raw little-endian bytes and every output is asked for as binary. */
+static int gen_one_v2(load_req *r, size_t idx, uint64_t *rng, const load_opts *o,
+                      const load_model *m)
+{
+    int B = o->batch > 0 ? o->batch : 1, T = seq_len(rng, o);
+    int S = !o->cross ? T : o->key_min ? rand_int(rng, o->key_min, o->key_max) : T;
+    v2_input in[4];
+    int n = 0;
+    in[n++] = (v2_input){"query", "FP32", 3, {B, T, m->embed_q}, 0};
+    if (o->cross) in[n++] = (v2_input){"key", "FP32", 3, {B, S, m->embed_k}, 0};
+    if (o->cross && m->embed_v != m->embed_k) /* value defaults to key only when widths agree */
+        in[n++] = (v2_input){"value", "FP32", 3, {B, S, m->embed_v}, 0};
+    if (o->key_padding > 0)
+        in[n++] = (v2_input){"key_padding_mask", "BOOL", 2, {B, S, 0},
+                             pad_count(S, o->key_padding)};
+    sbuf h = {0}, raw = {0};
+    snprintf(r->id, sizeof r->id, "load-%zu", idx);
+    sb_fmt(&h, "{\"id\":\"%s\",\"inputs\":[", r->id);
+    for (int i = 0; i < n; i++) put_v2_input(&h, &raw, rng, &in[i], i == 0, o->binary);
+    sb_str(&h, "]");
+    if (o->causal || o->window || o->need_weights || o->binary) {
+        sb_str(&h, ",\"parameters\":{");
+        int k = 0;
+        if (o->causal) sb_str(&h, k++ ? ",\"is_causal\":true" : "\"is_causal\":true");
+        if (o->window) sb_fmt(&h, "%s\"window\":%d", k++ ? "," : "", o->window);
+        if (o->need_weights) sb_str(&h, k++ ? ",\"need_weights\":true" : "\"need_weights\":true");
+        if (o->binary) sb_str(&h, k++ ? ",\"binary_data_output\":true" : "\"binary_data_output\":true");
+        sb_str(&h, "}");
+    }
+    sb_str(&h, "}");
+    size_t header_len = h.n;
+    if (raw.n) sb_put(&h, raw.s, raw.n);
+    int oom = h.oom || raw.oom;
+    free(raw.s);
+    if (oom) {
+        free(h.s);
+        return -1;
+    }
+    r->body = h.s;
+    r->len = h.n;
+    r->tokens = (long)B * T;
+    r->sequences = B;
+    r->want_weights = o->need_weights;
+    r->v2.on = 1;
+    r->v2.header_len = o->binary ? header_len : 0;
+    r->v2.expect = (load_expect_v2){.binary = o->binary, .weights = o->need_weights, .b = B,
+                                    .t = T, .s = S, .e_out = m->embed_out};
+    return 0;
+}
+
 /* ---- request files ----------------------------------------------------------------------------- */
 
 static int file_fail(char *err, size_t el, const char *path, const char *why)
@@ -277,6 +379,7 @@ int load_pool_build(load_pool *p, const load_opts *o, const load_model *m, char 
     for (p->n = 0; p->n < n; p->n++) {
         load_req *r = &p->reqs[p->n];
         int rc = o->n_request_files ? load_file(r, o->request_files[p->n], m, err, el)
+                 : o->protocol == 2 ? gen_one_v2(r, p->n, &rng, o, m)
                                     : gen_one(r, p->n, &rng, o, m);
         if (rc) {
             p->n++; /* so that the partial entry is freed */
@@ -306,5 +409,12 @@ void load_pool_free(load_pool *p)
 load_expect load_req_expect(const load_req *r)
 {
     load_expect e = {&r->output, r->want_weights ? &r->weights : NULL, r->id};
+    return e;
+}
+
+load_expect_v2 load_req_expect_v2(const load_req *r)
+{
+    load_expect_v2 e = r->v2.expect;
+    e.id = r->id;
     return e;
 }

@@ -23,6 +23,12 @@ typedef struct load_req {
     long tokens;         /* query rows (sum of T over the batch) */
     int sequences;
     char id[40];         /* expected echoed id; "" = not checked */
+    /* --protocol v2 */
+    struct {
+        int on;
+        size_t header_len;   /* --binary: JSON header bytes (Inference-Header-Content-Length) */
+        load_expect_v2 expect; /* its id points into id[] above */
+    } v2;
 } load_req;
 
 typedef struct load_pool {
@@ -37,5 +43,8 @@ void load_pool_free(load_pool *p);
 
 /* The load_expect for one pool entry (borrows from r). */
 load_expect load_req_expect(const load_req *r);
+
+/* The same for a --protocol v2 entry (r->v2.on). Borrows from r. */
+load_expect_v2 load_req_expect_v2(const load_req *r);
 
 #endif

@@ -5,11 +5,13 @@
 
 #include <curl/curl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/timerfd.h>
 #include <time.h>
@@ -37,6 +39,7 @@ typedef struct slot {
     const load_req *req;
     int64_t sched_ns, start_ns;
     int measured, busy;
+    long long header_len; /* response's Inference-Header-Content-Length; -1 when absent */
 } slot;
 
 struct load_runner {
@@ -44,6 +47,7 @@ struct load_runner {
     const load_pool *pool;
     CURLM *multi;
     struct curl_slist *headers;
+    struct curl_slist **req_headers; /* --binary: one list per pool entry (owned), else NULL */
     char *url;           /* the attention endpoint (owned) */
     slot *slots;         /* nslots, owned */
     size_t nslots, *free_idx, nfree;
@@ -83,6 +87,26 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
     memcpy(s->buf + s->len, data, n);
     s->len += n;
     s->buf[s->len] = 0;
+    return n;
+}
+
+/* Records Inference-Header-Content-Length (v2 binary responses); ignores other headers. */
+static size_t on_header(char *data, size_t size, size_t nmemb, void *ud)
+{
+    static const char name[] = "inference-header-content-length:";
+    slot *s = ud;
+    size_t n = size * nmemb;
+    if (n > sizeof name - 1 && strncasecmp(data, name, sizeof name - 1) == 0) {
+        char buf[32];
+        size_t k = n - (sizeof name - 1);
+        if (k >= sizeof buf) k = sizeof buf - 1;
+        memcpy(buf, data + sizeof name - 1, k);
+        buf[k] = 0;
+        char *end;
+        long long v = strtoll(buf, &end, 10);
+        while (*end == ' ' || *end == '\r' || *end == '\n') end++;
+        s->header_len = *end || v < 0 ? LLONG_MAX : v; /* unparseable: beyond any body */
+    }
     return n;
 }
 
@@ -186,6 +210,10 @@ static int setup_slot(load_runner *r, slot *s)
     curl_easy_setopt(s->easy, CURLOPT_WRITEFUNCTION, on_write);
     curl_easy_setopt(s->easy, CURLOPT_WRITEDATA, s);
     curl_easy_setopt(s->easy, CURLOPT_PRIVATE, s);
+    if (r->o->protocol == 2) {
+        curl_easy_setopt(s->easy, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(s->easy, CURLOPT_HEADERDATA, s);
+    }
     return 0;
 }
 
@@ -196,6 +224,27 @@ static void raise_fd_limit(size_t n)
     if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= n + 64) return;
     rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > n + 64 ? n + 64 : rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+/* --binary: each pool body's own headers (its JSON header length differs). 0 / -1 (no memory). */
+static int binary_headers(load_runner *r)
+{
+    r->req_headers = calloc(r->pool->n, sizeof *r->req_headers);
+    if (!r->req_headers) return -1;
+    for (size_t i = 0; i < r->pool->n; i++) {
+        char line[64];
+        struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/octet-stream");
+        snprintf(line, sizeof line, "Inference-Header-Content-Length: %zu",
+                 r->pool->reqs[i].v2.header_len);
+        struct curl_slist *h2 = h ? curl_slist_append(h, line) : NULL;
+        struct curl_slist *h3 = h2 ? curl_slist_append(h2, "Expect:") : NULL;
+        if (!h3) {
+            curl_slist_free_all(h);
+            return -1;
+        }
+        r->req_headers[i] = h3;
+    }
+    return 0;
 }
 
 load_runner *load_runner_new(const load_opts *o, const load_pool *pool, char *err, size_t el)
@@ -212,8 +261,9 @@ load_runner *load_runner_new(const load_opts *o, const load_pool *pool, char *er
     r->timer_fd = -1;
     r->tty = isatty(STDERR_FILENO);
     if (o->model && !(name = curl_easy_escape(esc, o->model, 0))) goto oom;
-    if ((name ? asprintf(&r->url, "%s/v1/models/%s/attention", base, name)
-              : asprintf(&r->url, "%s/v1/attention", base)) < 0) {
+    if ((o->protocol == 2 ? asprintf(&r->url, "%s/v2/models/%s/infer", base, name)
+         : name           ? asprintf(&r->url, "%s/v1/models/%s/attention", base, name)
+                          : asprintf(&r->url, "%s/v1/attention", base)) < 0) {
         r->url = NULL;
         goto oom;
     }
@@ -223,6 +273,7 @@ load_runner *load_runner_new(const load_opts *o, const load_pool *pool, char *er
     r->slots = calloc(n, sizeof *r->slots);
     r->free_idx = calloc(n, sizeof *r->free_idx);
     if (!r->headers || !r->multi || !r->slots || !r->free_idx) goto oom;
+    if (o->binary && binary_headers(r)) goto oom;
     r->nslots = n;
     raise_fd_limit(n);
     for (size_t i = 0; i < n; i++)
@@ -257,6 +308,8 @@ void load_runner_free(load_runner *r)
     }
     if (r->multi) curl_multi_cleanup(r->multi);
     curl_slist_free_all(r->headers);
+    for (size_t i = 0; r->req_headers && i < r->pool->n; i++) curl_slist_free_all(r->req_headers[i]);
+    free(r->req_headers);
     if (r->timer_fd >= 0) close(r->timer_fd);
     free(r->slots);
     free(r->free_idx);
@@ -269,8 +322,10 @@ static int issue(load_runner *r, level_run *lr, int64_t sched_ns, int64_t now)
 {
     slot *s = &r->slots[r->free_idx[--r->nfree]];
     s->req = &r->pool->reqs[r->next_req];
+    if (r->req_headers) curl_easy_setopt(s->easy, CURLOPT_HTTPHEADER, r->req_headers[r->next_req]);
     r->next_req = (r->next_req + 1) % r->pool->n;
     s->len = 0;
+    s->header_len = -1;
     s->sched_ns = sched_ns;
     s->start_ns = now;
     s->measured = sched_ns >= lr->warm_end;
@@ -317,9 +372,14 @@ static void finish_one(load_runner *r, level_run *lr, CURL *easy, CURLcode cc, i
     load_timing t = {0};
     load_kind k = load_kind_from_curl(cc);
     if (k == LOAD_OK) {
-        load_expect want = load_req_expect(s->req);
         curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
-        k = load_check_response(status, s->buf, s->len, &want, &t);
+        if (s->req->v2.on) {
+            load_expect_v2 want = load_req_expect_v2(s->req);
+            k = load_check_response_v2(status, s->buf, s->len, s->header_len, &want, &t);
+        } else {
+            load_expect want = load_req_expect(s->req);
+            k = load_check_response(status, s->buf, s->len, &want, &t);
+        }
     }
     if (k == LOAD_OK) load_stats_add_ok(lr->st, (double)(end_ns - s->sched_ns) / 1e6, s->req->tokens, &t);
     else load_stats_add_error(lr->st, k);
