@@ -89,6 +89,8 @@ static const option options[] = {
      "API keys, comma-separated (prefer the env or file: argv shows in ps; never printed)"},
     {"metrics-require-key", NULL, NULL, OPT_INT, F(metrics_require_key), "0", 0, 1, "0|1",
      "1: GET /metrics needs an API key too"},
+    {"ui", NULL, NULL, OPT_INT, F(ui), "1", 0, 1, "0|1",
+     "serve the playground page at / and /ui/ (0 or --no-ui: off, those paths then 404)"},
     {"tls-cert", NULL, NULL, OPT_STR, F(tls_cert), "", 0, 0, "FILE",
      "serve HTTPS with this PEM certificate chain (with --tls-key)"},
     {"tls-key", NULL, NULL, OPT_STR, F(tls_key), "", 0, 0, "FILE",
@@ -508,6 +510,10 @@ static attnd_config_action scan_argv(int argc, char *const *argv, flag_value *ou
                 action = ATTND_CONFIG_PRINT;
             continue;
         }
+        if (!strcmp(a, "--no-ui")) { /* the one flag without a value: --ui 0 */
+            out[(*n_out)++] = (flag_value){find_flag("ui", 2), "0"};
+            continue;
+        }
         if (strncmp(a, "--", 2) != 0) {
             set_err(err, errlen, "unexpected argument '%s' (see --help)", a);
             return ATTND_CONFIG_ERROR;
@@ -662,6 +668,7 @@ void attnd_config_print_help(FILE *f, const char *prog)
         fprintf(f, "  %-36s %s\n  %-36s [default: %s] [env: %s]\n", flag, o->help, "",
                 *o->def ? o->def : "none", env);
     }
+    fprintf(f, "  %-36s %s\n", "--no-ui", "the same as --ui 0");
     fprintf(f, "  %-36s %s\n  %-36s %s\n  %-36s %s\n", "--print-config",
             "print the effective settings and their sources, then exit", "--version, -V",
             "print the version and exit", "--help, -h", "print this help and exit");

@@ -43,6 +43,7 @@ typedef struct attnd_config {
     char *api_key_file;          /* "" = none                                  */
     char *api_keys;              /* comma-separated; secret: never printed      */
     int metrics_require_key;     /* 1: /metrics needs a key too                 */
+    int ui;                      /* 1: serve the playground at / and /ui/       */
     char *tls_cert;              /* PEM files; both or neither                  */
     char *tls_key;
 

@@ -90,7 +90,7 @@ int attnd_route_resolve(attnd_app *app, const char *method, const char *url, att
     const unsigned char *ui_body;
     size_t ui_len;
     const char *ui_type;
-    if (!found && attnd_ui_lookup(url, &ui_body, &ui_len, &ui_type)) {
+    if (!found && app->cfg->ui && attnd_ui_lookup(url, &ui_body, &ui_len, &ui_type)) {
         t->route = ATTND_ROUTE_UI;
         found = 1;
     }

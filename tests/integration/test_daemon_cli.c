@@ -296,6 +296,35 @@ static void test_sigterm_any_thread(void)
     unlink(p.log_path);
 }
 
+/* --no-ui (and ATTND_UI=0) switch the playground off: / and /ui/ then 404,
+ * while the API still answers. */
+static void test_no_ui(void)
+{
+    const char *args[] = {"--no-ui", NULL};
+    attnd_proc p;
+    if (attnd_proc_start(&p, args) != 0) {
+        CHECK_MSG(0, "attnd --no-ui did not start");
+        return;
+    }
+    const char *paths[] = {"/", "/ui/", "/ui/app.js"};
+    for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+        char url[160];
+        http_result r;
+        snprintf(url, sizeof url, "%s%s", p.base_url, paths[i]);
+        CHECK(http_do("GET", url, NULL, 0, NULL, &r) == 0);
+        CHECK_MSG(r.status == 404, "GET %s with --no-ui: %ld", paths[i], r.status);
+        http_result_free(&r);
+    }
+    char url[160];
+    http_result r;
+    snprintf(url, sizeof url, "%s/v1/models", p.base_url);
+    CHECK(http_do("GET", url, NULL, 0, NULL, &r) == 0);
+    CHECK_INT_EQ(r.status, 200);
+    http_result_free(&r);
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+    unlink(p.log_path);
+}
+
 int main(void)
 {
     test_help_version();
@@ -303,5 +332,6 @@ int main(void)
     test_precedence();
     test_sigterm_drain();
     test_sigterm_any_thread();
+    test_no_ui();
     return check_summary();
 }
