@@ -5,6 +5,7 @@
 #   make test       build and run every test (installs missing Debian packages)
 #   make sanitize   the same tests on an ASan+UBSan build (in build-san/)
 #   make bench      benchmarks: figures and ratios measured in one run
+#   make fuzz       fuzz the safetensors loader and the request codec (FUZZ_SECONDS=60 each)
 #
 # Sources are found by wildcard, so adding a module needs no Makefile edit:
 #   lib/*.c                    -> $(BUILD)/libattn.a        (the attention core)
@@ -129,6 +130,13 @@ bench: deps all $(BENCH_BINS)
 # loadtest: start attnd on the demo model, run a short sweep, leave JSON/CSV/SVG in results/.
 loadtest: deps all
 	BUILD=$(BUILD) scripts/loadtest.sh
+
+FUZZ_SECONDS ?= 60
+
+# fuzz: build the tests/fuzz targets with clang + libFuzzer + ASan/UBSan into build-fuzz/ and
+# run each for FUZZ_SECONDS; fails (input saved in tests/fuzz/regressions/) on a crash or leak.
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh
 
 # docker-test: build and run the image and the compose stack with podman (see docker/).
 docker-test:
