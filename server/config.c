@@ -59,7 +59,7 @@ static const option options[] = {
      "requests per batch at most (1 turns batching off)"},
     {"max-batch-tokens", NULL, NULL, OPT_I64, F(max_batch_tokens), "8192", 1, BIG, "N",
      "tokens (query + key positions) per batch at most"},
-    {"max-queue-delay-us", NULL, NULL, OPT_I64, F(max_queue_delay_us), "1000", 0, 60000000, "US",
+    {"max-queue-delay-us", NULL, NULL, OPT_I64, F(max_queue_delay_us), "0", 0, 60000000, "US",
      "longest a request waits for its batch to fill, in microseconds"},
     {"max-queue", NULL, NULL, OPT_INT, F(max_queue), "256", 1, 1 << 24, "N",
      "requests waiting per model; beyond that: 503 queue_full"},
