@@ -26,7 +26,7 @@ max_len_of() { case $1 in safetensors) echo 8192 ;; decode) echo 16384 ;; esac; 
 server_srcs_of() {
     case $1 in
     safetensors) ;;
-    decode) echo server/codec.c server/request.c server/jsonnum.c ;;
+    decode) echo server/codec.c server/jsonbuf.c server/request.c server/jsonnum.c ;;
     esac
 }
 

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonbuf.h"
 #include "jsonnum.h"
 
 /* ================================================================ errors */
@@ -975,245 +976,97 @@ int attnd_codec_decode_request(const char *body, size_t len, const attn_layer_in
 
 /* ================================================================ encode */
 
-/* A growing output buffer; after an allocation failure every write is a no-op
- * and failed is set. */
-typedef struct buf {
-    char *p;
-    size_t len, cap;
-    int failed;
-} buf;
-
-static int buf_reserve(buf *b, size_t n)
-{
-    if (b->failed)
-        return -1;
-    if (b->cap - b->len >= n)
-        return 0;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap - b->len < n) {
-        if (cap > SIZE_MAX / 2) {
-            b->failed = 1;
-            return -1;
-        }
-        cap *= 2;
-    }
-    char *p = realloc(b->p, cap);
-    if (!p) {
-        b->failed = 1;
-        return -1;
-    }
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
-static void put(buf *b, const char *s, size_t n)
-{
-    if (buf_reserve(b, n) == 0) {
-        memcpy(b->p + b->len, s, n);
-        b->len += n;
-    }
-}
-
-static void put_str(buf *b, const char *s) { put(b, s, strlen(s)); }
-
-static void put_char(buf *b, char c) { put(b, &c, 1); }
-
-/* Length of the valid UTF-8 sequence at s (n bytes left), or 0 if invalid. */
-static size_t utf8_seq_len(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t len;
-    unsigned min;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf)
-        len = 2, min = 0x80;
-    else if (c >= 0xe0 && c <= 0xef)
-        len = 3, min = 0x800;
-    else if (c >= 0xf0 && c <= 0xf4)
-        len = 4, min = 0x10000;
-    else
-        return 0;
-    if (n < len)
-        return 0;
-    unsigned cp = c & (0x3fu >> (len - 1));
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = cp << 6 | (s[i] & 0x3fu);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
-}
-
-/* A JSON string literal; invalid UTF-8 bytes become U+FFFD. NULL writes "". */
-static void put_json_string(buf *b, const char *s)
-{
-    static const char hex[] = "0123456789abcdef";
-    const unsigned char *u = (const unsigned char *)(s ? s : "");
-    size_t n = strlen((const char *)u);
-    put_char(b, '"');
-    for (size_t i = 0; i < n;) {
-        unsigned char c = u[i];
-        size_t l = utf8_seq_len(u + i, n - i);
-        if (l == 0) {
-            put_str(b, "\\ufffd");
-            i++;
-        } else if (c == '"' || c == '\\') {
-            char e[2] = {'\\', (char)c};
-            put(b, e, 2);
-            i++;
-        } else if (c < 0x20) {
-            char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-            put(b, e, 6);
-            i++;
-        } else {
-            put(b, (const char *)u + i, l);
-            i += l;
-        }
-    }
-    put_char(b, '"');
-}
-
-static void put_i64(buf *b, long long v)
-{
-    char tmp[32];
-    int n = snprintf(tmp, sizeof tmp, "%lld", v);
-    put(b, tmp, (size_t)n);
-}
-
-/* [x0,x1,...]; -1 (and failed) if a value is not finite. */
-static int put_row(buf *b, const float *x, size_t n)
-{
-    if (buf_reserve(b, n * (ATTND_FLOAT_TEXT_MAX + 1) + 2))
-        return -1;
-    char *p = b->p + b->len;
-    *p++ = '[';
-    for (size_t i = 0; i < n; i++) {
-        int w = attnd_json_print_float(x[i], p);
-        if (w < 0) {
-            b->failed = 1;
-            return -1;
-        }
-        p += w;
-        *p++ = ',';
-    }
-    p[n ? -1 : 0] = ']';
-    b->len = (size_t)(p + (n ? 0 : 1) - b->p);
-    return 0;
-}
-
 /* rows × cols matrix as [[...],[...]]. */
-static int put_matrix(buf *b, const float *x, size_t rows, size_t cols)
+static int put_matrix(attnd_jsonbuf *b, const float *x, size_t rows, size_t cols)
 {
-    put_char(b, '[');
+    attnd_jb_putc(b, '[');
     for (size_t r = 0; r < rows; r++) {
         if (r)
-            put_char(b, ',');
-        if (put_row(b, x + r * cols, cols))
+            attnd_jb_putc(b, ',');
+        if (attnd_jb_floats(b, x + r * cols, cols))
             return -1;
     }
-    put_char(b, ']');
+    attnd_jb_putc(b, ']');
     return b->failed ? -1 : 0;
 }
 
-static int put_output(buf *b, const attnd_request *req, int embed_out)
+/* Failures below are recorded in b->failed (writes then stop mattering). */
+static void put_output(attnd_jsonbuf *b, const attnd_request *req, int embed_out)
 {
     if (req->batched)
-        put_char(b, '[');
+        attnd_jb_putc(b, '[');
     for (int i = 0; i < req->n_seqs; i++) {
         if (i)
-            put_char(b, ',');
+            attnd_jb_putc(b, ',');
         if (put_matrix(b, req->seqs[i].output, (size_t)req->seqs[i].t, (size_t)embed_out))
-            return -1;
+            return;
     }
     if (req->batched)
-        put_char(b, ']');
-    return 0;
+        attnd_jb_putc(b, ']');
 }
 
-static int put_weights(buf *b, const attnd_request *req, int heads)
+static void put_weights(attnd_jsonbuf *b, const attnd_request *req, int heads)
 {
     if (req->batched)
-        put_char(b, '[');
+        attnd_jb_putc(b, '[');
     for (int i = 0; i < req->n_seqs; i++) {
         const attn_seq *s = &req->seqs[i];
         size_t ts = (size_t)s->t * (size_t)s->s;
         if (i)
-            put_char(b, ',');
+            attnd_jb_putc(b, ',');
         if (s->weights_mode == ATTN_WEIGHTS_PER_HEAD) {
-            put_char(b, '[');
+            attnd_jb_putc(b, '[');
             for (int h = 0; h < heads; h++) {
                 if (h)
-                    put_char(b, ',');
+                    attnd_jb_putc(b, ',');
                 if (put_matrix(b, s->weights + (size_t)h * ts, (size_t)s->t, (size_t)s->s))
-                    return -1;
+                    return;
             }
-            put_char(b, ']');
+            attnd_jb_putc(b, ']');
         } else if (put_matrix(b, s->weights, (size_t)s->t, (size_t)s->s)) {
-            return -1;
+            return;
         }
     }
     if (req->batched)
-        put_char(b, ']');
-    return 0;
+        attnd_jb_putc(b, ']');
 }
 
 char *attnd_codec_encode_response(const attnd_request *req, const char *model_name, size_t *len)
 {
-    buf b = {0};
+    attnd_jsonbuf b = {0};
     if (!req || req->n_seqs < 1 || !req->seqs)
         return NULL;
-    put_str(&b, "{\"model\":");
-    put_json_string(&b, model_name);
+    attnd_jb_puts(&b, "{\"model\":");
+    attnd_jb_string(&b, model_name);
     if (req->id[0]) {
-        put_str(&b, ",\"id\":");
-        put_json_string(&b, req->id);
+        attnd_jb_puts(&b, ",\"id\":");
+        attnd_jb_string(&b, req->id);
     }
-    put_str(&b, ",\"output\":");
-    if (put_output(&b, req, req->embed_out))
-        goto fail;
+    attnd_jb_puts(&b, ",\"output\":");
+    put_output(&b, req, req->embed_out); /* a failure sets b.failed: finish frees */
     if (req->need_weights) {
-        put_str(&b, ",\"weights\":");
-        if (put_weights(&b, req, req->num_heads))
-            goto fail;
+        attnd_jb_puts(&b, ",\"weights\":");
+        put_weights(&b, req, req->num_heads);
     }
-    put_str(&b, ",\"timing\":{\"queue_us\":");
-    put_i64(&b, (long long)req->queue_us);
-    put_str(&b, ",\"compute_us\":");
-    put_i64(&b, (long long)req->compute_us);
-    put_str(&b, ",\"batch_size\":");
-    put_i64(&b, req->batch_size);
-    put_str(&b, "}}");
-    put_char(&b, '\0');
-    if (b.failed)
-        goto fail;
-    if (len)
-        *len = b.len - 1;
-    return b.p;
-fail:
-    free(b.p);
-    return NULL;
+    attnd_jb_puts(&b, ",\"timing\":{\"queue_us\":");
+    attnd_jb_i64(&b, (long long)req->queue_us);
+    attnd_jb_puts(&b, ",\"compute_us\":");
+    attnd_jb_i64(&b, (long long)req->compute_us);
+    attnd_jb_puts(&b, ",\"batch_size\":");
+    attnd_jb_i64(&b, req->batch_size);
+    attnd_jb_puts(&b, "}}");
+    return attnd_jb_finish(&b, len);
 }
 
 char *attnd_codec_encode_error(const attnd_http_error *err, size_t *len)
 {
-    buf b = {0};
-    put_str(&b, "{\"error\":{\"code\":");
-    put_json_string(&b, err && err->code[0] ? err->code : "internal");
-    put_str(&b, ",\"message\":");
-    put_json_string(&b, err ? err->message : "unknown error");
-    put_str(&b, ",\"field\":");
-    put_json_string(&b, err ? err->field : "");
-    put_str(&b, "}}");
-    put_char(&b, '\0');
-    if (b.failed) {
-        free(b.p);
-        return NULL;
-    }
-    if (len)
-        *len = b.len - 1;
-    return b.p;
+    attnd_jsonbuf b = {0};
+    attnd_jb_puts(&b, "{\"error\":{\"code\":");
+    attnd_jb_string(&b, err && err->code[0] ? err->code : "internal");
+    attnd_jb_puts(&b, ",\"message\":");
+    attnd_jb_string(&b, err ? err->message : "unknown error");
+    attnd_jb_puts(&b, ",\"field\":");
+    attnd_jb_string(&b, err ? err->field : "");
+    attnd_jb_puts(&b, "}}");
+    return attnd_jb_finish(&b, len);
 }

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonbuf.h"
 #include "jsonnum.h"
 
 /* ================================================================ errors */
@@ -680,94 +681,10 @@ int attnd_codec_v2_decode(const char *body, size_t len, long long header_len,
 
 /* ================================================================ encoding */
 
-typedef struct obuf {
-    char *p;
-    size_t len, cap;
-    int failed;
-} obuf;
-
-static int reserve(obuf *b, size_t n)
-{
-    if (b->failed)
-        return -1;
-    if (b->cap - b->len >= n)
-        return 0;
-    size_t cap = b->cap ? b->cap : 512;
-    while (cap - b->len < n) {
-        if (cap > SIZE_MAX / 2)
-            return b->failed = 1, -1;
-        cap *= 2;
-    }
-    char *p = realloc(b->p, cap);
-    if (!p)
-        return b->failed = 1, -1;
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
-static void put(obuf *b, const void *s, size_t n)
-{
-    if (reserve(b, n) == 0) {
-        memcpy(b->p + b->len, s, n);
-        b->len += n;
-    }
-}
-
-static void put_s(obuf *b, const char *s) { put(b, s, strlen(s)); }
-
-__attribute__((format(printf, 2, 3))) static void putf(obuf *b, const char *fmt, ...)
-{
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof tmp)
-        b->failed = 1;
-    else
-        put(b, tmp, (size_t)n);
-}
-
-/* A JSON string literal via jansson (escaping, invalid UTF-8 refused -> ""). */
-static void put_jstring(obuf *b, const char *s)
-{
-    json_t *j = json_string(s);
-    char *t = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
-    if (t)
-        put(b, t, strlen(t));
-    else
-        put(b, "\"\"", 2);
-    free(t);
-    json_decref(j);
-}
-
-/* [x0,x1,...] with the shortest round-trip printer; fails on a non-finite value. */
-static void put_floats(obuf *b, const float *x, size_t n)
-{
-    if (reserve(b, n * (ATTND_FLOAT_TEXT_MAX + 1) + 2))
-        return;
-    char *p = b->p + b->len;
-    *p++ = '[';
-    for (size_t i = 0; i < n; i++) {
-        int w = attnd_json_print_float(x[i], p);
-        if (w < 0) {
-            b->failed = 1;
-            return;
-        }
-        p += w;
-        *p++ = ',';
-    }
-    if (n)
-        p--;
-    *p++ = ']';
-    b->len = (size_t)(p - b->p);
-}
-
-static void put_le_floats(obuf *b, const float *x, size_t n)
+static void put_le_floats(attnd_jsonbuf *b, const float *x, size_t n)
 {
     if (is_little_endian()) {
-        put(b, x, n * sizeof *x);
+        attnd_jb_put(b, x, n * sizeof *x);
         return;
     }
     for (size_t i = 0; i < n; i++) {
@@ -775,7 +692,7 @@ static void put_le_floats(obuf *b, const float *x, size_t n)
         memcpy(&u, &x[i], sizeof u);
         unsigned char le[4] = {(unsigned char)u, (unsigned char)(u >> 8),
                                (unsigned char)(u >> 16), (unsigned char)(u >> 24)};
-        put(b, le, 4);
+        attnd_jb_put(b, le, 4);
     }
 }
 
@@ -804,39 +721,41 @@ static const float *output_tensor(const attnd_request *req, const attnd_v2_call 
 char *attnd_codec_v2_encode_response(const attnd_request *req, const attnd_v2_call *call,
                                      const char *model_name, size_t *len, size_t *header_len)
 {
-    obuf b = {0};
+    attnd_jsonbuf b = {0};
     int any_binary = 0;
     if (!req || !call || req->n_seqs < 1)
         return NULL;
-    put_s(&b, "{\"model_name\":");
-    put_jstring(&b, model_name);
-    put_s(&b, ",\"model_version\":\"1\"");
+    attnd_jb_puts(&b, "{\"model_name\":");
+    attnd_jb_string(&b, model_name);
+    attnd_jb_puts(&b, ",\"model_version\":\"1\"");
     if (req->id[0]) {
-        put_s(&b, ",\"id\":");
-        put_jstring(&b, req->id);
+        attnd_jb_puts(&b, ",\"id\":");
+        attnd_jb_string(&b, req->id);
     }
-    putf(&b, ",\"parameters\":{\"queue_us\":%lld,\"compute_us\":%lld,\"batch_size\":%d}",
-         (long long)req->queue_us, (long long)req->compute_us, req->batch_size);
-    put_s(&b, ",\"outputs\":[");
+    attnd_jb_printf(&b,
+                    ",\"parameters\":{\"queue_us\":%lld,\"compute_us\":%lld,\"batch_size\":%d}",
+                    (long long)req->queue_us, (long long)req->compute_us, req->batch_size);
+    attnd_jb_puts(&b, ",\"outputs\":[");
     for (int i = 0; i < call->n_outputs; i++) {
         int64_t shape[4];
         int rank;
         size_t n;
         const float *x = output_tensor(req, call, call->outputs[i], shape, &rank, &n);
-        putf(&b, "%s{\"name\":\"%s\",\"datatype\":\"FP32\",\"shape\":[", i ? "," : "",
-             call->outputs[i] == ATTND_V2_OUTPUT ? "output" : "attn_weights");
+        attnd_jb_printf(&b, "%s{\"name\":\"%s\",\"datatype\":\"FP32\",\"shape\":[",
+                        i ? "," : "",
+                        call->outputs[i] == ATTND_V2_OUTPUT ? "output" : "attn_weights");
         for (int r = 0; r < rank; r++)
-            putf(&b, "%s%lld", r ? "," : "", (long long)shape[r]);
+            attnd_jb_printf(&b, "%s%lld", r ? "," : "", (long long)shape[r]);
         if (call->binary[i]) {
-            putf(&b, "],\"parameters\":{\"binary_data_size\":%zu}}", n * sizeof(float));
+            attnd_jb_printf(&b, "],\"parameters\":{\"binary_data_size\":%zu}}", n * sizeof(float));
             any_binary = 1;
         } else {
-            put_s(&b, "],\"data\":");
-            put_floats(&b, x, n);
-            put(&b, "}", 1);
+            attnd_jb_puts(&b, "],\"data\":");
+            attnd_jb_floats(&b, x, n);
+            attnd_jb_put(&b, "}", 1);
         }
     }
-    put_s(&b, "]}");
+    attnd_jb_puts(&b, "]}");
     size_t hlen = b.len;
     for (int i = 0; any_binary && i < call->n_outputs; i++) {
         int64_t shape[4];
@@ -846,16 +765,9 @@ char *attnd_codec_v2_encode_response(const attnd_request *req, const attnd_v2_ca
         if (call->binary[i])
             put_le_floats(&b, x, n);
     }
-    put(&b, "", 1); /* NUL, for JSON-only bodies printed by callers */
-    if (b.failed) {
-        free(b.p);
-        return NULL;
-    }
-    if (len)
-        *len = b.len - 1;
     if (header_len)
         *header_len = any_binary ? hlen : 0;
-    return b.p;
+    return attnd_jb_finish(&b, len); /* NUL-terminated, for JSON-only bodies */
 }
 
 char *attnd_codec_v2_encode_error(const attnd_http_error *err, size_t *len)
@@ -865,64 +777,46 @@ char *attnd_codec_v2_encode_error(const attnd_http_error *err, size_t *len)
                                             ? err->field : "",
              err && err->field[0] && !strstr(err->message, err->field) ? ": " : "",
              err ? err->message : "unknown error");
-    obuf b = {0};
-    put_s(&b, "{\"error\":");
-    put_jstring(&b, msg);
-    put(&b, "}", 2); /* with the NUL */
-    if (b.failed) {
-        free(b.p);
-        return NULL;
-    }
-    if (len)
-        *len = b.len - 1;
-    return b.p;
+    attnd_jsonbuf b = {0};
+    attnd_jb_puts(&b, "{\"error\":");
+    attnd_jb_string(&b, msg);
+    attnd_jb_putc(&b, '}');
+    return attnd_jb_finish(&b, len);
 }
 
 char *attnd_codec_v2_server_metadata(size_t *len)
 {
-    obuf b = {0};
-    putf(&b, "{\"name\":\"attnd\",\"version\":\"%s\",\"extensions\":[\"binary_tensor_data\"]}",
-         ATTN_VERSION_STRING);
-    put(&b, "", 1);
-    if (b.failed) {
-        free(b.p);
-        return NULL;
-    }
-    if (len)
-        *len = b.len - 1;
-    return b.p;
+    attnd_jsonbuf b = {0};
+    attnd_jb_printf(&b,
+                    "{\"name\":\"attnd\",\"version\":\"%s\",\"extensions\":[\"binary_tensor_data\"]}",
+                    ATTN_VERSION_STRING);
+    return attnd_jb_finish(&b, len);
 }
 
-static void put_meta_tensor(obuf *b, int first, const char *name, const char *dtype,
+static void put_meta_tensor(attnd_jsonbuf *b, int first, const char *name, const char *dtype,
                             const int *shape, int rank)
 {
-    putf(b, "%s{\"name\":\"%s\",\"datatype\":\"%s\",\"shape\":[", first ? "" : ",", name, dtype);
+    attnd_jb_printf(b, "%s{\"name\":\"%s\",\"datatype\":\"%s\",\"shape\":[", first ? "" : ",",
+                    name, dtype);
     for (int i = 0; i < rank; i++)
-        putf(b, "%s%d", i ? "," : "", shape[i]);
-    put_s(b, "]}");
+        attnd_jb_printf(b, "%s%d", i ? "," : "", shape[i]);
+    attnd_jb_puts(b, "]}");
 }
 
 char *attnd_codec_v2_model_metadata(const char *name, const attn_layer_info *in, size_t *len)
 {
-    obuf b = {0};
-    put_s(&b, "{\"name\":");
-    put_jstring(&b, name);
-    put_s(&b, ",\"versions\":[\"1\"],\"platform\":\"attnd_multihead_attention\",\"inputs\":[");
+    attnd_jsonbuf b = {0};
+    attnd_jb_puts(&b, "{\"name\":");
+    attnd_jb_string(&b, name);
+    attnd_jb_puts(&b, ",\"versions\":[\"1\"],\"platform\":\"attnd_multihead_attention\",\"inputs\":[");
     put_meta_tensor(&b, 1, "query", "FP32", (int[]){-1, -1, in->embed_q}, 3);
     put_meta_tensor(&b, 0, "key", "FP32", (int[]){-1, -1, in->embed_k}, 3);
     put_meta_tensor(&b, 0, "value", "FP32", (int[]){-1, -1, in->embed_v}, 3);
     put_meta_tensor(&b, 0, "key_padding_mask", "BOOL", (int[]){-1, -1}, 2);
     put_meta_tensor(&b, 0, "attn_mask", "BOOL", (int[]){-1, -1}, 2);
-    put_s(&b, "],\"outputs\":[");
+    attnd_jb_puts(&b, "],\"outputs\":[");
     put_meta_tensor(&b, 1, "output", "FP32", (int[]){-1, -1, in->embed_out}, 3);
     put_meta_tensor(&b, 0, "attn_weights", "FP32", (int[]){-1, -1, -1}, 3);
-    putf(&b, "],\"parameters\":{\"num_heads\":%d}}", in->num_heads);
-    put(&b, "", 1);
-    if (b.failed) {
-        free(b.p);
-        return NULL;
-    }
-    if (len)
-        *len = b.len - 1;
-    return b.p;
+    attnd_jb_printf(&b, "],\"parameters\":{\"num_heads\":%d}}", in->num_heads);
+    return attnd_jb_finish(&b, len);
 }
