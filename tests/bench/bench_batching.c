@@ -10,6 +10,7 @@
  * Usage: bench_batching [seconds-per-cell]  (default $BENCH_SECONDS, else 2).
  * The daemon is $ATTND_BIN, else $BUILD/attnd, else build/attnd.
  */
+#include "benchutil.h"
 #include "daemon.h"
 
 #include <curl/curl.h>
@@ -27,60 +28,7 @@
 #define N_BODIES 8
 #define MAX_CONC 64
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static uint64_t rng = 0x853c49e6748fea9bULL;
-static double rng_sym(void) /* [-1, 1) */
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) / 4503599627370496.0 - 1.0;
-}
-
-/* ------------------------------------------------------------ the medium model */
-
-/* Writes a PyTorch-named nn.MultiheadAttention safetensors file (F32, biases)
- * with PyTorch-like init scales. Returns 0, or -1 with errno-style failure. */
-static int write_model(const char *path, int e, int heads)
-{
-    const size_t n_in = (size_t)3 * e * e, n_inb = (size_t)3 * e, n_out = (size_t)e * e;
-    const size_t sizes[4] = { n_in, n_inb, n_out, (size_t)e };
-    const char *names[4] = { "in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias" };
-    char header[1024];
-    int len = snprintf(header, sizeof header, "{\"__metadata__\":{\"num_heads\":\"%d\"}", heads);
-    size_t off = 0;
-    for (int i = 0; i < 4; i++) {
-        char shape[32];
-        if (i == 0) snprintf(shape, sizeof shape, "[%d,%d]", 3 * e, e);
-        else if (i == 1) snprintf(shape, sizeof shape, "[%d]", 3 * e);
-        else if (i == 2) snprintf(shape, sizeof shape, "[%d,%d]", e, e);
-        else snprintf(shape, sizeof shape, "[%d]", e);
-        len += snprintf(header + len, sizeof header - (size_t)len,
-                        ",\"%s\":{\"dtype\":\"F32\",\"shape\":%s,\"data_offsets\":[%zu,%zu]}",
-                        names[i], shape, off, off + sizes[i] * 4);
-        off += sizes[i] * 4;
-    }
-    len += snprintf(header + len, sizeof header - (size_t)len, "}");
-    while (len % 8) header[len++] = ' '; /* data starts 8-byte aligned */
-
-    FILE *f = fopen(path, "wb");
-    if (f == NULL) return -1;
-    uint64_t hlen = (uint64_t)len; /* little-endian on every machine we target */
-    int ok = fwrite(&hlen, 8, 1, f) == 1 && fwrite(header, 1, (size_t)len, f) == (size_t)len;
-    const float bound[4] = { sqrtf(6.0f / (4.0f * e)), 0.05f, 1.0f / sqrtf((float)e), 0.05f };
-    for (int i = 0; i < 4 && ok; i++)
-        for (size_t k = 0; k < sizes[i] && ok; k++) {
-            float v = (float)rng_sym() * bound[i];
-            ok = fwrite(&v, 4, 1, f) == 1;
-        }
-    return fclose(f) == 0 && ok ? 0 : -1;
-}
+static uint64_t rng = 0x853c49e6748fea9bULL; /* bench_rng_sym state */
 
 /* ------------------------------------------------------------ bodies */
 
@@ -99,7 +47,7 @@ static body make_body(int t, int e)
         if (r) p[len++] = ',';
         p[len++] = '[';
         for (int c = 0; c < e; c++)
-            len += (size_t)snprintf(p + len, cap - len, "%s%.5f", c ? "," : "", rng_sym());
+            len += (size_t)snprintf(p + len, cap - len, "%s%.5f", c ? "," : "", bench_rng_sym(&rng));
         p[len++] = ']';
     }
     len += (size_t)snprintf(p + len, cap - len, "]}");
@@ -143,7 +91,7 @@ static void slot_send(CURLM *m, slot *s, const char *url, const body *b,
     curl_easy_setopt(s->h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(s->h, CURLOPT_TIMEOUT, 30L);
     curl_easy_setopt(s->h, CURLOPT_PRIVATE, s);
-    s->start_ns = now_ns();
+    s->start_ns = bench_now_ns();
     curl_multi_add_handle(m, s->h);
 }
 
@@ -159,7 +107,7 @@ static cell run_cell(const char *url, const body *bodies, int conc, double secon
     size_t cap = 4096, n = 0;
     int64_t *lat = malloc(cap * sizeof *lat);
     long errors = 0, sent = 0;
-    int64_t t0 = now_ns(), end = t0 + (int64_t)(seconds * 1e9), last = t0;
+    int64_t t0 = bench_now_ns(), end = t0 + (int64_t)(seconds * 1e9), last = t0;
     for (int i = 0; i < conc; i++) {
         slots[i].h = curl_easy_init();
         slot_send(m, &slots[i], url, &bodies[sent++ % N_BODIES], hdrs);
@@ -175,7 +123,7 @@ static cell run_cell(const char *url, const body *bodies, int conc, double secon
             long status = 0;
             curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&s);
             curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &status);
-            int64_t t = now_ns();
+            int64_t t = bench_now_ns();
             curl_multi_remove_handle(m, s->h);
             if (msg->data.result == CURLE_OK && status == 200) {
                 if (n == cap) lat = realloc(lat, (cap *= 2) * sizeof *lat);
@@ -303,7 +251,7 @@ int main(int argc, char **argv)
     char model_path[] = "/tmp/attnd-bench-medium-XXXXXX";
     int fd = mkstemp(model_path);
     if (fd >= 0) close(fd);
-    if (fd < 0 || write_model(model_path, MEDIUM_E, MEDIUM_HEADS) != 0) {
+    if (fd < 0 || bench_write_mha_model(model_path, MEDIUM_E, MEDIUM_HEADS, &rng) != 0) {
         fprintf(stderr, "bench_batching: cannot write %s\n", model_path);
         return 1;
     }

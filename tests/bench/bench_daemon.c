@@ -25,6 +25,7 @@
  * Binaries: $BUILD/attnd and $BUILD/attnd-load (BUILD defaults to build); the peers run on
  * $BENCH_DAEMON_PYTHON (default /usr/bin/python3, the Debian one with python3-torch).
  */
+#include "benchutil.h"
 #include "daemon.h"
 
 #include <arpa/inet.h>
@@ -273,14 +274,7 @@ static int ceiling_main(const char *response_file)
 
 /* ------------------------------------------------------------ requests */
 
-static uint64_t rng = 0x9e3779b97f4a7c15ULL;
-static double rng_sym(void) /* [-1, 1) */
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) / 4503599627370496.0 - 1.0;
-}
+static uint64_t rng = 0x9e3779b97f4a7c15ULL; /* bench_rng_sym state */
 
 /* Writes {"id":"bench","query": T×E numbers, 4 decimals, as attnd-load generates} to path.
  * Returns the malloc'd body (caller frees), or NULL. */
@@ -294,7 +288,7 @@ static char *write_request(const char *path, size_t *len)
         p[n++] = r ? ',' : '[';
         if (r) p[n++] = '[';
         for (int c = 0; c < EMBED; c++)
-            n += (size_t)snprintf(p + n, cap - n, "%s%.4f", c ? "," : "", rng_sym());
+            n += (size_t)snprintf(p + n, cap - n, "%s%.4f", c ? "," : "", bench_rng_sym(&rng));
         p[n++] = ']';
     }
     n += (size_t)snprintf(p + n, cap - n, "]}");

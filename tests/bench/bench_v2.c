@@ -5,6 +5,7 @@
  * so the gap between rows is the codec and the transfer, not the maths.
  * Usage: bench_v2 [requests]  (default 50). Daemon: $ATTND_BIN, else $BUILD/attnd.
  */
+#include "benchutil.h"
 #include "daemon.h"
 
 #include <curl/curl.h>
@@ -20,53 +21,7 @@
 #define EMB 512
 #define HEADS 8
 
-static uint64_t rng = 0x853c49e6748fea9bULL;
-static double rng_sym(void) /* [-1, 1) */
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) / 4503599627370496.0 - 1.0;
-}
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* A PyTorch-named nn.MultiheadAttention safetensors file (F32, biases), as
- * bench_batching.c writes its medium model. Returns 0 or -1. */
-static int write_model(const char *path, int e, int heads)
-{
-    const size_t sizes[4] = {(size_t)3 * e * e, (size_t)3 * e, (size_t)e * e, (size_t)e};
-    const char *names[4] = {"in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"};
-    char header[1024], shape[32];
-    int len = snprintf(header, sizeof header, "{\"__metadata__\":{\"num_heads\":\"%d\"}", heads);
-    size_t off = 0;
-    for (int i = 0; i < 4; i++) {
-        if (i == 0 || i == 2) snprintf(shape, sizeof shape, "[%d,%d]", i ? e : 3 * e, e);
-        else snprintf(shape, sizeof shape, "[%d]", i == 1 ? 3 * e : e);
-        len += snprintf(header + len, sizeof header - (size_t)len,
-                        ",\"%s\":{\"dtype\":\"F32\",\"shape\":%s,\"data_offsets\":[%zu,%zu]}",
-                        names[i], shape, off, off + sizes[i] * 4);
-        off += sizes[i] * 4;
-    }
-    len += snprintf(header + len, sizeof header - (size_t)len, "}");
-    while (len % 8) header[len++] = ' ';
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    uint64_t hlen = (uint64_t)len; /* little-endian hosts */
-    int ok = fwrite(&hlen, 8, 1, f) == 1 && fwrite(header, 1, (size_t)len, f) == (size_t)len;
-    const float bound[4] = {sqrtf(6.0f / (4.0f * e)), 0.05f, 1.0f / sqrtf((float)e), 0.05f};
-    for (int i = 0; i < 4 && ok; i++)
-        for (size_t k = 0; k < sizes[i] && ok; k++) {
-            float v = (float)rng_sym() * bound[i];
-            ok = fwrite(&v, 4, 1, f) == 1;
-        }
-    return fclose(f) == 0 && ok ? 0 : -1;
-}
+static uint64_t rng = 0x853c49e6748fea9bULL; /* bench_rng_sym state */
 
 typedef struct body {
     char *p;
@@ -150,7 +105,7 @@ static int run(CURL *c, const char *url, const body *b, const char *title, int n
     int rc = 0;
     for (int i = -3; i < n && rc == 0; i++) {
         s.len = 0;
-        int64_t t0 = now_ns();
+        int64_t t0 = bench_now_ns();
         long status = 0;
         if (curl_easy_perform(c) != CURLE_OK ||
             curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status) != CURLE_OK || status != 200) {
@@ -159,7 +114,7 @@ static int run(CURL *c, const char *url, const body *b, const char *title, int n
             break;
         }
         if (i < 0) continue;
-        lat[i] = (double)(now_ns() - t0) / 1e6;
+        lat[i] = (double)(bench_now_ns() - t0) / 1e6;
         const char *cu = s.p ? strstr(s.p, "\"compute_us\":") : NULL;
         comp[i] = cu ? atof(cu + 13) / 1e3 : NAN;
     }
@@ -191,7 +146,7 @@ int main(int argc, char **argv)
     }
     int fd = mkstemp(model);
     if (fd >= 0) close(fd);
-    if (fd < 0 || write_model(model, EMB, HEADS) != 0) {
+    if (fd < 0 || bench_write_mha_model(model, EMB, HEADS, &rng) != 0) {
         fprintf(stderr, "bench_v2: cannot write %s\n", model);
         return 1;
     }
@@ -205,7 +160,7 @@ int main(int argc, char **argv)
         goto done_model;
     }
     float *q = malloc((size_t)T * EMB * sizeof *q);
-    for (size_t i = 0; i < (size_t)T * EMB; i++) q[i] = (float)rng_sym();
+    for (size_t i = 0; i < (size_t)T * EMB; i++) q[i] = (float)bench_rng_sym(&rng);
     body bodies[3] = {make_body(q, 0, 0), make_body(q, 1, 0), make_body(q, 1, 1)};
     const char *titles[3] = {"JSON in, JSON out", "binary in, JSON out", "binary in, binary out"};
     char url[256];
