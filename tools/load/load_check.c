@@ -168,6 +168,27 @@ static int enter(scan *sc)
     return 0;
 }
 
+/* At `close` (']' or '}'): consumes it, leaves the container, returns 1; else 0. */
+static int leave_at(scan *sc, char close)
+{
+    if (sc->p >= sc->end || *sc->p != close) return 0;
+    sc->p++;
+    sc->nesting--;
+    return 1;
+}
+
+/* After a container's element: 0 past a ',' (another element follows), 1 past the
+ * closing `close`, -1 (bad JSON) at anything else. */
+static int next_or_leave(scan *sc, char close)
+{
+    skip_ws(sc);
+    if (leave_at(sc, close)) return 1;
+    if (sc->p >= sc->end || *sc->p != ',') return fail(sc);
+    sc->p++;
+    skip_ws(sc);
+    return 0;
+}
+
 /* Array at sc->p. With cmp, checks this array's (adepth, length) against the next expected pair
  * and requires its elements to be all numbers or all arrays. */
 static int scan_array(scan *sc, shape_cmp *cmp, int32_t adepth)
@@ -180,24 +201,15 @@ static int scan_array(scan *sc, shape_cmp *cmp, int32_t adepth)
         slot = cmp->next++;
     }
     if (enter(sc)) return -1;
-    if (sc->p < sc->end && *sc->p == ']') goto done;
-    for (;;) {
+    for (int r = leave_at(sc, ']'); !r;) {
         int k;
         if (scan_value(sc, cmp, adepth + 1, &k)) return -1;
         count++;
         saw_num |= k == V_NUMBER;
         saw_arr |= k == V_ARRAY;
         saw_other |= k == V_OTHER;
-        skip_ws(sc);
-        if (sc->p >= sc->end) return fail(sc);
-        if (*sc->p == ']') break;
-        if (*sc->p != ',') return fail(sc);
-        sc->p++;
-        skip_ws(sc);
+        if ((r = next_or_leave(sc, ']')) < 0) return -1;
     }
-done:
-    sc->p++;
-    sc->nesting--;
     if (cmp && (saw_other || (saw_num && saw_arr) ||
                 (slot < cmp->want->n && cmp->want->v[2 * slot + 1] != count)))
         cmp->bad = 1;
@@ -210,8 +222,7 @@ typedef int (*member_fn)(scan *sc, const char *key, size_t klen, void *ctx);
 static int scan_object(scan *sc, member_fn on_member, void *ctx)
 {
     if (enter(sc)) return -1;
-    if (sc->p < sc->end && *sc->p == '}') goto done;
-    for (;;) {
+    for (int r = leave_at(sc, '}'); !r;) {
         const char *key;
         size_t klen;
         if (sc->p >= sc->end || *sc->p != '"' || scan_string(sc, &key, &klen)) return fail(sc);
@@ -220,16 +231,8 @@ static int scan_object(scan *sc, member_fn on_member, void *ctx)
         sc->p++;
         skip_ws(sc);
         if (on_member(sc, key, klen, ctx)) return -1;
-        skip_ws(sc);
-        if (sc->p >= sc->end) return fail(sc);
-        if (*sc->p == '}') break;
-        if (*sc->p != ',') return fail(sc);
-        sc->p++;
-        skip_ws(sc);
+        if ((r = next_or_leave(sc, '}')) < 0) return -1;
     }
-done:
-    sc->p++;
-    sc->nesting--;
     return 0;
 }
 
@@ -400,23 +403,14 @@ static int scan_dims(scan *sc, v2_output *o)
     if (enter(sc)) return -1;
     o->rank = 0;
     int ok = 1;
-    while (sc->p < sc->end && *sc->p != ']') {
+    for (int r = leave_at(sc, ']'); !r;) {
         int64_t v = 0;
         if (scan_int(sc, &v, &ok)) return -1;
         if (v < 1) ok = 0;
         if (o->rank < 4) o->dim[o->rank] = v;
         if (o->rank < 5) o->rank++;
-        skip_ws(sc);
-        if (sc->p < sc->end && *sc->p == ',') {
-            sc->p++;
-            skip_ws(sc);
-        } else if (sc->p >= sc->end || *sc->p != ']') {
-            return fail(sc);
-        }
+        if ((r = next_or_leave(sc, ']')) < 0) return -1;
     }
-    if (sc->p >= sc->end) return fail(sc);
-    sc->p++;
-    sc->nesting--;
     if (!ok || o->rank == 0) o->rank = -1;
     return 0;
 }
@@ -507,26 +501,17 @@ static int scan_outputs(scan *sc, v2_ctx *c)
         return scan_value(sc, NULL, 0, NULL);
     }
     if (enter(sc)) return -1;
-    while (sc->p < sc->end && *sc->p != ']') {
+    for (int r = leave_at(sc, ']'); !r;) {
         v2_output o = {.binary_size = -1, .count = -1, .rank = -1, .name = OUT_OTHER};
-        if (*sc->p != '{') {
-            c->bad = 1;
-            if (scan_value(sc, NULL, 0, NULL)) return -1;
-        } else {
+        if (sc->p < sc->end && *sc->p == '{') {
             if (scan_object(sc, output_member, &o)) return -1;
             check_output(c, &o, sc->end);
+        } else {
+            c->bad = 1;
+            if (scan_value(sc, NULL, 0, NULL)) return -1;
         }
-        skip_ws(sc);
-        if (sc->p < sc->end && *sc->p == ',') {
-            sc->p++;
-            skip_ws(sc);
-        } else if (sc->p >= sc->end || *sc->p != ']') {
-            return fail(sc);
-        }
+        if ((r = next_or_leave(sc, ']')) < 0) return -1;
     }
-    if (sc->p >= sc->end) return fail(sc);
-    sc->p++;
-    sc->nesting--;
     return 0;
 }
 
