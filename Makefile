@@ -4,6 +4,7 @@
 #   make run        start attnd on the built-in demo model at 127.0.0.1:8080
 #   make test       build and run every test (installs missing Debian packages)
 #   make sanitize   the same tests on an ASan+UBSan build (in build-san/)
+#   make valgrind   memcheck over the library/codec tests and the daemon under integration tests
 #   make bench      benchmarks: figures and ratios measured in one run
 #   make fuzz       fuzz the safetensors loader and the request codec (FUZZ_SECONDS=60 each)
 #
@@ -63,7 +64,7 @@ BENCH_BINS  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 # Everything a test binary may need, in link order.
 TEST_LIBS   := $(LIBCOMMON) $(LIBLOAD) $(LIBATTND) $(LIBATTN)
 
-.PHONY: all deps run test test-only sanitize bench loadtest fuzz clean install docker-test
+.PHONY: all deps run test test-only sanitize valgrind bench loadtest fuzz clean install docker-test
 .DEFAULT_GOAL := all
 
 all: $(ATTND) $(ATTND_LOAD)
@@ -123,6 +124,9 @@ test-only: all $(UNIT_BINS) $(ITEST_BINS)
 
 sanitize: deps
 	@$(MAKE) --no-print-directory BUILD=build-san SANITIZE=1 test-only
+
+valgrind: deps all $(UNIT_BINS) $(ITEST_BINS)
+	BUILD=$(BUILD) scripts/valgrind.sh
 
 bench: deps all $(BENCH_BINS)
 	BUILD=$(BUILD) scripts/bench.sh
