@@ -160,6 +160,28 @@ typedef struct attn_seq {
     float *output;          /* (T, E_out), caller-allocated, required            */
     attn_weights_mode weights_mode;
     float *weights;         /* (h,T,S) or (T,S) per weights_mode, or NULL if NONE */
+
+    /* KV cache: keys and values already projected (bias included), so that a
+     * stream can be computed one step at a time in O(S) per new position.
+     * Unused when cache_k is NULL (everything above then applies unchanged).
+     * Rows are laid out like the projections: cache_k (rows, h*d_k) and
+     * cache_v (rows, h*d_v), caller-owned; key and value must be NULL.
+     *  - cache_append = 1 (self-attention stream): the T query rows are
+     *    projected to K/V and WRITTEN to rows [cache_len, cache_len + T) of the
+     *    cache (the caller guarantees the room), and the queries attend to all
+     *    S = cache_len + T rows. Query i stands at position cache_len + i, so
+     *    is_causal lets it see keys j <= cache_len + i (bottom-right aligned)
+     *    and window counts from that position. The rows are written only when
+     *    attn_forward returns ATTN_OK.
+     *  - cache_append = 0 (a fixed memory, e.g. cross-attention keys/values
+     *    projected once with attn_project_kv): the queries attend to the
+     *    S = cache_len rows as they are; nothing is written; positions as for
+     *    ordinary cross-attention.
+     * s must equal the S above. Masks (key padding, attn_mask) index those S keys. */
+    float *cache_k;
+    float *cache_v;
+    int cache_len;          /* rows already in the cache, >= 0                   */
+    int cache_append;       /* 1 or 0, as above                                   */
 } attn_seq;
 
 /* Counters filled by attn_forward (optional). */
@@ -238,6 +260,17 @@ attn_workspace *attn_workspace_create_threads(int n_threads);
 /* The options a workspace was created with, n_threads resolved (>= 1) and
  * block sizes filled in. ws must not be NULL. */
 void attn_workspace_get_options(const attn_workspace *ws, attn_workspace_options *opts);
+
+/* ---------------------------------------------------------------- KV cache */
+
+/* Projects s rows of keys and values the way attn_forward does (bias
+ * included), for a KV cache or a cross-attention memory used with
+ * attn_seq.cache_k / cache_v and cache_append = 0.
+ * key: (s, E_k), value: (s, E_v) (may be the same buffer when E_k == E_v);
+ * k_out: (s, h*d_k), v_out: (s, h*d_v), caller-allocated, written only on
+ * ATTN_OK. Rejects non-finite inputs (NONFINITE, element named). Thread-safe. */
+attn_status attn_project_kv(const attn_layer *layer, const float *key, const float *value,
+                            int s, float *k_out, float *v_out, attn_error *err);
 
 #ifdef __cplusplus
 }

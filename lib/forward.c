@@ -1,7 +1,9 @@
 /* forward.c — attn_forward on OpenBLAS: validate, project Q/K/V for the whole
- * ragged batch with one GEMM each, run the head jobs (fused or materialised
- * kernel; on the calling thread or the workspace's pool), then apply W_O with
- * one GEMM. Numerics follow torch.nn.MultiheadAttention.
+ * ragged batch with one GEMM each, store appended rows into KV caches, run the
+ * head jobs (fused or materialised kernel; on the calling thread or the
+ * workspace's pool), then apply W_O with one GEMM. Numerics follow
+ * torch.nn.MultiheadAttention. Also attn_project_kv, the same K/V projection
+ * on its own.
  */
 #include "forward.h"
 
@@ -23,7 +25,7 @@
 /* Where the buffers of one call live (byte offsets into the workspace), which
  * caller buffers are used in place, and how the heads are run. */
 typedef struct fwd_plan {
-    size_t n_q, n_kv; /* total query rows, total key/value rows */
+    size_t n_q, n_kv; /* total query rows, total key/value rows projected */
     int n_jobs;
     int n_workers;    /* 1: everything on the calling thread; else the pool's size */
     int pack_q;       /* queries of several sequences are copied together */
@@ -36,7 +38,20 @@ typedef struct fwd_plan {
     size_t bytes;
 } fwd_plan;
 
-static int is_self(const attn_seq *s) { return s->key == NULL; }
+/* The key/value inputs of a sequence are its queries: ordinary
+ * self-attention, or an append to a KV cache. */
+static int keys_from_query(const attn_seq *s)
+{
+    return s->key == NULL && (s->cache_k == NULL || s->cache_append);
+}
+
+/* Rows of K/V this call projects for a sequence: all S without a cache, the T
+ * new ones when appending to a cache, none for a fixed cache. */
+static int kv_rows(const attn_seq *s)
+{
+    if (s->cache_k == NULL) return s->s;
+    return s->cache_append ? s->t : 0;
+}
 
 static int seq_fused(const attn_workspace *ws, const attn_seq *s)
 {
@@ -94,8 +109,8 @@ static attn_status plan_call(const attn_layer *l, const attn_seq *seqs, int n,
     int all_self = 1;
     for (int i = 0; i < n; i++) {
         p->n_q += (size_t)seqs[i].t;
-        p->n_kv += (size_t)seqs[i].s;
-        all_self &= is_self(&seqs[i]);
+        p->n_kv += (size_t)kv_rows(&seqs[i]);
+        all_self &= keys_from_query(&seqs[i]);
     }
     attn_status st = plan_jobs(l, seqs, n, ws, p, err);
     if (st != ATTN_OK) return st;
@@ -148,6 +163,16 @@ static void linear_rows(const linear_op *op, size_t r0, size_t nr)
             memcpy(y + r * (size_t)op->ldy, op->b, (size_t)op->n_out * sizeof *op->b);
         beta = 1.0f;
     }
+    if (op->rows == 1) { /* one row in all (a streamed token): OpenBLAS's GEMV is ~4x
+                            faster than a 1-row GEMM; never used for a chunk of a
+                            longer op, so threaded results stay bit-identical. y is
+                            zeroed for beta = 0 (OpenBLAS versions differ on NaN
+                            garbage there). */
+        if (op->b == NULL) memset(y, 0, (size_t)op->n_out * sizeof *y);
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, op->n_out, op->n_in, 1.0f, op->w, op->n_in, op->x, 1,
+                    beta, y, 1);
+        return;
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, op->n_out, op->n_in, 1.0f,
                 op->x + r0 * (size_t)op->n_in, op->n_in, op->w, op->n_in, beta, y, op->ldy);
 }
@@ -185,12 +210,18 @@ static void linear_task(void *arg, int task, int worker)
 static void run_linears(linear_batch *lb, const attn_workspace *ws, const fwd_plan *p)
 {
     if (p->n_workers == 1) {
-        for (int i = 0; i < lb->n_ops; i++) linear_rows(&lb->op[i], 0, lb->op[i].rows);
+        for (int i = 0; i < lb->n_ops; i++)
+            if (lb->op[i].rows > 0) linear_rows(&lb->op[i], 0, lb->op[i].rows);
         return;
     }
     int tasks = 0;
     for (int i = 0; i < lb->n_ops; i++) {
         size_t rows = lb->op[i].rows, want = 4 * (size_t)p->n_workers;
+        if (rows == 0) { /* K/V of a batch of fixed caches only */
+            lb->per[i] = ROW_ALIGN;
+            lb->chunks[i] = 0;
+            continue;
+        }
         size_t per = (rows + want - 1) / want;
         lb->per[i] = (per + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
         lb->chunks[i] = (int)((rows + lb->per[i] - 1) / lb->per[i]); /* <= 4 * n_workers */
@@ -207,7 +238,8 @@ static float *copy_rows(float *dst, const float *src, int rows, int cols)
 }
 
 /* Gathers the inputs into contiguous (rows, width) blocks so each projection
- * is one GEMM; a self-attention sequence's keys and values are its queries. */
+ * is one GEMM; a self-attention sequence's keys and values are its queries
+ * (also when appended to a cache); a fixed cache contributes no rows. */
 static void pack_inputs(const attn_layer *l, const attn_seq *seqs, int n, const fwd_plan *p,
                         char *base)
 {
@@ -219,8 +251,10 @@ static void pack_inputs(const attn_layer *l, const attn_seq *seqs, int n, const 
         float *dk = (float *)(base + p->off_xk), *dv = (float *)(base + p->off_xv);
         for (int i = 0; i < n; i++) {
             const attn_seq *s = &seqs[i];
-            dk = copy_rows(dk, is_self(s) ? s->query : s->key, s->s, l->e_k);
-            dv = copy_rows(dv, is_self(s) ? s->query : s->value, s->s, l->e_v);
+            const int from_q = keys_from_query(s), rows = kv_rows(s);
+            if (rows == 0) continue; /* a fixed cache: key and value are NULL */
+            dk = copy_rows(dk, from_q ? s->query : s->key, rows, l->e_k);
+            dv = copy_rows(dv, from_q ? s->query : s->value, rows, l->e_v);
         }
     }
 }
@@ -234,8 +268,8 @@ static void project_qkv(const attn_layer *l, const attn_seq *seqs, const attn_wo
     if (p->pack_kv) {
         xk = (const float *)(base + p->off_xk);
         xv = (const float *)(base + p->off_xv);
-    } else if (!p->pack_q && !is_self(&seqs[0])) {
-        xk = seqs[0].key;
+    } else if (!p->pack_q && !keys_from_query(&seqs[0])) {
+        xk = seqs[0].key; /* NULL, with no rows, for a fixed cache */
         xv = seqs[0].value;
     }
     linear_batch lb = {.n_ops = 3};
@@ -248,6 +282,26 @@ static void project_qkv(const attn_layer *l, const attn_seq *seqs, const attn_wo
     run_linears(&lb, ws, p);
 }
 
+/* Copies each appending sequence's projected K/V rows to rows [cache_len,
+ * cache_len + T) of its cache, where the head kernels then read them. Runs
+ * after every check and allocation of the call, so a failed call never gets
+ * here; nothing after it can fail. */
+static void store_cache_rows(const attn_layer *l, const attn_seq *seqs, int n, const fwd_plan *p,
+                             char *base)
+{
+    const float *k = (const float *)(base + p->off_k), *v = (const float *)(base + p->off_v);
+    for (int i = 0; i < n; i++) {
+        const attn_seq *s = &seqs[i];
+        const size_t rows = (size_t)kv_rows(s);
+        if (s->cache_k != NULL && rows > 0) {
+            memcpy(s->cache_k + (size_t)s->cache_len * l->qk_dim, k, rows * l->qk_dim * sizeof *k);
+            memcpy(s->cache_v + (size_t)s->cache_len * l->v_dim, v, rows * l->v_dim * sizeof *v);
+        }
+        k += rows * l->qk_dim;
+        v += rows * l->v_dim;
+    }
+}
+
 /* Fused sequences: one job per (head, block of block_q query rows); the
  * materialised ones: one per head, or one for all heads when AVERAGE weights
  * are summed across heads. Without W_O heads write straight into their
@@ -256,12 +310,15 @@ static void make_jobs(const attn_layer *l, const attn_seq *seqs, int n, const at
                       const fwd_plan *p, char *base, attn__head_job *jobs)
 {
     float *z = l->w_o ? (float *)(base + p->off_z) : NULL;
+    const float *k = (const float *)(base + p->off_k), *v = (const float *)(base + p->off_v);
     const int bq = p->block_q;
-    int q_row = 0, kv_row = 0, j = 0;
+    int q_row = 0, j = 0;
     for (int i = 0; i < n; i++) {
         const attn_seq *s = &seqs[i];
         const int fused = seq_fused(ws, s), avg = s->weights_mode == ATTN_WEIGHTS_AVERAGE;
+        const int pos0 = attn__mask_query_pos(s, 0);
         float *zs = z ? z + (size_t)q_row * l->v_dim : s->output;
+        const float *ks = s->cache_k ? s->cache_k : k, *vs = s->cache_v ? s->cache_v : v;
         for (int h = 0; h < l->h; h += avg && !fused ? l->h : 1) {
             for (int t0 = 0; t0 < s->t; t0 += fused ? bq : s->t, j++) {
                 attn__head_job *jb = &jobs[j];
@@ -272,16 +329,18 @@ static void make_jobs(const attn_layer *l, const attn_seq *seqs, int n, const at
                 jb->t0 = t0;
                 jb->nt = fused && s->t - t0 > bq ? bq : s->t - t0;
                 jb->q_row = q_row;
-                jb->kv_row = kv_row;
+                jb->k = ks;
+                jb->v = vs;
                 jb->z = zs + (size_t)h * l->d_v;
                 jb->ldz = l->v_dim;
                 /* causal query blocks see only keys up to their last row */
-                int keys = s->is_causal && t0 + jb->nt < s->s ? t0 + jb->nt : s->s;
+                int last = pos0 + t0 + jb->nt, keys = s->is_causal && last < s->s ? last : s->s;
                 jb->cost = (double)jb->nt * keys * jb->n_heads;
             }
         }
         q_row += s->t;
-        kv_row += s->s;
+        k += (size_t)kv_rows(s) * l->qk_dim;
+        v += (size_t)kv_rows(s) * l->v_dim;
     }
 }
 
@@ -381,11 +440,11 @@ attn_status attn_forward(const attn_layer *layer, const attn_seq *seqs, int n_se
 
     pack_inputs(layer, seqs, n_seqs, &plan, base);
     project_qkv(layer, seqs, w, &plan, base);
+    store_cache_rows(layer, seqs, n_seqs, &plan, base);
     attn__fwd_ctx ctx = {
         .layer = layer, .seqs = seqs,
         .q = (const float *)(base + plan.off_q), .ldq = layer->qk_dim,
-        .k = (const float *)(base + plan.off_k), .ldk = layer->qk_dim,
-        .v = (const float *)(base + plan.off_v), .ldv = layer->v_dim,
+        .ldk = layer->qk_dim, .ldv = layer->v_dim,
         .scale = (float)(1.0 / sqrt((double)layer->d_k)),
         .block_q = plan.block_q, .block_k = plan.block_k,
     };
@@ -411,15 +470,20 @@ void attn__head_blas(const attn__fwd_ctx *ctx, const attn__head_job *job, float 
     const attn_seq *s = &ctx->seqs[job->seq];
     const int T = s->t, S = s->s, h = job->head;
     const float *q = ctx->q + (size_t)job->q_row * ctx->ldq + (size_t)h * l->d_k;
-    const float *k = ctx->k + (size_t)job->kv_row * ctx->ldk + (size_t)h * l->d_k;
-    const float *v = ctx->v + (size_t)job->kv_row * ctx->ldv + (size_t)h * l->d_v;
+    const float *k = job->k + (size_t)h * l->d_k;
+    const float *v = job->v + (size_t)h * l->d_v;
     const size_t ts = (size_t)T * (size_t)S;
 
     /* scores = float_mask + scale * Q_h K_hᵀ (torch: baddbmm(mask, q/√d_k, kᵀ)) */
     const float *fmask = attn__mask_float_plane(s, h);
     if (fmask) memcpy(scratch, fmask, ts * sizeof *scratch);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, S, l->d_k, ctx->scale, q, ctx->ldq, k,
-                ctx->ldk, fmask ? 1.0f : 0.0f, scratch, S);
+    else if (T == 1) memset(scratch, 0, ts * sizeof *scratch); /* see linear_rows on GEMV */
+    if (T == 1) /* one query (a streamed token): GEMV, several times faster than a 1-row GEMM */
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, S, l->d_k, ctx->scale, k, ctx->ldk, q, 1, 1.0f,
+                    scratch, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, S, l->d_k, ctx->scale, q, ctx->ldq,
+                    k, ctx->ldk, fmask ? 1.0f : 0.0f, scratch, S);
 
     const uint8_t *bmask = attn__mask_bool_plane(s, h);
     for (int t = 0; t < T; t++) {
@@ -430,12 +494,31 @@ void attn__head_blas(const attn__fwd_ctx *ctx, const attn__head_job *job, float 
         attn__softmax_row(row, S, lo, hi);
     }
 
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, l->d_v, S, 1.0f, scratch, S, v,
-                ctx->ldv, 0.0f, job->z, job->ldz);
+    if (T == 1) {
+        memset(job->z, 0, (size_t)l->d_v * sizeof *job->z);
+        cblas_sgemv(CblasRowMajor, CblasTrans, S, l->d_v, 1.0f, v, ctx->ldv, scratch, 1, 1.0f, job->z, 1);
+    } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, l->d_v, S, 1.0f, scratch, S, v,
+                    ctx->ldv, 0.0f, job->z, job->ldz);
+    }
 
     if (s->weights_mode == ATTN_WEIGHTS_PER_HEAD) {
         memcpy(s->weights + (size_t)h * ts, scratch, ts * sizeof *scratch);
     } else if (s->weights_mode == ATTN_WEIGHTS_AVERAGE) {
         for (size_t i = 0; i < ts; i++) s->weights[i] += scratch[i];
     }
+}
+
+attn_status attn_project_kv(const attn_layer *layer, const float *key, const float *value,
+                            int s, float *k_out, float *v_out, attn_error *err)
+{
+    attn_status st = attn__validate_project_kv(layer, key, value, s, k_out, v_out, err);
+    if (st != ATTN_OK) return st;
+    /* The very GEMMs attn_forward runs for a lone cross-attention sequence. */
+    const attn_layer *l = layer;
+    linear_op k = {key, l->w_k, l->b_k, (size_t)s, l->e_k, l->qk_dim, l->qk_dim, k_out};
+    linear_op v = {value, l->w_v, l->b_v, (size_t)s, l->e_v, l->v_dim, l->v_dim, v_out};
+    linear_rows(&k, 0, k.rows);
+    linear_rows(&v, 0, v.rows);
+    return ATTN_OK;
 }

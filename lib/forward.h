@@ -12,13 +12,14 @@
 #include "layer_internal.h"
 
 /* Everything a head kernel reads or writes, for the whole batch.
- *   q: (N_q,  h*d_k), row stride ldq     k: (N_kv, h*d_k), row stride ldk
- *   v: (N_kv, h*d_v), row stride ldv     z: concat of heads, see attn__head_job
- * N_q = sum of t, N_kv = sum of s, sequences in order. */
+ *   q: (N_q, h*d_k), row stride ldq (N_q = sum of t, sequences in order)
+ *   keys and values: per job (attn__head_job.k / .v), row strides ldk = h*d_k
+ *   and ldv = h*d_v, both for the batch's projections and for KV caches
+ *   z: concat of heads, see attn__head_job */
 typedef struct attn__fwd_ctx {
     const attn_layer *layer;
     const attn_seq *seqs;
-    const float *q, *k, *v;
+    const float *q;
     int ldq, ldk, ldv;
     float scale; /* 1/sqrt(d_k) */
     int block_q, block_k; /* fused tile: query rows per job, keys per tile */
@@ -47,7 +48,8 @@ struct attn__head_job {
     int head, n_heads;
     int t0, nt;  /* query rows; the materialised kernel always does all T */
     int q_row;   /* first row of this sequence in ctx->q */
-    int kv_row;  /* first row of this sequence in ctx->k and ctx->v */
+    const float *k, *v; /* the sequence's key 0, head 0: (S, h*d_k) and (S, h*d_v),
+                           in the batch's projections or the sequence's KV cache */
     float *z;
     int ldz;
     double cost; /* estimated work, to start the largest jobs first */

@@ -1,7 +1,8 @@
 /* fused.c — memory-efficient attention for one (sequence, head, query block):
  * keys in tiles, scores of a tile by one sgemm, an online softmax (running max
  * and sum per row, the accumulator rescaled when the max grows), the tile's
- * α·V by a second sgemm into z. Scratch is one tile, never T x S.
+ * α·V by a second sgemm into z (sgemv for a block of one query, the streamed
+ * token's case). Scratch is one tile, never T x S.
  */
 #include "forward.h"
 
@@ -53,8 +54,31 @@ static void score_tile(const attn__fwd_ctx *ctx, const attn_seq *s, const float 
         for (int r = 0; r < nt; r++)
             memcpy(f->tile + (size_t)r * ld, fmask + (size_t)(t0 + r) * s->s + s0,
                    (size_t)n * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nt, n, dk, ctx->scale, f->qb, dk,
-                k + (size_t)s0 * ctx->ldk, ctx->ldk, fmask ? 1.0f : 0.0f, f->tile, ld);
+    const float *ks = k + (size_t)s0 * ctx->ldk;
+    if (nt == 1) { /* one query (a streamed token): GEMV, several times faster than a 1-row
+                      GEMM. Zero y first: whether beta = 0 ignores NaN garbage in y
+                      differs between OpenBLAS versions. */
+        if (fmask == NULL) memset(f->tile, 0, (size_t)n * sizeof(float));
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, n, dk, ctx->scale, ks, ctx->ldk, f->qb, 1,
+                    fmask ? 1.0f : 0.0f, f->tile, 1);
+    } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nt, n, dk, ctx->scale, f->qb, dk, ks,
+                    ctx->ldk, fmask ? 1.0f : 0.0f, f->tile, ld);
+    }
+}
+
+/* z (nt, d_v) (+)= P (nt, n) V (n, d_v): beta 0 for the first tile, then 1. */
+static void accumulate_pv(const attn__fwd_ctx *ctx, const float *p, const float *v, int nt, int n,
+                          float beta, float *z, int ldz)
+{
+    const int dv = ctx->layer->d_v;
+    if (nt == 1) { /* as in score_tile; z may hold Q (it can alias q) or garbage */
+        if (beta == 0.0f) memset(z, 0, (size_t)dv * sizeof *z);
+        cblas_sgemv(CblasRowMajor, CblasTrans, n, dv, 1.0f, v, ctx->ldv, p, 1, beta, z, 1);
+    } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nt, dv, n, 1.0f, p, ctx->block_k, v,
+                    ctx->ldv, beta, z, ldz);
+    }
 }
 
 /* Turns one tile row (n scores for keys s0..s0+n) into unnormalised
@@ -131,8 +155,8 @@ void attn__head_fused(const attn__fwd_ctx *ctx, const attn__head_job *job, float
     for (int r = 0; r < nt; r++)
         memcpy(f.qb + (size_t)r * dk, q + (size_t)r * ctx->ldq, (size_t)dk * sizeof(float));
 
-    const float *k = ctx->k + (size_t)job->kv_row * ctx->ldk + (size_t)h * dk;
-    const float *v = ctx->v + (size_t)job->kv_row * ctx->ldv + (size_t)h * dv;
+    const float *k = job->k + (size_t)h * dk;
+    const float *v = job->v + (size_t)h * dv;
     const float *fmask = attn__mask_float_plane(s, h);
     const uint8_t *bplane = attn__mask_bool_plane(s, h);
     int any_gemm = 0;
@@ -145,10 +169,9 @@ void attn__head_fused(const attn__fwd_ctx *ctx, const attn__head_job *job, float
                               f.tile + (size_t)r * ctx->block_k, &f.mx[r], &f.sum[r],
                               z + (size_t)r * job->ldz, dv);
         if (!any) continue; /* every key of the tile blocked for every row */
-        /* z (nt, d_v) (+)= P (nt, n) V[s0..s0+n) (n, d_v); the first GEMM overwrites */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nt, dv, n, 1.0f, f.tile,
-                    ctx->block_k, v + (size_t)s0 * ctx->ldv, ctx->ldv, any_gemm ? 1.0f : 0.0f,
-                    z, job->ldz);
+        /* z (+)= P V[s0..s0+n); the first product overwrites */
+        accumulate_pv(ctx, f.tile, v + (size_t)s0 * ctx->ldv, nt, n, any_gemm ? 1.0f : 0.0f, z,
+                      job->ldz);
         any_gemm = 1;
     }
     finish_rows(&f, z, job->ldz, nt, dv, any_gemm);

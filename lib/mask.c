@@ -1,20 +1,28 @@
 /* mask.c — turns the masks of one sequence into per-row visibility (see mask.h).
  * Conventions are PyTorch's: nonzero bool = blocked, key_padding_mask nonzero =
- * ignored, causal is top-left aligned (row t sees keys j <= t even when T != S).
+ * ignored, causal is top-left aligned (row t sees keys j <= t even when T != S),
+ * except when appending to a KV cache: then row t stands at position
+ * cache_len + t (bottom-right aligned) for causal and window alike.
  */
 #include "mask.h"
 
 #include <math.h>
 #include <stddef.h>
 
-void attn__mask_row_range(const attn_seq *seq, int t, int *lo, int *hi)
+int attn__mask_query_pos(const attn_seq *seq, int t)
 {
+    return seq->cache_k != NULL && seq->cache_append ? seq->cache_len + t : t;
+}
+
+void attn__mask_row_range(const attn_seq *seq, int row, int *lo, int *hi)
+{
+    const long long t = attn__mask_query_pos(seq, row); /* validated: fits in int */
     long long l = 0, h = seq->s; /* long long: t + window may exceed INT_MAX */
     if (seq->key_length > 0 && seq->key_length < h) h = seq->key_length;
-    if (seq->is_causal && (long long)t + 1 < h) h = (long long)t + 1;
+    if (seq->is_causal && t + 1 < h) h = t + 1;
     if (seq->window > 0) {
-        if ((long long)t - seq->window + 1 > l) l = (long long)t - seq->window + 1;
-        if (!seq->is_causal && (long long)t + seq->window < h) h = (long long)t + seq->window;
+        if (t - seq->window + 1 > l) l = t - seq->window + 1;
+        if (!seq->is_causal && t + seq->window < h) h = t + seq->window;
     }
     *lo = (int)l;
     *hi = (int)(h > l ? h : l);

@@ -10,9 +10,15 @@
 
 #include <stdint.h>
 
-/* The interval of keys row t may see under key_length, is_causal and window:
- * [*lo, *hi), empty when *hi <= *lo. Requires 0 <= t < seq->t (validated seq). */
-void attn__mask_row_range(const attn_seq *seq, int t, int *lo, int *hi);
+/* The position of query row t (0 <= t < seq->t) among the keys, which causal
+ * and window count from: t itself (top-left alignment, as PyTorch), or
+ * cache_len + t when the sequence appends to a KV cache (bottom-right). */
+int attn__mask_query_pos(const attn_seq *seq, int t);
+
+/* The interval of keys query row `row` may see under key_length, is_causal and
+ * window, counted from attn__mask_query_pos: [*lo, *hi), empty when *hi <= *lo.
+ * Requires 0 <= row < seq->t (validated seq). */
+void attn__mask_row_range(const attn_seq *seq, int row, int *lo, int *hi);
 
 /* The (T, S) plane of the bool / float attn_mask that applies to `head`, or
  * NULL when the sequence has no mask of that kind. */

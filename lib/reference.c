@@ -23,16 +23,19 @@ static void ref_linear(const float *x, int rows, int n_in, const float *w, const
         }
 }
 
-/* The visibility rule spelt out: may query t look at key j under the blocking masks? */
+/* The visibility rule spelt out: may query t look at key j under the blocking
+ * masks? Causal and window count from the query's position: t, or cache_len + t
+ * when the sequence appends to a KV cache (its keys are the cache, then itself). */
 static int ref_visible(const attn_layer *l, const attn_seq *s, int head, int t, int j)
 {
     (void)l;
+    const long long pos = (long long)t + (s->cache_k && s->cache_append ? s->cache_len : 0);
     if (s->key_padding_mask && s->key_padding_mask[j]) return 0;
     if (s->key_length > 0 && j >= s->key_length) return 0;
-    if (s->is_causal && j > t) return 0;
+    if (s->is_causal && j > pos) return 0;
     if (s->window > 0) {
-        if (s->is_causal && j < t - s->window + 1) return 0;
-        if (!s->is_causal && abs(t - j) >= s->window) return 0;
+        if (s->is_causal && j < pos - s->window + 1) return 0;
+        if (!s->is_causal && llabs(pos - j) >= s->window) return 0;
     }
     size_t plane = (size_t)s->t * s->s, at = (size_t)t * s->s + j;
     size_t off = s->attn_mask_per_head ? (size_t)head * plane : 0;
@@ -49,6 +52,21 @@ static double ref_float_mask(const attn_seq *s, int head, int t, int j)
     return ((const float *)s->attn_mask)[off + (size_t)t * s->s + j];
 }
 
+/* K and V (S rows) of a sequence with a KV cache: the cache's cache_len rows,
+ * then (appending) the T queries projected, which are also stored, rounded to
+ * float, in the cache's rows [cache_len, S). */
+static void ref_cache_kv(const attn_layer *l, const attn_seq *s, double *k, double *v)
+{
+    const size_t nk = (size_t)s->cache_len * l->qk_dim, nv = (size_t)s->cache_len * l->v_dim;
+    for (size_t i = 0; i < nk; i++) k[i] = s->cache_k[i];
+    for (size_t i = 0; i < nv; i++) v[i] = s->cache_v[i];
+    if (!s->cache_append) return;
+    ref_linear(s->query, s->t, l->e_k, l->w_k, l->b_k, l->qk_dim, k + nk);
+    ref_linear(s->query, s->t, l->e_v, l->w_v, l->b_v, l->v_dim, v + nv);
+    for (size_t i = 0; i < (size_t)s->t * l->qk_dim; i++) s->cache_k[nk + i] = (float)k[nk + i];
+    for (size_t i = 0; i < (size_t)s->t * l->v_dim; i++) s->cache_v[nv + i] = (float)v[nv + i];
+}
+
 /* One sequence. q (T, h*d_k), k (S, h*d_k), v (S, h*d_v), z (T, h*d_v),
  * a (S) one row of weights, all double scratch. */
 static void ref_seq(const attn_layer *l, const attn_seq *s, double *q, double *k, double *v,
@@ -56,8 +74,12 @@ static void ref_seq(const attn_layer *l, const attn_seq *s, double *q, double *k
 {
     const float *xk = s->key ? s->key : s->query, *xv = s->value ? s->value : s->query;
     ref_linear(s->query, s->t, l->e_q, l->w_q, l->b_q, l->qk_dim, q);
-    ref_linear(xk, s->s, l->e_k, l->w_k, l->b_k, l->qk_dim, k);
-    ref_linear(xv, s->s, l->e_v, l->w_v, l->b_v, l->v_dim, v);
+    if (s->cache_k) {
+        ref_cache_kv(l, s, k, v);
+    } else {
+        ref_linear(xk, s->s, l->e_k, l->w_k, l->b_k, l->qk_dim, k);
+        ref_linear(xv, s->s, l->e_v, l->w_v, l->b_v, l->v_dim, v);
+    }
     size_t ts = (size_t)s->t * s->s;
     if (s->weights_mode == ATTN_WEIGHTS_AVERAGE) memset(s->weights, 0, ts * sizeof(float));
     for (int h = 0; h < l->h; h++)

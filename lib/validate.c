@@ -13,6 +13,35 @@
 
 static bool is_self(const attn_seq *s) { return s->key == NULL && s->value == NULL; }
 
+/* Keys come from the query: ordinary self-attention or a cache being appended to. */
+static bool keys_from_query(const attn_seq *s)
+{
+    return is_self(s) && (s->cache_k == NULL || s->cache_append);
+}
+
+/* The KV-cache fields: both caches or neither, no key/value beside them, a
+ * valid mode, and nothing cache-like set when there is no cache. */
+static attn_status check_cache_pointers(const attn_seq *s, int i, attn_error *err)
+{
+    if (s->cache_k == NULL && s->cache_v == NULL) {
+        if (s->cache_len != 0 || s->cache_append != 0)
+            return attn__set_error(err, ATTN_ERR_INVALID_ARG,
+                                   "seqs[%d]: cache_len = %d / cache_append = %d set but cache_k is NULL",
+                                   i, s->cache_len, s->cache_append);
+        return ATTN_OK;
+    }
+    if (s->cache_k == NULL || s->cache_v == NULL)
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG, "seqs[%d].%s is NULL but %s is set", i,
+                               s->cache_k ? "cache_v" : "cache_k", s->cache_k ? "cache_k" : "cache_v");
+    if (s->key != NULL || s->value != NULL)
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG,
+                               "seqs[%d]: key and value must be NULL when cache_k is set", i);
+    if (s->cache_append != 0 && s->cache_append != 1)
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG, "seqs[%d].cache_append = %d, must be 0 or 1",
+                               i, s->cache_append);
+    return ATTN_OK;
+}
+
 static attn_status check_pointers(const attn_seq *s, int i, attn_error *err)
 {
     if (s->query == NULL)
@@ -44,6 +73,31 @@ static attn_status check_pointers(const attn_seq *s, int i, attn_error *err)
                                "seqs[%d].weights is %s but weights_mode is %s", i,
                                s->weights ? "set" : "NULL",
                                s->weights_mode == ATTN_WEIGHTS_NONE ? "NONE" : "not NONE");
+    return check_cache_pointers(s, i, err);
+}
+
+/* s against cache_len: S = cache_len + T when appending, S = cache_len for a
+ * fixed memory. (Pointers already checked.) */
+static attn_status check_cache_shape(const attn_seq *s, int i, attn_error *err)
+{
+    if (s->cache_len < 0)
+        return attn__set_error(err, ATTN_ERR_SHAPE, "seqs[%d].cache_len = %d, must be >= 0", i,
+                               s->cache_len);
+    if (s->cache_append) {
+        if ((long long)s->s != (long long)s->cache_len + s->t)
+            return attn__set_error(err, ATTN_ERR_SHAPE,
+                                   "seqs[%d]: appending to a cache needs s == cache_len + t "
+                                   "(s = %d, cache_len = %d, t = %d)", i, s->s, s->cache_len, s->t);
+    } else {
+        if (s->cache_len < 1)
+            return attn__set_error(err, ATTN_ERR_SHAPE,
+                                   "seqs[%d].cache_len = %d, a fixed cache (cache_append = 0) needs >= 1",
+                                   i, s->cache_len);
+        if (s->s != s->cache_len)
+            return attn__set_error(err, ATTN_ERR_SHAPE,
+                                   "seqs[%d]: a fixed cache needs s == cache_len (s = %d, cache_len = %d)",
+                                   i, s->s, s->cache_len);
+    }
     return ATTN_OK;
 }
 
@@ -51,10 +105,14 @@ static attn_status check_shape(const attn_layer *l, const attn_seq *s, int i, at
 {
     if (s->t < 1) return attn__set_error(err, ATTN_ERR_SHAPE, "seqs[%d].t = %d, must be >= 1", i, s->t);
     if (s->s < 1) return attn__set_error(err, ATTN_ERR_SHAPE, "seqs[%d].s = %d, must be >= 1", i, s->s);
-    if (is_self(s)) {
-        if (s->s != s->t)
-            return attn__set_error(err, ATTN_ERR_SHAPE,
-                                   "seqs[%d]: self-attention needs s == t (s = %d, t = %d)", i, s->s, s->t);
+    if (s->cache_k != NULL) {
+        attn_status st = check_cache_shape(s, i, err);
+        if (st != ATTN_OK) return st;
+    } else if (is_self(s) && s->s != s->t) {
+        return attn__set_error(err, ATTN_ERR_SHAPE,
+                               "seqs[%d]: self-attention needs s == t (s = %d, t = %d)", i, s->s, s->t);
+    }
+    if (keys_from_query(s)) {
         if (l->e_k != l->e_q || l->e_v != l->e_q)
             return attn__set_error(err, ATTN_ERR_SHAPE,
                                    "seqs[%d]: self-attention needs embed_k == embed_v == embed_q "
@@ -158,6 +216,12 @@ static attn_status check_values(const attn_layer *l, const attn_seq *s, int i, a
         return st;
     if (s->attn_mask_kind == ATTN_MASK_FLOAT && (st = scan_float_mask(s, l->h, i, &mpos, err)))
         return st;
+    /* Cache rows are not rescanned (that would cost O(S) per streamed step):
+     * they are trusted to be what attn_project_kv or an earlier append wrote
+     * from checked inputs. A fixed cache projects nothing, so only Q is
+     * bounded; an append bounds its new rows as self-attention does. */
+    if (s->cache_k != NULL && !s->cache_append)
+        return l->l1_q * mq + l->bmax_q > MAGNITUDE_LIMIT ? too_large(i, "projections", err) : ATTN_OK;
     return check_magnitudes(l, i, mq, mk, mv, mpos, err);
 }
 
@@ -182,5 +246,31 @@ attn_status attn__validate_forward(const attn_layer *layer, const attn_seq *seqs
         attn_status st = check_values(layer, &seqs[i], i, err);
         if (st) return st;
     }
+    return ATTN_OK;
+}
+
+attn_status attn__validate_project_kv(const attn_layer *l, const float *key, const float *value, int s,
+                                      const float *k_out, const float *v_out, attn_error *err)
+{
+    if (l == NULL) return attn__set_error(err, ATTN_ERR_INVALID_ARG, "layer is NULL");
+    if (key == NULL || value == NULL || k_out == NULL || v_out == NULL)
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG, "%s is NULL",
+                               key == NULL ? "key" : value == NULL ? "value" : k_out == NULL ? "k_out" : "v_out");
+    if (s < 1) return attn__set_error(err, ATTN_ERR_SHAPE, "s = %d, must be >= 1", s);
+    size_t n;
+    if (!attn__mul_size((size_t)s, (size_t)(l->qk_dim > l->v_dim ? l->qk_dim : l->v_dim), &n) ||
+        !attn__mul_size(n, sizeof(float), &n))
+        return attn__set_error(err, ATTN_ERR_LIMIT, "s * h * d overflows");
+    double mk, mv;
+    size_t bad;
+    if (!scan(key, (size_t)s, (size_t)l->e_k, &mk, &bad))
+        return attn__set_error(err, ATTN_ERR_NONFINITE, "key[%zu][%zu] is not finite",
+                               bad / (size_t)l->e_k, bad % (size_t)l->e_k);
+    if (!scan(value, (size_t)s, (size_t)l->e_v, &mv, &bad))
+        return attn__set_error(err, ATTN_ERR_NONFINITE, "value[%zu][%zu] is not finite",
+                               bad / (size_t)l->e_v, bad % (size_t)l->e_v);
+    if (l->l1_k * mk + l->bmax_k > MAGNITUDE_LIMIT || l->l1_v * mv + l->bmax_v > MAGNITUDE_LIMIT)
+        return attn__set_error(err, ATTN_ERR_LIMIT,
+                               "input magnitudes are so large that the projections would overflow float32");
     return ATTN_OK;
 }

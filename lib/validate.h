@@ -1,6 +1,7 @@
 /* validate.h — every check attn_forward (and the reference) makes before any
  * arithmetic: pointers, enum values, shapes against the layer, finiteness of
- * every input, and that no intermediate can overflow float32.
+ * every input, and that no intermediate can overflow float32. KV-cache rows
+ * are trusted, not rescanned (see check_values in validate.c).
  */
 #ifndef ATTN_VALIDATE_H
 #define ATTN_VALIDATE_H
@@ -11,11 +12,20 @@
  * otherwise the first problem's code, with err naming the sequence and field
  * ("seqs[1].query[4][7] is not finite"). Reads the inputs, writes nothing else.
  * Error codes: INVALID_ARG (NULLs, bad enum/flag values, mask pointer vs kind,
- * weights pointer vs mode), SHAPE (t/s < 1, self-attention with s != t or
- * embed widths that differ, key_length > s), NONFINITE (NaN/inf in query, key,
- * value; NaN or +inf in a float mask), LIMIT (sizes overflow, or input
+ * weights pointer vs mode, cache_k without cache_v or beside key/value,
+ * cache_append not 0/1, cache_len/cache_append set without a cache), SHAPE
+ * (t/s < 1, self-attention with s != t or embed widths that differ, a cache
+ * whose s is not cache_len + t (append) or not cache_len >= 1 (fixed),
+ * key_length > s), NONFINITE (NaN/inf in query, key, value; NaN or +inf in a
+ * float mask), LIMIT (sizes overflow, or input
  * magnitudes so large that a projection, score or output would overflow). */
 attn_status attn__validate_forward(const attn_layer *layer, const attn_seq *seqs, int n_seqs,
                                    attn_error *err);
+
+/* The checks of attn_project_kv: non-NULL pointers (INVALID_ARG), s >= 1
+ * (SHAPE), sizes (LIMIT), finite key/value (NONFINITE, element named) and
+ * projections that cannot overflow (LIMIT). Writes nothing but err. */
+attn_status attn__validate_project_kv(const attn_layer *l, const float *key, const float *value, int s,
+                                      const float *k_out, const float *v_out, attn_error *err);
 
 #endif /* ATTN_VALIDATE_H */
