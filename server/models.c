@@ -204,7 +204,7 @@ attnd_model *attnd_models_acquire(attnd_models *ms, int i)
         return NULL;
     pthread_mutex_lock(&ms->mu);
     attnd_model *m = ms->items[i];
-    atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+    attnd_model_retain(m);
     pthread_mutex_unlock(&ms->mu);
     return m;
 }
@@ -216,12 +216,17 @@ attnd_model *attnd_models_find(attnd_models *ms, const char *name, size_t len)
     for (int i = 0; i < ms->n && !found; i++) {
         attnd_model *m = ms->items[i];
         if (strlen(m->name) == len && memcmp(m->name, name, len) == 0) {
-            atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+            attnd_model_retain(m);
             found = m;
         }
     }
     pthread_mutex_unlock(&ms->mu);
     return found;
+}
+
+void attnd_model_retain(attnd_model *m)
+{
+    atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
 }
 
 void attnd_model_release(attnd_model *m)

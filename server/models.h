@@ -61,6 +61,10 @@ attnd_model *attnd_models_find(attnd_models *ms, const char *name, size_t len);
 /* The current version of model i (0 <= i < n), referenced as above. */
 attnd_model *attnd_models_acquire(attnd_models *ms, int i);
 
+/* Takes one more reference to a version the caller already holds (e.g. to keep
+ * it beyond the request that found it). Release it with attnd_model_release. */
+void attnd_model_retain(attnd_model *m);
+
 /* Drops a reference; the last one frees the version. NULL allowed. */
 void attnd_model_release(attnd_model *m);
 

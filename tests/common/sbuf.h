@@ -1,0 +1,17 @@
+/* sbuf.h — a growing text buffer for tests and benches that build request
+ * bodies with printf-style appends. */
+#ifndef ATTN_TEST_SBUF_H
+#define ATTN_TEST_SBUF_H
+
+#include <stddef.h>
+
+typedef struct sbuf {
+    char *p;          /* NUL-terminated once anything was written; free() it */
+    size_t len, cap;
+} sbuf;               /* start as {0} */
+
+/* Appends formatted text. Aborts on allocation failure: a test cannot go on
+ * with a body it did not build. */
+void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif
