@@ -146,6 +146,7 @@ typedef struct decoder {
     attnd_decode_limits lim;
     attnd_http_error *err;
     const fast_set *fast;
+    attnd_decode_opts opts;
 
     /* top-level fields (absent / defaults when missing or null) */
     node query, key, value, kpm, mask;
@@ -246,6 +247,11 @@ static int get_array(decoder *d, const char *name, const json_t *v, node *out)
 static int read_field(decoder *d, const char *k, json_t *v)
 {
     long long x;
+    if (d->opts.query_only && strcmp(k, "query") && strcmp(k, "need_weights") &&
+        strcmp(k, "average_attn_weights") && strcmp(k, "timeout_ms") && strcmp(k, "id"))
+        return fail(d->err, 400, "unknown_field", k,
+                    "unknown field \"%s\": this body takes only query, need_weights, "
+                    "average_attn_weights, timeout_ms and id", k);
     if (strcmp(k, "query") == 0)
         return get_array(d, k, v, &d->query);
     if (json_is_null(v))
@@ -379,13 +385,17 @@ static int check_inputs(decoder *d)
     if (node_size(q0) == 0)
         return fail_at(d->err, 400, "invalid_shape", &p0, "empty sequence");
     d->batched = node_is_array(node_at(q0, 0));
+    if (d->batched && d->opts.query_only)
+        return fail(d->err, 400, "invalid_shape", "query",
+                    "query must be one T×E_q sequence here, not a batch");
     size_t n = d->batched ? node_size(d->query) : 1;
     if (n > INT_MAX || (d->lim.max_batch_seqs > 0 && n > (size_t)d->lim.max_batch_seqs))
         return fail(d->err, 413, "limit_exceeded", "query",
                     "%zu sequences exceed max_batch_seqs %d", n, d->lim.max_batch_seqs);
     d->n_seqs = (int)n;
 
-    if (!has_key && (in->embed_k != in->embed_q || in->embed_v != in->embed_q))
+    if (!has_key && !d->opts.query_only &&
+        (in->embed_k != in->embed_q || in->embed_v != in->embed_q))
         return fail(d->err, 400, "invalid_value", "key",
                     "this model needs key (and value): E_q=%d, E_k=%d, E_v=%d", in->embed_q,
                     in->embed_k, in->embed_v);
@@ -511,7 +521,7 @@ static int size_buffers(decoder *d)
         size_t t = (size_t)seq_t(d, b), s = (size_t)seq_s(d, b);
         if (acc_mul(&d->n_floats, t, (size_t)in->embed_out, 1))
             return fail_overflow(d);
-        if (d->need_weights && acc_mul(&d->n_weights, heads, t, s))
+        if (d->need_weights && !d->opts.caller_weights && acc_mul(&d->n_weights, heads, t, s))
             return fail_overflow(d);
     }
     if (d->lim.max_weights_elems > 0 && d->n_weights > d->lim.max_weights_elems)
@@ -640,7 +650,7 @@ static int fill_seq(decoder *d, int b, attn_seq *seqs, float **fcur, uint8_t **b
     s->weights_mode = !d->need_weights ? ATTN_WEIGHTS_NONE
                       : d->average     ? ATTN_WEIGHTS_AVERAGE
                                        : ATTN_WEIGHTS_PER_HEAD;
-    if (d->need_weights) {
+    if (d->need_weights && !d->opts.caller_weights) {
         s->weights = *fcur;
         *fcur += (d->average ? 1 : (size_t)in->num_heads) * (size_t)s->t * (size_t)s->s;
     }
@@ -941,9 +951,19 @@ int attnd_codec_decode_request(const char *body, size_t len, const attn_layer_in
                                const attnd_decode_limits *limits, attnd_request **out,
                                attnd_http_error *err)
 {
+    return attnd_codec_decode_request_ex(body, len, info, limits, NULL, out, err);
+}
+
+int attnd_codec_decode_request_ex(const char *body, size_t len, const attn_layer_info *info,
+                                  const attnd_decode_limits *limits,
+                                  const attnd_decode_opts *opts, attnd_request **out,
+                                  attnd_http_error *err)
+{
     attnd_http_error scratch;
     fast_set fs = {.n = 0};
     decoder d = {.info = info, .err = err ? err : &scratch, .average = 1, .fast = &fs};
+    if (opts)
+        d.opts = *opts;
     if (out)
         *out = NULL;
     if (!out || !info || (!body && len > 0))

@@ -30,6 +30,24 @@ int attnd_codec_decode_request(const char *body, size_t len, const attn_layer_in
                                const attnd_decode_limits *limits, attnd_request **out,
                                attnd_http_error *err);
 
+/* Decoding a body that is not a whole /v1 request: a streaming-session append
+ * (session_routes.c). All zeros = attnd_codec_decode_request. */
+typedef struct attnd_decode_opts {
+    int query_only;     /* 1: only query (ONE T×E_q sequence), need_weights,
+                           average_attn_weights, timeout_ms and id are accepted (any
+                           other member is 400 unknown_field) and the model's key/value
+                           widths are not asked for: keys come from elsewhere        */
+    int caller_weights; /* 1: need_weights sets weights_mode but no weights buffer is
+                           allocated (seqs[i].weights NULL): the caller knows S and
+                           attaches one, and checks max_weights_elems itself         */
+} attnd_decode_opts;
+
+/* attnd_codec_decode_request with opts (NULL = none). */
+int attnd_codec_decode_request_ex(const char *body, size_t len, const attn_layer_info *info,
+                                  const attnd_decode_limits *limits,
+                                  const attnd_decode_opts *opts, attnd_request **out,
+                                  attnd_http_error *err);
+
 /* Encodes a finished request (outcome ATTND_DONE_OK) as the response body:
  * {"model","id"?,"output","weights"?,"timing":{queue_us,compute_us,batch_size}}.
  * Returns a malloc'd NUL-terminated body (caller frees) and its length in *len,

@@ -95,6 +95,12 @@ static const option options[] = {
      "serve HTTPS with this PEM certificate chain (with --tls-key)"},
     {"tls-key", NULL, NULL, OPT_STR, F(tls_key), "", 0, 0, "FILE",
      "the PEM private key for --tls-cert"},
+    {"kv-cache-bytes", NULL, NULL, OPT_SIZE, F(kv_cache_bytes), "256M", 1, BIG, "BYTES",
+     "KV cache memory of all streaming sessions; beyond it the least recently used go"},
+    {"session-ttl-s", NULL, NULL, OPT_INT, F(session_ttl_s), "600", 1, 604800, "S",
+     "an idle streaming session expires after S s (a session's own ttl_s may be shorter)"},
+    {"max-sessions", NULL, NULL, OPT_INT, F(max_sessions), "4096", 1, 1 << 20, "N",
+     "streaming sessions held at once; beyond it the least recently used go"},
 };
 #define N_OPTIONS (sizeof options / sizeof options[0])
 _Static_assert(N_OPTIONS <= sizeof(((attnd_config *)0)->source), "source[] too small");

@@ -46,6 +46,9 @@ typedef struct attnd_config {
     int ui;                      /* 1: serve the playground at / and /ui/       */
     char *tls_cert;              /* PEM files; both or neither                  */
     char *tls_key;
+    int64_t kv_cache_bytes;      /* streaming sessions' KV caches, all together */
+    int session_ttl_s;           /* idle session expiry; per-session ttl_s caps at it */
+    int max_sessions;            /* streaming sessions held at once             */
 
     /* Where each option's value came from (config.c's table order), for
      * --print-config and the start-up log. */

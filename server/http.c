@@ -21,6 +21,7 @@
 
 #include "auth.h"
 #include "log.h"
+#include "session_routes.h"
 #include "v2.h"
 
 struct attnd_http {
@@ -72,6 +73,7 @@ typedef struct conn {
     int64_t reserved;            /* bytes counted in http->inflight_bytes       */
     sock_state *sock;            /* the connection's socket state, or NULL      */
     attnd_v2_call v2;            /* v2 infer: the outputs asked for             */
+    attnd_session_call session;  /* session append: its slot and weights        */
 } conn;
 
 static const char internal_body[] =
@@ -316,7 +318,10 @@ static enum MHD_Result submit(conn *c)
         return send_error(c, attnd_http_error_set(&e, 503, "draining", "",
                                                   "attnd is shutting down"));
     attnd_request *req = NULL;
-    int rc = attnd_v2_route(c->target.route)
+    int append = c->target.route == ATTND_ROUTE_SESSION_APPEND;
+    int rc = append ? attnd_session_append_begin(app, &c->target, c->body, c->len, &c->session,
+                                                 &req, &e)
+             : attnd_v2_route(c->target.route)
                  ? attnd_codec_v2_decode(c->body, c->len,
                                          attnd_v2_header_length(
                                              header(c, "Inference-Header-Content-Length")),
@@ -325,6 +330,7 @@ static enum MHD_Result submit(conn *c)
                                               &app->limits, &req, &e);
     if (rc != 0)
         return send_error(c, &e);
+    m = c->target.model; /* an append runs on its session's model version */
     free(c->body); /* the request owns native copies now */
     c->body = NULL;
     budget_give(c, c->reserved);
@@ -348,6 +354,7 @@ static enum MHD_Result submit(conn *c)
     atomic_fetch_sub(&c->http->pending, 1);
     c->req = NULL;
     attnd_request_free(req);
+    attnd_session_call_end(app, &c->session); /* the slot is free for a retry now */
     if (sr == ATTND_SUBMIT_FULL)
         attnd_http_error_set(&c->err, 503, "queue_full", "",
                              "model %s has %d requests waiting (max_queue); retry later",
@@ -365,7 +372,9 @@ static enum MHD_Result finish(conn *c)
     if (!atomic_load_explicit(&c->done, memory_order_acquire))
         return MHD_YES; /* not ours to answer yet (cannot happen: we were suspended) */
     attnd_reply r = {0};
-    if (attnd_v2_route(c->target.route))
+    if (c->target.route == ATTND_ROUTE_SESSION_APPEND)
+        attnd_session_append_finish(c->http->app, c->target.model, &c->session, c->req, &r);
+    else if (attnd_v2_route(c->target.route))
         attnd_v2_finish(c->http->app, c->target.model, c->req, &c->v2, &r);
     else
         attnd_route_finish(c->http->app, c->target.model, c->req, &r);
@@ -405,9 +414,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         return send_error(c, &c->err);
     if (c->req)
         return finish(c);
-    if (!c->target.is_post) {
+    if (!c->target.is_post || c->target.route == ATTND_ROUTE_SESSIONS) {
         attnd_reply r = {0};
-        attnd_route_get(h->app, &c->target, &r);
+        if (attnd_session_route(c->target.route)) /* create, GET, DELETE: answered now */
+            attnd_session_answer(h->app, &c->target, c->method, c->body, c->len, &r);
+        else
+            attnd_route_get(h->app, &c->target, &r);
         return send_reply(c, &r);
     }
     return submit(c);
@@ -445,6 +457,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     }
     if (c->submitted)
         atomic_fetch_sub(&h->pending, 1);
+    attnd_session_call_end(app, &c->session);
     budget_give(c, c->reserved);
     attnd_model_release(c->target.model);
     attnd_request_free(c->req);

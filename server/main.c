@@ -25,6 +25,7 @@
 #include "metrics.h"
 #include "models.h"
 #include "routes.h"
+#include "session_routes.h"
 
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
@@ -203,6 +204,11 @@ int main(int argc, char **argv)
               attnd_auth_key_count(app.auth) ? "" : " (authentication off)");
     decode_limits(&cfg, &app.limits);
     atomic_init(&app.state, ATTND_STATE_STARTING);
+    app.sessions = attnd_session_store_create(&cfg, metrics);
+    if (!app.sessions) {
+        attnd_log(ATTND_LOG_ERROR, "cannot create the session store");
+        goto done;
+    }
 
     http = attnd_http_start(&app, err, sizeof err);
     if (!http) {
@@ -226,6 +232,7 @@ int main(int argc, char **argv)
     rc = 0;
 done:
     attnd_http_stop(http); /* before the models: no handler may touch them after */
+    attnd_sessions_free(app.sessions); /* gives back the model versions they hold */
     attnd_models_free(&models);
     attnd_auth_free(app.auth);
     attnd_metrics_free(metrics);

@@ -31,7 +31,7 @@ static const hist_def duration_buckets = {
      250 * MS, 500 * MS, 1000 * MS, 2500 * MS, 5000 * MS, 10000 * MS},
     1e-9};
 
-enum { H_REQUEST, H_QUEUE, H_COMPUTE, H_BATCH_SIZE, H_BATCH_TOKENS, H_COUNT };
+enum { H_REQUEST, H_QUEUE, H_COMPUTE, H_BATCH_SIZE, H_BATCH_TOKENS, H_SESSION_APPEND, H_COUNT };
 
 static hist_def hist_defs[H_COUNT];
 
@@ -57,6 +57,9 @@ static void init_defs(void)
                                            {16, 64, 256, 1024, 4096, 16384, 65536, 262144,
                                             1048576},
                                            1.0};
+    hist_defs[H_SESSION_APPEND] = duration_buckets;
+    hist_defs[H_SESSION_APPEND].name = "attnd_session_append_duration_seconds";
+    hist_defs[H_SESSION_APPEND].help = "Session appends: decode, queue, compute and commit.";
 }
 
 typedef struct hist {
@@ -66,14 +69,15 @@ typedef struct hist {
 
 /* Status codes with their own requests_total slot; others count as "other". */
 static const int statuses[] = {200, 400, 401, 403, 404, 405, 408, 411, 413,
-                               415, 422, 429, 500, 501, 503, 504};
+                               415, 422, 429, 500, 501, 503, 504, 201, 204, 409, 410};
 #define N_STATUS (sizeof statuses / sizeof statuses[0] + 1)
 
 static const char *const route_names[ATTND_ROUTE_COUNT] = {
     "/v1/models/{name}/attention", "/v1/attention", "/v1/models", "/v1/models/{name}",
     "/healthz", "/readyz", "/metrics", "other", "/ui",
     "/v2", "/v2/health/live", "/v2/health/ready", "/v2/models/{name}",
-    "/v2/models/{name}/ready", "/v2/models/{name}/infer"};
+    "/v2/models/{name}/ready", "/v2/models/{name}/infer",
+    "/v1/models/{name}/sessions", "/v1/sessions/{id}", "/v1/sessions/{id}/append"};
 
 typedef struct model_slot {
     char name[80];
@@ -88,6 +92,9 @@ struct attnd_metrics {
     _Atomic uint64_t *requests;   /* [(n_models+1) * ROUTE_COUNT * N_STATUS]    */
     _Atomic int64_t in_flight;
     _Atomic uint64_t reloads[2];  /* [0] error, [1] ok                          */
+    _Atomic int64_t sessions;     /* streaming sessions held                    */
+    _Atomic int64_t kv_bytes;     /* their KV cache bytes                       */
+    _Atomic uint64_t evictions[2];/* [0] lru, [1] ttl                           */
     double start_time_s;
 };
 
@@ -192,6 +199,24 @@ void attnd_metrics_reload(attnd_metrics *m, int ok)
 {
     if (m)
         atomic_fetch_add_explicit(&m->reloads[ok ? 1 : 0], 1, memory_order_relaxed);
+}
+
+void attnd_metrics_sessions_set(attnd_metrics *m, int sessions, int64_t kv_bytes)
+{
+    atomic_store_explicit(&m->sessions, sessions, memory_order_relaxed);
+    atomic_store_explicit(&m->kv_bytes, kv_bytes, memory_order_relaxed);
+}
+
+void attnd_metrics_session_evicted(attnd_metrics *m, int ttl)
+{
+    atomic_fetch_add_explicit(&m->evictions[ttl ? 1 : 0], 1, memory_order_relaxed);
+}
+
+void attnd_metrics_session_append(attnd_metrics *m, int model, int64_t duration_ns)
+{
+    if (model < 0 || model >= m->n_models)
+        return;
+    observe(&m->models[model].h[H_SESSION_APPEND], &hist_defs[H_SESSION_APPEND], duration_ns);
 }
 
 void attnd_metrics_in_flight_add(attnd_metrics *m, int delta)
@@ -324,6 +349,19 @@ char *attnd_metrics_render(attnd_metrics *m, const int *queue_depths, size_t *le
         (unsigned long long)atomic_load_explicit(&m->reloads[1], memory_order_relaxed));
     put(&b, "attnd_reloads_total{result=\"error\"} %llu\n",
         (unsigned long long)atomic_load_explicit(&m->reloads[0], memory_order_relaxed));
+    family(&b, "attnd_sessions", "gauge", "Streaming sessions held.");
+    put(&b, "attnd_sessions %lld\n",
+        (long long)atomic_load_explicit(&m->sessions, memory_order_relaxed));
+    family(&b, "attnd_kv_cache_bytes", "gauge", "Bytes held by the sessions' KV caches.");
+    put(&b, "attnd_kv_cache_bytes %lld\n",
+        (long long)atomic_load_explicit(&m->kv_bytes, memory_order_relaxed));
+    family(&b, "attnd_session_evictions_total", "counter",
+           "Sessions evicted: least recently used under the KV budget or max_sessions (lru), "
+           "idle past their TTL (ttl).");
+    put(&b, "attnd_session_evictions_total{reason=\"lru\"} %llu\n",
+        (unsigned long long)atomic_load_explicit(&m->evictions[0], memory_order_relaxed));
+    put(&b, "attnd_session_evictions_total{reason=\"ttl\"} %llu\n",
+        (unsigned long long)atomic_load_explicit(&m->evictions[1], memory_order_relaxed));
     render_requests(&b, m);
     for (int h = 0; h < H_COUNT; h++)
         render_hist(&b, m, h);

@@ -27,6 +27,9 @@ typedef enum attnd_route {
     ATTND_ROUTE_V2_MODEL,            /* GET /v2/models/{name}            */
     ATTND_ROUTE_V2_MODEL_READY,      /* GET /v2/models/{name}/ready      */
     ATTND_ROUTE_V2_INFER,            /* POST /v2/models/{name}/infer     */
+    ATTND_ROUTE_SESSIONS,            /* POST /v1/models/{name}/sessions  */
+    ATTND_ROUTE_SESSION,             /* GET, DELETE /v1/sessions/{id}    */
+    ATTND_ROUTE_SESSION_APPEND,      /* POST /v1/sessions/{id}/append    */
     ATTND_ROUTE_COUNT
 } attnd_route;
 
@@ -61,6 +64,14 @@ void attnd_metrics_reload(attnd_metrics *m, int ok);
 
 /* attnd_requests_in_flight += delta. */
 void attnd_metrics_in_flight_add(attnd_metrics *m, int delta);
+
+/* Streaming sessions: the attnd_sessions and attnd_kv_cache_bytes gauges (set by
+ * the session store whenever they change), one eviction (ttl = 1: expired,
+ * 0: least recently used under the budget or max_sessions), and one append's
+ * duration (decode, queue, compute, commit) for model i. */
+void attnd_metrics_sessions_set(attnd_metrics *m, int sessions, int64_t kv_bytes);
+void attnd_metrics_session_evicted(attnd_metrics *m, int ttl);
+void attnd_metrics_session_append(attnd_metrics *m, int model, int64_t duration_ns);
 
 /* Renders every family. queue_depths[i] is model i's current queue depth (or
  * -1 while it is not loaded). Returns a malloc'd NUL-terminated text (caller

@@ -12,6 +12,7 @@
 #include <strings.h>
 
 #include "log.h"
+#include "session_routes.h"
 #include "ui_assets.h"
 #include "v2.h"
 
@@ -34,8 +35,8 @@ static const struct {
     {"/v1/attention", ATTND_ROUTE_ATTENTION, 1},
 };
 
-/* Matches /v1/models/{name} and /v1/models/{name}/attention. Returns 1 and the
- * name's span, or 0. */
+/* Matches /v1/models/{name}, /v1/models/{name}/attention and
+ * /v1/models/{name}/sessions. Returns 1 and the name's span, or 0. */
 static int match_model_path(const char *url, attnd_target *t, const char **name, size_t *len)
 {
     static const char prefix[] = "/v1/models/", suffix[] = "/attention";
@@ -48,6 +49,9 @@ static int match_model_path(const char *url, attnd_target *t, const char **name,
         t->is_post = 0;
     } else if (strcmp(slash, suffix) == 0) {
         t->route = ATTND_ROUTE_MODEL_ATTENTION;
+        t->is_post = 1;
+    } else if (strcmp(slash, "/sessions") == 0) {
+        t->route = ATTND_ROUTE_SESSIONS;
         t->is_post = 1;
     } else {
         return 0;
@@ -96,13 +100,17 @@ int attnd_route_resolve(attnd_app *app, const char *method, const char *url, att
     }
     if (!found && attnd_v2_match(url, t, &name, &name_len))
         found = 1;
+    if (!found && attnd_session_match(url, t))
+        found = 1;
     if (!found && !match_model_path(url, t, &name, &name_len)) {
         t->route = ATTND_ROUTE_OTHER;
         attnd_http_error_set(err, 404, "not_found", "", "no route %s %.200s", method, url);
         return -1;
     }
-    if (t->is_post ? strcmp(method, "POST") != 0 : !is_get(method)) {
-        *allow = t->is_post ? "POST" : "GET, HEAD";
+    int deletable = t->route == ATTND_ROUTE_SESSION;
+    if (t->is_post ? strcmp(method, "POST") != 0
+                   : !is_get(method) && !(deletable && strcmp(method, "DELETE") == 0)) {
+        *allow = t->is_post ? "POST" : deletable ? "GET, HEAD, DELETE" : "GET, HEAD";
         attnd_http_error_set(err, 405, "method_not_allowed", "", "%s on %s: use %s", method,
                              attnd_route_name(t->route), *allow);
         return -1;
@@ -110,7 +118,8 @@ int attnd_route_resolve(attnd_app *app, const char *method, const char *url, att
     int state = atomic_load_explicit(&app->state, memory_order_acquire);
     int needs_models = t->route == ATTND_ROUTE_MODEL_ATTENTION ||
                        t->route == ATTND_ROUTE_ATTENTION || t->route == ATTND_ROUTE_MODEL ||
-                       t->route == ATTND_ROUTE_MODELS || (attnd_v2_route(t->route) && name);
+                       t->route == ATTND_ROUTE_MODELS || (attnd_v2_route(t->route) && name) ||
+                       attnd_session_route(t->route);
     if (needs_models && state == ATTND_STATE_STARTING) {
         attnd_http_error_set(err, 503, "not_ready", "", "models are still loading");
         return -1;

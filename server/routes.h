@@ -30,6 +30,7 @@ typedef struct attnd_app {
     attnd_decode_limits limits;
     _Atomic int state;         /* attnd_state */
     struct attnd_auth *auth;   /* API keys; NULL = no authentication          */
+    struct attnd_sessions *sessions; /* streaming sessions (session_routes.c)  */
 } attnd_app;
 
 /* A response about to be sent. body is NULL only when allocation failed (the

@@ -1,0 +1,467 @@
+/* session_routes.c — the streaming-session routes (session_routes.h): the create
+ * body (jansson: it is read once per session), GET/DELETE answers, and the
+ * append's two halves around the scheduler. Every session keeps a reference to
+ * the model version it was created on, so a SIGHUP reload never changes the
+ * layer under a cache.
+ */
+#include "session_routes.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "jsonbuf.h"
+#include "jsonnum.h"
+
+static const char json_media[] = "application/json";
+static const char sessions_prefix[] = "/v1/sessions/";
+static const char append_suffix[] = "/append";
+
+/* ------------------------------------------------------------ store and paths */
+
+static void release_model(void *m) { attnd_model_release(m); }
+
+attnd_sessions *attnd_session_store_create(const attnd_config *cfg, attnd_metrics *metrics)
+{
+    attnd_sessions_config sc = {
+        .budget_bytes = (size_t)cfg->kv_cache_bytes,
+        .max_sessions = cfg->max_sessions,
+        .ttl_s = cfg->session_ttl_s,
+        .max_length = cfg->max_seq_len,
+        .release_model = release_model,
+        .metrics = metrics,
+    };
+    attnd_sessions *st = attnd_sessions_create(&sc);
+    if (st && attnd_sessions_start_sweeper(st, 1000) != 0) {
+        attnd_sessions_free(st);
+        st = NULL;
+    }
+    if (st && metrics)
+        attnd_metrics_sessions_set(metrics, 0, 0);
+    return st;
+}
+
+int attnd_session_route(attnd_route route)
+{
+    return route == ATTND_ROUTE_SESSIONS || route == ATTND_ROUTE_SESSION ||
+           route == ATTND_ROUTE_SESSION_APPEND;
+}
+
+int attnd_session_match(const char *url, attnd_target *t)
+{
+    if (strncmp(url, sessions_prefix, sizeof sessions_prefix - 1) != 0)
+        return 0;
+    const char *id = url + sizeof sessions_prefix - 1, *slash = strchr(id, '/');
+    if (slash == id || *id == '\0')
+        return 0;
+    if (!slash) {
+        t->route = ATTND_ROUTE_SESSION;
+        t->is_post = 0;
+        return 1;
+    }
+    if (strcmp(slash, append_suffix) != 0)
+        return 0;
+    t->route = ATTND_ROUTE_SESSION_APPEND;
+    t->is_post = 1;
+    return 1;
+}
+
+/* The {id} of a /v1/sessions/{id}[/append] path, copied (at most 63 bytes). */
+static void path_id(const attnd_target *t, char *id, size_t cap)
+{
+    const char *p = t->path + sizeof sessions_prefix - 1;
+    size_t n = strcspn(p, "/");
+    snprintf(id, cap, "%.*s", (int)(n < cap ? n : cap - 1), p);
+}
+
+static const char *kind_name(attnd_session_kind k)
+{
+    return k == ATTND_SESSION_CROSS ? "cross" : "self";
+}
+
+static void reply_json(attnd_reply *out, int status, attnd_jsonbuf *b)
+{
+    out->status = status;
+    out->content_type = json_media;
+    out->body = attnd_jb_finish(b, &out->len);
+}
+
+/* ------------------------------------------------------------ create */
+
+/* The create body, decoded. key/value are malloc'd (rows × width). */
+typedef struct create_body {
+    long long window, ttl_s;
+    float *key, *value;
+    int key_rows, value_rows;
+} create_body;
+
+static int get_int(const char *name, const json_t *v, long long min, long long max,
+                   long long *out, attnd_http_error *e)
+{
+    if (!json_is_integer(v))
+        return attnd_http_error_set(e, 400, "invalid_type", name, "%s must be an integer",
+                                    name), -1;
+    long long x = json_integer_value(v);
+    if (x < min || x > max)
+        return attnd_http_error_set(e, 400, "invalid_value", name,
+                                    "%s must be in %lld..%lld, got %lld", name, min, max, x), -1;
+    *out = x;
+    return 0;
+}
+
+/* A rows × width matrix of numbers (1 <= rows <= max_rows) into *out (malloc'd). */
+static int get_matrix(const char *name, const json_t *v, int width, int max_rows, float **out,
+                      int *rows, attnd_http_error *e)
+{
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return attnd_http_error_set(e, 400, json_is_array(v) ? "invalid_shape" : "invalid_type",
+                                    name, "%s must be a non-empty array of rows", name), -1;
+    size_t n = json_array_size(v);
+    if (n > (size_t)max_rows)
+        return attnd_http_error_set(e, 413, "limit_exceeded", name,
+                                    "%s has %zu rows, max_seq_len is %d", name, n, max_rows), -1;
+    float *m = malloc(n * (size_t)width * sizeof *m);
+    if (!m)
+        return attnd_http_error_set(e, 500, "internal", "", "out of memory"), -1;
+    char field[64];
+    for (size_t i = 0; i < n; i++) {
+        const json_t *row = json_array_get(v, i);
+        snprintf(field, sizeof field, "%s[%zu]", name, i);
+        if (!json_is_array(row) || json_array_size(row) != (size_t)width) {
+            attnd_http_error_set(e, 400, json_is_array(row) ? "invalid_shape" : "invalid_type",
+                                 field, "expected an array of %d numbers", width);
+            goto fail;
+        }
+        for (int j = 0; j < width; j++) {
+            const json_t *x = json_array_get(row, (size_t)j);
+            snprintf(field, sizeof field, "%s[%zu][%d]", name, i, j);
+            if (!json_is_number(x)) {
+                attnd_http_error_set(e, 400, "invalid_type", field, "expected a number");
+                goto fail;
+            }
+            float *dst = &m[i * (size_t)width + (size_t)j];
+            if (attnd_json_double_to_float(json_number_value(x), dst)) {
+                attnd_http_error_set(e, 400, "non_finite", field, "%g does not fit in float32",
+                                     json_number_value(x));
+                goto fail;
+            }
+        }
+    }
+    *out = m;
+    *rows = (int)n;
+    return 0;
+fail:
+    free(m);
+    return -1;
+}
+
+static int create_field(attnd_app *app, const attn_layer_info *in, const char *k,
+                        const json_t *v, create_body *cb, attnd_http_error *e)
+{
+    int max = app->cfg->max_seq_len;
+    if (json_is_null(v))
+        return 0;
+    if (strcmp(k, "window") == 0)
+        return get_int(k, v, 0, max, &cb->window, e);
+    if (strcmp(k, "ttl_s") == 0)
+        return get_int(k, v, 1, INT_MAX, &cb->ttl_s, e);
+    if (strcmp(k, "key") == 0)
+        return get_matrix(k, v, in->embed_k, max, &cb->key, &cb->key_rows, e);
+    if (strcmp(k, "value") == 0)
+        return get_matrix(k, v, in->embed_v, max, &cb->value, &cb->value_rows, e);
+    return attnd_http_error_set(e, 400, "unknown_field", k,
+                                "unknown field \"%s\": a session takes window, ttl_s, key and "
+                                "value", k), -1;
+}
+
+/* Parses and checks the create body. Returns 0, or -1 with *e. */
+static int decode_create(attnd_app *app, const attn_layer_info *in, const char *body, size_t len,
+                         create_body *cb, attnd_http_error *e)
+{
+    json_error_t je;
+    json_t *root = len ? json_loadb(body, len, JSON_REJECT_DUPLICATES, &je) : json_object();
+    if (!root)
+        return attnd_http_error_set(e, 400, "invalid_json", "",
+                                    "invalid JSON at line %d, column %d: %s", je.line, je.column,
+                                    je.text), -1;
+    int rc = 0;
+    const char *k;
+    json_t *v;
+    if (!json_is_object(root)) {
+        attnd_http_error_set(e, 400, "invalid_type", "", "the body must be a JSON object");
+        rc = -1;
+    } else
+        json_object_foreach(root, k, v) {
+            if ((rc = create_field(app, in, k, v, cb, e)) != 0)
+                break;
+        }
+    json_decref(root);
+    if (rc != 0)
+        return -1;
+    if (cb->value && !cb->key)
+        return attnd_http_error_set(e, 400, "invalid_value", "value", "value given without key"),
+               -1;
+    if (cb->key && !cb->value && in->embed_k != in->embed_v)
+        return attnd_http_error_set(e, 400, "invalid_value", "value",
+                                    "value is required: the model's E_k=%d differs from E_v=%d",
+                                    in->embed_k, in->embed_v), -1;
+    if (cb->value && cb->value_rows != cb->key_rows)
+        return attnd_http_error_set(e, 400, "invalid_shape", "value",
+                                    "value has %d rows, key has %d", cb->value_rows,
+                                    cb->key_rows), -1;
+    if (cb->key && cb->window)
+        return attnd_http_error_set(e, 400, "invalid_value", "window",
+                                    "window applies to self sessions; a cross session (key "
+                                    "given) attends to its whole memory"), -1;
+    if (!cb->key && (in->embed_k != in->embed_q || in->embed_v != in->embed_q))
+        return attnd_http_error_set(e, 400, "invalid_value", "key",
+                                    "this model needs key (and value): E_q=%d, E_k=%d, E_v=%d, "
+                                    "so only cross sessions work with it", in->embed_q,
+                                    in->embed_k, in->embed_v), -1;
+    return 0;
+}
+
+static void put_session_head(attnd_jsonbuf *b, const char *id, const char *model,
+                             attnd_session_kind kind, int window, int ttl_s)
+{
+    attnd_jb_puts(b, "{\"id\":");
+    attnd_jb_string(b, id);
+    attnd_jb_puts(b, ",\"model\":");
+    attnd_jb_string(b, model);
+    attnd_jb_puts(b, ",\"kind\":");
+    attnd_jb_string(b, kind_name(kind));
+    attnd_jb_puts(b, ",\"window\":");
+    attnd_jb_i64(b, window);
+    attnd_jb_puts(b, ",\"ttl_s\":");
+    attnd_jb_i64(b, ttl_s);
+}
+
+static void create(attnd_app *app, const attnd_target *t, const char *body, size_t len,
+                   attnd_reply *out)
+{
+    attnd_model *m = t->model;
+    const attn_layer_info *in = &m->info;
+    create_body cb = {0};
+    attnd_http_error e;
+    attnd_session *s = NULL;
+    if (decode_create(app, in, body, len, &cb, &e) != 0)
+        goto fail;
+    attnd_session_params p = {
+        .kind = cb.key ? ATTND_SESSION_CROSS : ATTND_SESSION_SELF,
+        .window = (int)cb.window,
+        .ttl_s = (int)cb.ttl_s,
+        .row_k = in->num_heads * in->head_dim_k,
+        .row_v = in->num_heads * in->head_dim_v,
+        .rows = cb.key_rows,
+        .model_name = m->name,
+        .model = m,
+    };
+    attnd_model_retain(m);
+    if (attnd_sessions_open(app->sessions, &p, &s, &e) != 0) {
+        attnd_model_release(m);
+        goto fail;
+    }
+    if (cb.key) { /* once, here on the HTTP thread: creation is rare, appends are many */
+        attn_error ae = {0};
+        attn_status st = attn_project_kv(m->layer, cb.key, cb.value ? cb.value : cb.key,
+                                         cb.key_rows, s->cache_k, s->cache_v, &ae);
+        if (st != ATTN_OK) {
+            char id[ATTND_SESSION_ID_LEN + 1];
+            memcpy(id, s->id, sizeof id);
+            attnd_sessions_release(app->sessions, s, 0, NULL, NULL);
+            attnd_sessions_delete(app->sessions, id, NULL);
+            attnd_http_error_set(&e, st == ATTN_ERR_NONFINITE ? 400 : 500,
+                                 st == ATTN_ERR_NONFINITE ? "invalid_value" : "internal", "key",
+                                 "projecting the memory failed: %s",
+                                 ae.message[0] ? ae.message : attn_strerror(st));
+            goto fail;
+        }
+    }
+    attnd_jsonbuf b = {0};
+    put_session_head(&b, s->id, m->name, s->kind, s->window, s->ttl_s);
+    attnd_jb_puts(&b, ",\"length\":0,\"max_length\":");
+    if (s->kind == ATTND_SESSION_SELF && s->window == 0)
+        attnd_jb_i64(&b, app->cfg->max_seq_len);
+    else
+        attnd_jb_puts(&b, "null");
+    attnd_jb_puts(&b, ",\"cached\":");
+    attnd_jb_i64(&b, s->rows);
+    attnd_jb_putc(&b, '}');
+    attnd_sessions_release(app->sessions, s, 0, NULL, NULL);
+    reply_json(out, 201, &b);
+    free(cb.key);
+    free(cb.value);
+    return;
+fail:
+    free(cb.key);
+    free(cb.value);
+    attnd_reply_error(out, &e);
+}
+
+/* ------------------------------------------------------------ GET, DELETE */
+
+static void get_info(attnd_app *app, const char *id, attnd_reply *out)
+{
+    attnd_session_info si;
+    attnd_http_error e;
+    if (attnd_sessions_get(app->sessions, id, &si, &e) != 0) {
+        attnd_reply_error(out, &e);
+        return;
+    }
+    attnd_jsonbuf b = {0};
+    put_session_head(&b, si.id, si.model_name, si.kind, si.window, si.ttl_s);
+    attnd_jb_puts(&b, ",\"length\":");
+    attnd_jb_i64(&b, (long long)si.length);
+    attnd_jb_puts(&b, ",\"cached\":");
+    attnd_jb_i64(&b, si.rows);
+    attnd_jb_puts(&b, ",\"bytes\":");
+    attnd_jb_i64(&b, (long long)si.bytes);
+    attnd_jb_printf(&b, ",\"idle_s\":%.3f,\"busy\":%s}", si.idle_s, si.busy ? "true" : "false");
+    reply_json(out, 200, &b);
+}
+
+void attnd_session_answer(attnd_app *app, const attnd_target *t, const char *method,
+                          const char *body, size_t len, attnd_reply *out)
+{
+    char id[64];
+    attnd_http_error e;
+    if (t->route == ATTND_ROUTE_SESSIONS) {
+        create(app, t, body ? body : "", body ? len : 0, out);
+        return;
+    }
+    path_id(t, id, sizeof id);
+    if (strcmp(method, "DELETE") != 0) {
+        get_info(app, id, out);
+        return;
+    }
+    if (attnd_sessions_delete(app->sessions, id, &e) != 0) {
+        attnd_reply_error(out, &e);
+        return;
+    }
+    out->status = 204;
+    out->content_type = json_media;
+    out->body = (char *)(uintptr_t)""; /* static: never freed or written */
+    out->body_static = 1;
+    out->len = 0;
+}
+
+/* ------------------------------------------------------------ append */
+
+/* Points the request's one sequence at the session's cache and attaches the
+ * weights buffer (S known now). Returns 0, or -1 with *e. */
+static int attach_cache(attnd_app *app, const attnd_model *m, attnd_session *s,
+                        attnd_session_call *call, attnd_request *req, attnd_http_error *e)
+{
+    attn_seq *q = &req->seqs[0];
+    int self = s->kind == ATTND_SESSION_SELF;
+    int t = q->t, keys = self ? s->rows + t : s->rows;
+    if (req->need_weights) {
+        size_t n = (req->average_attn_weights ? 1 : (size_t)m->info.num_heads) * (size_t)t *
+                   (size_t)keys;
+        if (app->limits.max_weights_elems && n > app->limits.max_weights_elems)
+            return attnd_http_error_set(e, 413, "limit_exceeded", "need_weights",
+                                        "weights would hold %zu numbers, max_weights_elems is "
+                                        "%zu", n, app->limits.max_weights_elems), -1;
+        call->weights = malloc(n * sizeof(float));
+        if (!call->weights)
+            return attnd_http_error_set(e, 500, "internal", "", "out of memory for weights"), -1;
+        q->weights = call->weights;
+        req->bytes += n * sizeof(float);
+    }
+    q->s = keys;
+    q->cache_k = s->cache_k;
+    q->cache_v = s->cache_v;
+    q->cache_len = s->rows;
+    q->cache_append = self;
+    q->is_causal = self;
+    q->window = s->window;
+    req->n_tokens = (size_t)t + (size_t)s->rows;
+    call->t = t;
+    return 0;
+}
+
+int attnd_session_append_begin(attnd_app *app, attnd_target *t, const char *body, size_t len,
+                               attnd_session_call *call, attnd_request **out,
+                               attnd_http_error *err)
+{
+    static const attnd_decode_opts opts = {.query_only = 1, .caller_weights = 1};
+    char id[64];
+    attnd_request *req = NULL;
+    *out = NULL;
+    path_id(t, id, sizeof id);
+    if (attnd_sessions_acquire(app->sessions, id, &call->sess, err) != 0)
+        return -1;
+    call->start_ns = attnd_now_ns();
+    attnd_session *s = call->sess;
+    attnd_model *m = s->model;
+    if (attnd_codec_decode_request_ex(body ? body : "", body ? len : 0, &m->info, &app->limits,
+                                      &opts, &req, err) != 0 ||
+        attnd_sessions_reserve(app->sessions, s, req->seqs[0].t, err) != 0 ||
+        attach_cache(app, m, s, call, req, err) != 0) {
+        attnd_request_free(req);
+        attnd_session_call_end(app, call);
+        return -1;
+    }
+    attnd_model_retain(m);
+    t->model = m;
+    *out = req;
+    return 0;
+}
+
+/* The /v1 response body (ending in '}') with ,"session":{...} spliced in. */
+static char *with_session(char *body, size_t blen, const char *id, int64_t length, int rows,
+                          size_t *len)
+{
+    attnd_jsonbuf b = {0};
+    attnd_jb_put(&b, body, blen - 1);
+    free(body);
+    attnd_jb_puts(&b, ",\"session\":{\"id\":");
+    attnd_jb_string(&b, id);
+    attnd_jb_puts(&b, ",\"length\":");
+    attnd_jb_i64(&b, (long long)length);
+    attnd_jb_puts(&b, ",\"cached\":");
+    attnd_jb_i64(&b, rows);
+    attnd_jb_puts(&b, "}}");
+    return attnd_jb_finish(&b, len);
+}
+
+void attnd_session_append_finish(attnd_app *app, const attnd_model *model,
+                                 attnd_session_call *call, const attnd_request *req,
+                                 attnd_reply *out)
+{
+    char id[ATTND_SESSION_ID_LEN + 1];
+    int64_t length = 0;
+    int rows = 0;
+    int ok = req->outcome == ATTND_DONE_OK;
+    memcpy(id, call->sess->id, sizeof id);
+    attnd_sessions_release(app->sessions, call->sess, ok ? call->t : 0, &length, &rows);
+    call->sess = NULL;
+    if (app->metrics)
+        attnd_metrics_session_append(app->metrics, model->index,
+                                     attnd_now_ns() - call->start_ns);
+    if (!ok) {
+        attnd_http_error e;
+        attnd_route_outcome_error(req, &e);
+        attnd_reply_error(out, &e);
+        return;
+    }
+    size_t blen = 0;
+    char *body = attnd_codec_encode_response(req, model->name, &blen);
+    out->status = 200;
+    out->content_type = json_media;
+    out->body = body ? with_session(body, blen, id, length, rows, &out->len) : NULL;
+    if (app->metrics)
+        attnd_metrics_request_timing(app->metrics, model->index, req->queue_us, req->compute_us);
+}
+
+void attnd_session_call_end(attnd_app *app, attnd_session_call *call)
+{
+    if (call->sess)
+        attnd_sessions_release(app->sessions, call->sess, 0, NULL, NULL);
+    call->sess = NULL;
+    free(call->weights);
+    call->weights = NULL;
+}

@@ -1,0 +1,157 @@
+/* sessions.h — the streaming-session store: 128-bit random ids, the KV cache each
+ * session owns, one append slot per session, LRU eviction under a global byte
+ * budget and a session count cap, TTL expiry (on access and by a sweep thread),
+ * and tombstones that let a request for an evicted id answer 410 rather than 404.
+ * No HTTP and no JSON here (session_routes.c is the wire side). Thread-safe.
+ *
+ * Life of a session: attnd_sessions_open registers it with its append slot held
+ * by the caller (who fills a cross-attention memory, then releases). Each append
+ * acquires the slot (attnd_sessions_acquire: 409 when taken), makes room
+ * (attnd_sessions_reserve), computes into the cache outside any lock, and
+ * releases with the number of positions to commit (0 when the compute failed).
+ * A session whose slot is held is never evicted or expired; deleting it unlinks
+ * it at once and the slot holder's release frees it.
+ */
+#ifndef ATTND_SESSIONS_H
+#define ATTND_SESSIONS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "metrics.h"
+#include "request.h"
+
+#define ATTND_SESSION_ID_LEN 32 /* hex digits of a 128-bit id */
+
+typedef enum attnd_session_kind {
+    ATTND_SESSION_SELF = 0,  /* causal self-attention stream: appends grow the cache  */
+    ATTND_SESSION_CROSS = 1  /* fixed memory projected at creation; appends only read */
+} attnd_session_kind;
+
+/* One session. Fields marked (fixed) never change after open; (slot) fields are
+ * written only by the holder of the append slot, and read by others only under
+ * the store's lock; the rest is store-private. */
+typedef struct attnd_session {
+    char id[ATTND_SESSION_ID_LEN + 1];       /* (fixed) lowercase hex, NUL-terminated   */
+    char model_name[80];                     /* (fixed)                                 */
+    void *model;                             /* (fixed) the owner's model reference,
+                                                given back through cfg.release_model    */
+    attnd_session_kind kind;                 /* (fixed)                                 */
+    int window;                              /* (fixed) self: keep the last window
+                                                positions; 0 = keep all                 */
+    int ttl_s;                               /* (fixed) idle seconds before expiry      */
+    int row_k, row_v;                        /* (fixed) floats per cached row: h*d_k, h*d_v */
+    float *cache_k;                          /* (slot) (cap, row_k), owned              */
+    float *cache_v;                          /* (slot) (cap, row_v), owned              */
+    int rows;                                /* (slot) rows held in the cache           */
+    int cap;                                 /* (slot) rows allocated                   */
+    int64_t length;                          /* (slot) positions appended in total      */
+
+    /* store-private */
+    int busy;                                /* the append slot is held                 */
+    int removed;                             /* unlinked while busy: release frees it   */
+    int64_t last_used_ns;
+    size_t bytes;                            /* counted against the budget             */
+    struct attnd_session *lru_prev, *lru_next, *hash_next;
+} attnd_session;
+
+typedef struct attnd_sessions_config {
+    size_t budget_bytes;       /* KV memory of all sessions together, >= 1           */
+    int max_sessions;          /* >= 1                                               */
+    int ttl_s;                 /* default and maximum idle time, >= 1                */
+    int max_length;            /* unbounded self sessions: total positions, >= 1     */
+    int tombstones;            /* evicted ids remembered (answer 410), 0 = 1024      */
+    /* Clock (CLOCK_MONOTONIC ns); NULL = attnd_now_ns. Tests inject their own. */
+    int64_t (*clock_ns)(void *ctx);
+    void *clock_ctx;
+    /* Called (outside the lock) with session->model when a session is freed; may be NULL. */
+    void (*release_model)(void *model);
+    attnd_metrics *metrics;    /* sessions / bytes gauges and eviction counters; may be NULL */
+} attnd_sessions_config;
+
+typedef struct attnd_sessions attnd_sessions;
+
+/* What open needs. */
+typedef struct attnd_session_params {
+    attnd_session_kind kind;
+    int window;                /* self only; 0 = unbounded; 0 <= window <= max_length */
+    int ttl_s;                 /* 0 = the default; larger than cfg.ttl_s is capped   */
+    int row_k, row_v;          /* >= 1                                               */
+    int rows;                  /* cross: memory rows (allocated now); self: 0        */
+    const char *model_name;
+    void *model;               /* handed back to release_model when freed            */
+} attnd_session_params;
+
+/* A snapshot for GET. */
+typedef struct attnd_session_info {
+    char id[ATTND_SESSION_ID_LEN + 1];
+    char model_name[80];
+    attnd_session_kind kind;
+    int window, ttl_s;
+    int rows;                  /* cached rows                                        */
+    int64_t length;
+    size_t bytes;
+    double idle_s;
+    int busy;
+} attnd_session_info;
+
+/* Creates a store. Returns NULL on a bad config or no memory. Free with
+ * attnd_sessions_free. */
+attnd_sessions *attnd_sessions_create(const attnd_sessions_config *cfg);
+
+/* Stops the sweeper, frees every session (releasing its model). No append may
+ * be in flight. NULL allowed. */
+void attnd_sessions_free(attnd_sessions *st);
+
+/* Starts a thread that expires idle sessions every interval_ms. Returns 0 or -1. */
+int attnd_sessions_start_sweeper(attnd_sessions *st, int interval_ms);
+
+/* Registers a new session with a fresh id (getrandom), its append slot held by
+ * the caller, evicting least recently used idle sessions to fit the budget and
+ * the count cap. A cross session's memory (p->rows rows) is allocated,
+ * uninitialised: fill it, then release with 0. Returns 0 and *out; or -1 with
+ * *err (400 invalid_value for bad params, 413 limit_exceeded when the session
+ * alone is over the budget, 503 kv_cache_full / too_many_sessions when every
+ * other session is busy, 500 on no memory or no entropy). On failure p->model is
+ * NOT released (still the caller's). */
+int attnd_sessions_open(attnd_sessions *st, const attnd_session_params *p, attnd_session **out,
+                        attnd_http_error *err);
+
+/* Takes the append slot of session id. Returns 0 and *out; or -1 with *err:
+ * 404 session_not_found, 410 session_expired (evicted or expired; an idle
+ * session past its TTL is expired here), 409 session_busy. */
+int attnd_sessions_acquire(attnd_sessions *st, const char *id, attnd_session **out,
+                           attnd_http_error *err);
+
+/* Makes room for t more rows (slot held). Self windowed sessions first drop all
+ * but the last window-1 rows when the buffer would overflow (moved to the front;
+ * positions are relative, so causal + window stay right); unbounded ones grow,
+ * up to max_length positions in total. Growth counts against the budget and may
+ * evict other idle sessions. Cross sessions need no room. Returns 0, or -1 with
+ * *err (413 limit_exceeded, 503 kv_cache_full, 500 no memory); the cache is
+ * still valid either way. */
+int attnd_sessions_reserve(attnd_sessions *st, attnd_session *s, int t, attnd_http_error *err);
+
+/* Gives the append slot back. committed > 0: the compute succeeded and wrote t
+ * = committed new rows (self: rows and length advance; cross: length advances).
+ * *length and *rows (each may be NULL) get the values after the commit. Frees
+ * the session if it was deleted meanwhile: s is invalid after this call. */
+void attnd_sessions_release(attnd_sessions *st, attnd_session *s, int committed,
+                            int64_t *length, int *rows);
+
+/* Snapshot of session id. Returns 0, or -1 with *err (404 / 410 as acquire; an
+ * expired idle session is expired here too). Does not count as use. */
+int attnd_sessions_get(attnd_sessions *st, const char *id, attnd_session_info *out,
+                       attnd_http_error *err);
+
+/* Deletes session id (a busy one is unlinked now and freed by its slot holder).
+ * Returns 0, or -1 with *err (404 / 410). */
+int attnd_sessions_delete(attnd_sessions *st, const char *id, attnd_http_error *err);
+
+/* Expires every idle session past its TTL. Returns how many. */
+int attnd_sessions_sweep(attnd_sessions *st);
+
+/* Sessions and bytes held now. */
+void attnd_sessions_stats(attnd_sessions *st, int *count, size_t *bytes);
+
+#endif

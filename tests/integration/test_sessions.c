@@ -1,0 +1,908 @@
+/* test_sessions.c — streaming sessions through the real daemon: appends step by
+ * step equal the one-shot causal (and windowed) request over the whole sequence,
+ * weights included; cross sessions equal one-shot cross-attention; eviction under
+ * a tiny --kv-cache-bytes, TTL expiry, one append in flight per session (409),
+ * many sessions batching together, GET/DELETE, 404/410, bad bodies, limits, API
+ * keys, a SIGHUP reload to another model under a live session (which keeps its
+ * version), and the metrics that count all this.
+ *
+ * The reference is POST /v1/models/demo/attention (demo model: E = 64, 8 heads)
+ * over the whole sequence, which the library's parity tests tie to PyTorch.
+ */
+#include "benchutil.h"
+#include "check.h"
+#include "daemon.h"
+#include "sbuf.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define E 64
+#define TOL 1e-5
+
+/* ------------------------------------------------------------ text and numbers */
+
+/* A xorshift stream per caller (threads each own one). */
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+static int rng_int(uint64_t *s, int lo, int hi)
+{
+    return lo + (int)(rng_next(s) % (uint64_t)(hi - lo + 1));
+}
+
+/* rows × E floats in [-1, 1), exactly representable as printed with %.9g. */
+static float *rand_rows(uint64_t *s, int rows)
+{
+    float *m = malloc((size_t)rows * E * sizeof *m);
+    for (int i = 0; i < rows * E; i++)
+        m[i] = (float)((double)(rng_next(s) >> 11) / 9007199254740992.0 * 2 - 1);
+    return m;
+}
+
+static void put_rows(sbuf *b, const float *m, int rows)
+{
+    sb_printf(b, "[");
+    for (int r = 0; r < rows; r++) {
+        sb_printf(b, "%s[", r ? "," : "");
+        for (int c = 0; c < E; c++) sb_printf(b, "%s%.9g", c ? "," : "", m[r * E + c]);
+        sb_printf(b, "]");
+    }
+    sb_printf(b, "]");
+}
+
+/* ------------------------------------------------------------ HTTP + JSON */
+
+/* POSTs (or any method) body and parses the answer; *status gets the code.
+ * Returns the JSON (caller decrefs) or NULL (no body / not JSON). */
+static json_t *call(const char *method, const char *url, const char *body, long *status)
+{
+    http_result r = {0};
+    *status = -1;
+    if (http_do(method, url, body, body ? strlen(body) : 0, NULL, &r) != 0) return NULL;
+    *status = r.status;
+    json_t *j = r.body_len ? json_loadb(r.body, r.body_len, 0, NULL) : NULL;
+    if (!j && r.body_len && r.status != 204) fprintf(stderr, "unparsable answer: %.200s\n", r.body);
+    http_result_free(&r);
+    return j;
+}
+
+static const char *err_code(json_t *j)
+{
+    return json_string_value(json_object_get(json_object_get(j, "error"), "code"));
+}
+static const char *err_field(json_t *j)
+{
+    return json_string_value(json_object_get(json_object_get(j, "error"), "field"));
+}
+
+/* Creates a session on demo with body; copies its id. Returns the status. */
+static long create(const attnd_proc *p, const char *body, char id[64])
+{
+    char url[160];
+    long st;
+    snprintf(url, sizeof url, "%s/v1/models/demo/sessions", p->base_url);
+    json_t *j = call("POST", url, body, &st);
+    const char *s = json_string_value(json_object_get(j, "id"));
+    snprintf(id, 64, "%s", s ? s : "");
+    if (st != 201)
+        fprintf(stderr, "create %s -> %ld %s\n", body, st, err_code(j) ? err_code(j) : "");
+    json_decref(j);
+    return st;
+}
+
+static json_t *append(const attnd_proc *p, const char *id, const float *q, int t, int weights,
+                      long *status)
+{
+    char url[200];
+    sbuf b = {0};
+    snprintf(url, sizeof url, "%s/v1/sessions/%s/append", p->base_url, id);
+    sb_printf(&b, "{\"query\":");
+    put_rows(&b, q, t);
+    sb_printf(&b, ",\"need_weights\":%s}", weights ? "true" : "false");
+    json_t *j = call("POST", url, b.p, status);
+    free(b.p);
+    return j;
+}
+
+/* Fills dst (rows × cols) from a JSON matrix. Returns 0, or -1 on a shape mismatch. */
+static int read_matrix(json_t *m, float *dst, int rows, int cols)
+{
+    if (!json_is_array(m) || (int)json_array_size(m) != rows) return -1;
+    for (int i = 0; i < rows; i++) {
+        json_t *row = json_array_get(m, (size_t)i);
+        if (!json_is_array(row) || (int)json_array_size(row) != cols) return -1;
+        for (int k = 0; k < cols; k++)
+            dst[(size_t)i * cols + k] = (float)json_number_value(json_array_get(row, (size_t)k));
+    }
+    return 0;
+}
+
+/* The one-shot answer: output (n × E) and averaged weights (n × s). */
+typedef struct oneshot {
+    float *out, *w;
+    int n, s;
+} oneshot;
+
+/* Self (key NULL: is_causal, window) or cross (key/value s rows) over all n queries. */
+static int oneshot_run(const attnd_proc *p, const float *q, int n, int window, const float *key,
+                       const float *value, int s, oneshot *o)
+{
+    char url[160];
+    sbuf b = {0};
+    long st;
+    snprintf(url, sizeof url, "%s/v1/models/demo/attention", p->base_url);
+    sb_printf(&b, "{\"query\":");
+    put_rows(&b, q, n);
+    if (key) {
+        sb_printf(&b, ",\"key\":");
+        put_rows(&b, key, s);
+        sb_printf(&b, ",\"value\":");
+        put_rows(&b, value, s);
+    } else {
+        s = n;
+        sb_printf(&b, ",\"is_causal\":true,\"window\":%d", window);
+    }
+    sb_printf(&b, ",\"need_weights\":true}");
+    json_t *j = call("POST", url, b.p, &st);
+    free(b.p);
+    o->n = n;
+    o->s = s;
+    o->out = malloc((size_t)n * E * sizeof(float));
+    o->w = malloc((size_t)n * s * sizeof(float));
+    int rc = st == 200 && read_matrix(json_object_get(j, "output"), o->out, n, E) == 0 &&
+                     read_matrix(json_object_get(j, "weights"), o->w, n, s) == 0
+                 ? 0
+                 : -1;
+    if (rc) fprintf(stderr, "one-shot failed: %ld\n", st);
+    json_decref(j);
+    return rc;
+}
+
+static void oneshot_free(oneshot *o)
+{
+    free(o->out);
+    free(o->w);
+}
+
+/* Largest |output - reference| and |weights - reference| of one append that
+ * added rows [pos, pos+t) (self: weights columns are the last `cached`
+ * positions; cross: all s memory rows), plus any reference weight a cached
+ * column does not cover. -1 on a malformed answer. */
+typedef struct diff {
+    double out, w;
+    int ok;
+} diff;
+
+static diff compare_append(json_t *j, const oneshot *ref, int pos, int t, int self)
+{
+    diff d = {0, 0, 0};
+    json_t *sess = json_object_get(j, "session");
+    int length = (int)json_integer_value(json_object_get(sess, "length"));
+    int cached = (int)json_integer_value(json_object_get(sess, "cached"));
+    int cols = self ? cached : ref->s;
+    float *out = malloc((size_t)t * E * sizeof(float));
+    float *w = malloc((size_t)t * (size_t)(cols > 0 ? cols : 1) * sizeof(float));
+    if ((self && (length != pos + t || cached < 1 || cached > length)) ||
+        read_matrix(json_object_get(j, "output"), out, t, E) ||
+        read_matrix(json_object_get(j, "weights"), w, t, cols)) {
+        fprintf(stderr, "bad append answer: length %d (want %d), cached %d\n", length, pos + t,
+                cached);
+        goto done;
+    }
+    for (int i = 0; i < t; i++) {
+        const float *ro = ref->out + (size_t)(pos + i) * E;
+        const float *rw = ref->w + (size_t)(self ? pos + i : pos + i) * ref->s;
+        for (int k = 0; k < E; k++) d.out = fmax(d.out, fabs(out[i * E + k] - ro[k]));
+        int first = self ? length - cached : 0;
+        for (int k = 0; k < ref->s; k++) {
+            double got = k >= first && k < first + cols ? w[(size_t)i * cols + (k - first)] : 0.0;
+            d.w = fmax(d.w, fabs(got - rw[k]));
+        }
+    }
+    d.ok = 1;
+done:
+    free(out);
+    free(w);
+    return d;
+}
+
+/* ------------------------------------------------------------ streams */
+
+/* Streams n positions of q into a new self session (window w) in steps from
+ * step() and checks every append against the one-shot causal answer. */
+static void stream_self(const attnd_proc *p, int n, int window, int fixed_step, uint64_t seed)
+{
+    uint64_t s = seed;
+    float *q = rand_rows(&s, n);
+    oneshot ref;
+    char id[64], body[64];
+    CHECK(oneshot_run(p, q, n, window, NULL, NULL, 0, &ref) == 0);
+    snprintf(body, sizeof body, "{\"window\":%d}", window);
+    CHECK_INT_EQ(create(p, body, id), 201);
+    double worst_out = 0, worst_w = 0;
+    int appends = 0, bad = 0;
+    for (int pos = 0; pos < n;) {
+        int t = fixed_step ? fixed_step : rng_int(&s, 1, 9);
+        if (t > n - pos) t = n - pos;
+        long st;
+        json_t *j = append(p, id, q + (size_t)pos * E, t, 1, &st);
+        diff d = st == 200 ? compare_append(j, &ref, pos, t, 1) : (diff){0, 0, 0};
+        if (!d.ok) {
+            bad++;
+            fprintf(stderr, "append at %d (t=%d) -> %ld\n", pos, t, st);
+        }
+        worst_out = fmax(worst_out, d.out);
+        worst_w = fmax(worst_w, d.w);
+        json_decref(j);
+        pos += t;
+        appends++;
+    }
+    printf("self n=%d window=%d step=%d: %d appends, max |out diff| %.3g, max |w diff| %.3g\n",
+           n, window, fixed_step, appends, worst_out, worst_w);
+    CHECK_INT_EQ(bad, 0);
+    CHECK_NEAR(worst_out, 0, TOL);
+    CHECK_NEAR(worst_w, 0, TOL);
+    oneshot_free(&ref);
+    free(q);
+}
+
+static void test_self_streams(const attnd_proc *p)
+{
+    stream_self(p, 48, 0, 1, 11);
+    stream_self(p, 48, 0, 3, 12);
+    stream_self(p, 60, 0, 0, 13);
+    stream_self(p, 48, 5, 1, 14);
+    stream_self(p, 48, 5, 3, 15);
+    stream_self(p, 64, 7, 0, 16);
+    stream_self(p, 40, 1, 2, 17); /* window 1: each position sees only itself */
+}
+
+static void test_cross(const attnd_proc *p)
+{
+    uint64_t s = 21;
+    int mem = 9, n = 20;
+    float *key = rand_rows(&s, mem), *value = rand_rows(&s, mem), *q = rand_rows(&s, n);
+    oneshot ref;
+    CHECK(oneshot_run(p, q, n, 0, key, value, mem, &ref) == 0);
+    sbuf b = {0};
+    sb_printf(&b, "{\"key\":");
+    put_rows(&b, key, mem);
+    sb_printf(&b, ",\"value\":");
+    put_rows(&b, value, mem);
+    sb_printf(&b, "}");
+    char id[64];
+    CHECK_INT_EQ(create(p, b.p, id), 201);
+    double worst = 0, worst_w = 0;
+    int bad = 0;
+    for (int pos = 0; pos < n;) {
+        int t = rng_int(&s, 1, 6);
+        if (t > n - pos) t = n - pos;
+        long st;
+        json_t *j = append(p, id, q + (size_t)pos * E, t, 1, &st);
+        diff d = st == 200 ? compare_append(j, &ref, pos, t, 0) : (diff){0, 0, 0};
+        bad += !d.ok;
+        worst = fmax(worst, d.out);
+        worst_w = fmax(worst_w, d.w);
+        CHECK_INT_EQ(json_integer_value(json_object_get(json_object_get(j, "session"), "cached")),
+                     mem);
+        json_decref(j);
+        pos += t;
+    }
+    printf("cross memory=%d n=%d: max |out diff| %.3g, max |w diff| %.3g\n", mem, n, worst,
+           worst_w);
+    CHECK_INT_EQ(bad, 0);
+    CHECK_NEAR(worst, 0, TOL);
+    CHECK_NEAR(worst_w, 0, TOL);
+    free(b.p);
+    oneshot_free(&ref);
+    free(key);
+    free(value);
+    free(q);
+}
+
+/* ------------------------------------------------------------ lifecycle and errors */
+
+static void test_get_delete(const attnd_proc *p)
+{
+    uint64_t s = 31;
+    char id[64], url[200];
+    long st;
+    CHECK_INT_EQ(create(p, "{\"window\":4,\"ttl_s\":30}", id), 201);
+    CHECK_INT_EQ(strlen(id), 32);
+    float *q = rand_rows(&s, 6);
+    json_decref(append(p, id, q, 6, 0, &st));
+    CHECK_INT_EQ(st, 200);
+    snprintf(url, sizeof url, "%s/v1/sessions/%s", p->base_url, id);
+    json_t *j = call("GET", url, NULL, &st);
+    CHECK_INT_EQ(st, 200);
+    CHECK_STR_EQ(json_string_value(json_object_get(j, "id")), id);
+    CHECK_STR_EQ(json_string_value(json_object_get(j, "model")), "demo");
+    CHECK_STR_EQ(json_string_value(json_object_get(j, "kind")), "self");
+    CHECK_INT_EQ(json_integer_value(json_object_get(j, "length")), 6);
+    CHECK_INT_EQ(json_integer_value(json_object_get(j, "window")), 4);
+    CHECK_INT_EQ(json_integer_value(json_object_get(j, "ttl_s")), 30);
+    CHECK(json_integer_value(json_object_get(j, "cached")) >= 6);
+    CHECK(json_integer_value(json_object_get(j, "bytes")) >= 6 * 2 * E * 4);
+    CHECK(json_number_value(json_object_get(j, "idle_s")) >= 0);
+    json_decref(j);
+    j = call("DELETE", url, NULL, &st);
+    CHECK_INT_EQ(st, 204);
+    json_decref(j);
+    j = call("GET", url, NULL, &st);
+    CHECK_INT_EQ(st, 404);
+    CHECK_STR_EQ(err_code(j), "session_not_found");
+    json_decref(j);
+    j = append(p, id, q, 1, 0, &st);
+    CHECK_INT_EQ(st, 404);
+    json_decref(j);
+    j = call("DELETE", url, NULL, &st);
+    CHECK_INT_EQ(st, 404);
+    json_decref(j);
+    /* Unknown ids: well-formed, malformed. */
+    snprintf(url, sizeof url, "%s/v1/sessions/0123456789abcdef0123456789abcdef", p->base_url);
+    j = call("GET", url, NULL, &st);
+    CHECK_INT_EQ(st, 404);
+    CHECK_STR_EQ(err_code(j), "session_not_found");
+    json_decref(j);
+    snprintf(url, sizeof url, "%s/v1/sessions/nope/append", p->base_url);
+    j = call("POST", url, "{\"query\":[[1]]}", &st);
+    CHECK_INT_EQ(st, 404);
+    json_decref(j);
+    snprintf(url, sizeof url, "%s/v1/sessions/%s", p->base_url, id);
+    j = call("PUT", url, "{}", &st);
+    CHECK_INT_EQ(st, 405);
+    json_decref(j);
+    free(q);
+}
+
+static void expect_400(const attnd_proc *p, const char *url, const char *body, const char *field)
+{
+    long st;
+    json_t *j = call("POST", url, body, &st);
+    CHECK_MSG(st == 400 && err_field(j) && strcmp(err_field(j), field) == 0,
+              "%.80s -> %ld field \"%s\" (want 400 \"%s\")", body, st,
+              err_field(j) ? err_field(j) : "", field);
+    json_decref(j);
+    (void)p;
+}
+
+static void test_bad_bodies(const attnd_proc *p)
+{
+    char url[200], id[64];
+    snprintf(url, sizeof url, "%s/v1/models/demo/sessions", p->base_url);
+    expect_400(p, url, "{\"window\":-1}", "window");
+    expect_400(p, url, "{\"window\":\"3\"}", "window");
+    expect_400(p, url, "{\"ttl_s\":0}", "ttl_s");
+    expect_400(p, url, "{\"colour\":1}", "colour");
+    expect_400(p, url, "{\"key\":[[1,2]]}", "key[0]");
+    expect_400(p, url, "{\"key\":[]}", "key");
+    expect_400(p, url, "[1]", "");
+    expect_400(p, url, "{\"window\":", "");
+    sbuf b = {0};
+    uint64_t s = 41;
+    float *k = rand_rows(&s, 2);
+    sb_printf(&b, "{\"window\":3,\"key\":");
+    put_rows(&b, k, 2);
+    sb_printf(&b, "}");
+    expect_400(p, url, b.p, "window");
+    b.len = 0;
+    sb_printf(&b, "{\"key\":");
+    put_rows(&b, k, 2);
+    sb_printf(&b, ",\"value\":");
+    put_rows(&b, k, 1);
+    sb_printf(&b, "}");
+    expect_400(p, url, b.p, "value");
+
+    CHECK_INT_EQ(create(p, "{}", id), 201);
+    snprintf(url, sizeof url, "%s/v1/sessions/%s/append", p->base_url, id);
+    b.len = 0;
+    sb_printf(&b, "{\"query\":");
+    put_rows(&b, k, 1);
+    sb_printf(&b, ",\"key\":");
+    put_rows(&b, k, 1);
+    sb_printf(&b, "}");
+    expect_400(p, url, b.p, "key");
+    b.len = 0;
+    sb_printf(&b, "{\"query\":");
+    put_rows(&b, k, 1);
+    sb_printf(&b, ",\"is_causal\":true}");
+    expect_400(p, url, b.p, "is_causal");
+    expect_400(p, url, "{\"query\":[[1,2,3]]}", "query[0]");
+    expect_400(p, url, "{\"query\":[[[1]]]}", "query");
+    expect_400(p, url, "{}", "query");
+    expect_400(p, url, "{\"query\":[[1]],\"need_weights\":1}", "need_weights");
+    /* None of the refused appends moved the session. */
+    long st;
+    snprintf(url, sizeof url, "%s/v1/sessions/%s", p->base_url, id);
+    json_t *j = call("GET", url, NULL, &st);
+    CHECK_INT_EQ(json_integer_value(json_object_get(j, "length")), 0);
+    json_decref(j);
+    free(b.p);
+    free(k);
+}
+
+/* --max-seq-len 64 in this daemon: an unbounded session stops at 64 positions. */
+static void test_length_limit(const attnd_proc *p)
+{
+    uint64_t s = 51;
+    char id[64];
+    long st;
+    float *q = rand_rows(&s, 64);
+    CHECK_INT_EQ(create(p, "{}", id), 201);
+    json_decref(append(p, id, q, 60, 0, &st));
+    CHECK_INT_EQ(st, 200);
+    json_t *j = append(p, id, q, 5, 0, &st);
+    CHECK_INT_EQ(st, 413);
+    CHECK_STR_EQ(err_code(j), "limit_exceeded");
+    json_decref(j);
+    j = append(p, id, q, 4, 0, &st);
+    CHECK_INT_EQ(st, 200);
+    CHECK_INT_EQ(json_integer_value(json_object_get(json_object_get(j, "session"), "length")), 64);
+    json_decref(j);
+    /* A windowed session streams past max_seq_len. */
+    CHECK_INT_EQ(create(p, "{\"window\":8}", id), 201);
+    int fails = 0;
+    for (int i = 0; i < 5; i++) {
+        json_decref(append(p, id, q, 40, 0, &st));
+        fails += st != 200;
+    }
+    CHECK_INT_EQ(fails, 0);
+    free(q);
+}
+
+static void test_ttl(const attnd_proc *p)
+{
+    uint64_t s = 61;
+    char id[64], id2[64], url[200];
+    long st;
+    float *q = rand_rows(&s, 2);
+    CHECK_INT_EQ(create(p, "{\"ttl_s\":1}", id), 201);
+    CHECK_INT_EQ(create(p, "{\"ttl_s\":1}", id2), 201);
+    json_decref(append(p, id, q, 2, 0, &st));
+    CHECK_INT_EQ(st, 200);
+    struct timespec nap = {1, 600 * 1000000L};
+    nanosleep(&nap, NULL);
+    json_t *j = append(p, id, q, 1, 0, &st); /* on access */
+    CHECK_INT_EQ(st, 410);
+    CHECK_STR_EQ(err_code(j), "session_expired");
+    json_decref(j);
+    nanosleep(&nap, NULL); /* the sweep has taken id2 by now (and remembers it) */
+    snprintf(url, sizeof url, "%s/v1/sessions/%s", p->base_url, id2);
+    j = call("GET", url, NULL, &st);
+    CHECK_INT_EQ(st, 410);
+    json_decref(j);
+    snprintf(url, sizeof url, "%s/v1/sessions/%s", p->base_url, id);
+    j = call("GET", url, NULL, &st);
+    CHECK_INT_EQ(st, 410);
+    json_decref(j);
+    free(q);
+}
+
+/* ------------------------------------------------------------ metrics */
+
+/* The value of the first sample line starting with prefix, or -1. */
+static double metric(const attnd_proc *p, const char *prefix)
+{
+    char url[160];
+    http_result r = {0};
+    snprintf(url, sizeof url, "%s/metrics", p->base_url);
+    double v = -1;
+    if (http_do("GET", url, NULL, 0, NULL, &r) == 0 && r.body) {
+        for (char *line = r.body; line && *line; line = strchr(line, '\n')) {
+            if (*line == '\n') line++;
+            if (strncmp(line, prefix, strlen(prefix)) == 0) {
+                v = strtod(line + strlen(prefix), NULL);
+                break;
+            }
+        }
+    }
+    http_result_free(&r);
+    return v;
+}
+
+static void test_metrics(const attnd_proc *p)
+{
+    CHECK(metric(p, "attnd_sessions ") >= 1);
+    CHECK(metric(p, "attnd_kv_cache_bytes ") > 0);
+    CHECK(metric(p, "attnd_session_evictions_total{reason=\"ttl\"} ") >= 2);
+    CHECK(metric(p, "attnd_session_append_duration_seconds_count{model=\"demo\"} ") >= 50);
+    CHECK(metric(p, "attnd_requests_total{model=\"demo\",route=\"/v1/sessions/{id}/append\","
+                    "status=\"200\"} ") >= 50);
+    CHECK(metric(p, "attnd_requests_total{model=\"demo\",route=\"/v1/models/{name}/sessions\","
+                    "status=\"201\"} ") >= 10);
+}
+
+/* ------------------------------------------------------------ eviction */
+
+/* Budget 20 KiB: two sessions of 16 cached rows (8 KiB + a header each) fit, a
+ * third does not. The least recently used one goes (410); the recent one stays
+ * correct. */
+static void test_eviction(void)
+{
+    const char *args[] = {"--kv-cache-bytes", "20K", NULL};
+    attnd_proc p;
+    if (attnd_proc_start(&p, args) != 0) {
+        CHECK(!"daemon with a tiny KV budget started");
+        return;
+    }
+    uint64_t s = 71;
+    float *qa = rand_rows(&s, 12), *qb = rand_rows(&s, 8), *qc = rand_rows(&s, 8);
+    oneshot ref;
+    CHECK(oneshot_run(&p, qa, 12, 0, NULL, NULL, 0, &ref) == 0);
+    char a[64], b[64], c[64], url[200];
+    long st;
+    CHECK_INT_EQ(create(&p, "{}", a), 201);
+    CHECK_INT_EQ(create(&p, "{}", b), 201);
+    json_t *j = append(&p, a, qa, 8, 1, &st);
+    CHECK(st == 200 && compare_append(j, &ref, 0, 8, 1).ok);
+    json_decref(j);
+    json_decref(append(&p, b, qb, 8, 0, &st));
+    CHECK_INT_EQ(st, 200);
+    j = append(&p, a, qa + 8 * E, 1, 1, &st); /* a is now the most recently used */
+    diff d = st == 200 ? compare_append(j, &ref, 8, 1, 1) : (diff){0, 0, 0};
+    CHECK(d.ok);
+    json_decref(j);
+    CHECK_INT_EQ(create(&p, "{}", c), 201);
+    json_decref(append(&p, c, qc, 8, 0, &st)); /* needs room: b goes */
+    CHECK_INT_EQ(st, 200);
+    j = append(&p, b, qb, 1, 0, &st);
+    CHECK_INT_EQ(st, 410);
+    CHECK_STR_EQ(err_code(j), "session_expired");
+    json_decref(j);
+    snprintf(url, sizeof url, "%s/v1/sessions/%s", p.base_url, b);
+    j = call("GET", url, NULL, &st);
+    CHECK_INT_EQ(st, 410);
+    json_decref(j);
+    j = append(&p, a, qa + 9 * E, 3, 1, &st);
+    d = st == 200 ? compare_append(j, &ref, 9, 3, 1) : (diff){0, 0, 0};
+    CHECK(d.ok);
+    CHECK_NEAR(d.out, 0, TOL);
+    CHECK_NEAR(d.w, 0, TOL);
+    json_decref(j);
+    CHECK(metric(&p, "attnd_session_evictions_total{reason=\"lru\"} ") >= 1);
+    CHECK(metric(&p, "attnd_kv_cache_bytes ") <= 20 * 1024);
+    CHECK_INT_EQ(metric(&p, "attnd_sessions "), 2);
+    /* A session that alone would exceed the budget is refused (40 rows = 20 KiB
+     * plus its header), without evicting anyone. */
+    char d_id[64];
+    float *qd = rand_rows(&s, 40);
+    CHECK_INT_EQ(create(&p, "{}", d_id), 201);
+    j = append(&p, d_id, qd, 40, 0, &st);
+    CHECK_INT_EQ(st, 413);
+    CHECK_STR_EQ(err_code(j), "limit_exceeded");
+    json_decref(j);
+    CHECK_INT_EQ(metric(&p, "attnd_sessions "), 3);
+    free(qd);
+    oneshot_free(&ref);
+    free(qa);
+    free(qb);
+    free(qc);
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+}
+
+/* ------------------------------------------------------------ concurrency */
+
+typedef struct busy_arg {
+    const attnd_proc *p;
+    const char *id;
+    const float *q;
+    pthread_barrier_t *go;
+    long status;
+    char code[40];
+} busy_arg;
+
+static void *busy_main(void *arg)
+{
+    busy_arg *a = arg;
+    pthread_barrier_wait(a->go);
+    json_t *j = append(a->p, a->id, a->q, 4, 0, &a->status);
+    snprintf(a->code, sizeof a->code, "%s", err_code(j) ? err_code(j) : "");
+    json_decref(j);
+    return NULL;
+}
+
+/* With --max-queue-delay-us 500000 the first append waits in the queue while
+ * the others arrive: exactly one is computed, the rest get 409 session_busy. */
+static void test_one_in_flight(const attnd_proc *p)
+{
+    enum { N = 6 };
+    uint64_t s = 81;
+    float *q = rand_rows(&s, 4);
+    char id[64], url[200];
+    CHECK_INT_EQ(create(p, "{}", id), 201);
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, N);
+    busy_arg args[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        args[i] = (busy_arg){.p = p, .id = id, .q = q, .go = &go};
+        pthread_create(&th[i], NULL, busy_main, &args[i]);
+    }
+    int ok = 0, busy = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        ok += args[i].status == 200;
+        busy += args[i].status == 409 && strcmp(args[i].code, "session_busy") == 0;
+    }
+    pthread_barrier_destroy(&go);
+    printf("one session, %d concurrent appends: %d x 200, %d x 409\n", N, ok, busy);
+    CHECK_INT_EQ(ok, 1);
+    CHECK_INT_EQ(busy, N - 1);
+    long st;
+    snprintf(url, sizeof url, "%s/v1/sessions/%s", p->base_url, id);
+    json_t *j = call("GET", url, NULL, &st);
+    CHECK_INT_EQ(json_integer_value(json_object_get(j, "length")), 4);
+    json_decref(j);
+    free(q);
+}
+
+/* Same daemon (500 ms queue delay): an append whose timeout_ms passes in the
+ * queue is never computed (504) and the session does not move. */
+static void test_timeout_keeps_length(const attnd_proc *p)
+{
+    uint64_t s = 85;
+    float *q = rand_rows(&s, 3);
+    char id[64], url[200];
+    long st;
+    CHECK_INT_EQ(create(p, "{}", id), 201);
+    snprintf(url, sizeof url, "%s/v1/sessions/%s/append", p->base_url, id);
+    sbuf b = {0};
+    sb_printf(&b, "{\"query\":");
+    put_rows(&b, q, 3);
+    sb_printf(&b, ",\"timeout_ms\":20}");
+    json_t *j = call("POST", url, b.p, &st);
+    CHECK_INT_EQ(st, 504);
+    CHECK_STR_EQ(err_code(j), "timeout");
+    json_decref(j);
+    snprintf(url, sizeof url, "%s/v1/sessions/%s", p->base_url, id);
+    j = call("GET", url, NULL, &st);
+    CHECK_INT_EQ(json_integer_value(json_object_get(j, "length")), 0);
+    CHECK_INT_EQ(json_integer_value(json_object_get(j, "cached")), 0);
+    CHECK(json_is_false(json_object_get(j, "busy")));
+    json_decref(j);
+    j = append(p, id, q, 3, 0, &st); /* and the next append works from position 0 */
+    CHECK_INT_EQ(st, 200);
+    CHECK_INT_EQ(json_integer_value(json_object_get(json_object_get(j, "session"), "length")), 3);
+    json_decref(j);
+    free(b.p);
+    free(q);
+}
+
+/* With API keys configured, session routes need one like every /v1 route. */
+static void test_auth(void)
+{
+    const char *args[] = {"--api-keys", "sekrit-key-1", NULL};
+    attnd_proc p;
+    if (attnd_proc_start(&p, args) != 0) {
+        CHECK(!"daemon with API keys started");
+        return;
+    }
+    char url[200];
+    const char *key[] = {"Authorization: Bearer sekrit-key-1", NULL};
+    http_result r = {0};
+    snprintf(url, sizeof url, "%s/v1/models/demo/sessions", p.base_url);
+    CHECK(http_do("POST", url, "{}", 2, NULL, &r) == 0);
+    CHECK_INT_EQ(r.status, 401);
+    http_result_free(&r);
+    CHECK(http_do_ex("POST", url, "{}", 2, NULL, key, NULL, &r) == 0);
+    CHECK_INT_EQ(r.status, 201);
+    json_t *j = json_loadb(r.body, r.body_len, 0, NULL);
+    snprintf(url, sizeof url, "%s/v1/sessions/%s", p.base_url,
+             json_string_value(json_object_get(j, "id")));
+    json_decref(j);
+    http_result_free(&r);
+    CHECK(http_do("GET", url, NULL, 0, NULL, &r) == 0);
+    CHECK_INT_EQ(r.status, 401);
+    http_result_free(&r);
+    CHECK(http_do("DELETE", url, NULL, 0, NULL, &r) == 0);
+    CHECK_INT_EQ(r.status, 401);
+    http_result_free(&r);
+    CHECK(http_do_ex("GET", url, NULL, 0, NULL, key, NULL, &r) == 0);
+    CHECK_INT_EQ(r.status, 200);
+    http_result_free(&r);
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+}
+
+typedef struct many_arg {
+    const attnd_proc *p;
+    uint64_t seed;
+    int n;
+    int window;
+    int bad;
+    int max_batch;
+    double worst;
+} many_arg;
+
+static void *many_main(void *arg)
+{
+    many_arg *a = arg;
+    uint64_t s = a->seed;
+    float *q = rand_rows(&s, a->n);
+    oneshot ref;
+    char id[64], body[40];
+    snprintf(body, sizeof body, "{\"window\":%d}", a->window);
+    if (oneshot_run(a->p, q, a->n, a->window, NULL, NULL, 0, &ref) != 0 ||
+        create(a->p, body, id) != 201) {
+        a->bad++;
+        free(q);
+        return NULL;
+    }
+    for (int pos = 0; pos < a->n;) {
+        int t = rng_int(&s, 1, 4);
+        if (t > a->n - pos) t = a->n - pos;
+        long st;
+        json_t *j = append(a->p, id, q + (size_t)pos * E, t, 1, &st);
+        diff d = st == 200 ? compare_append(j, &ref, pos, t, 1) : (diff){0, 0, 0};
+        if (!d.ok) a->bad++;
+        a->worst = fmax(a->worst, fmax(d.out, d.w));
+        int bs = (int)json_integer_value(
+            json_object_get(json_object_get(j, "timing"), "batch_size"));
+        if (bs > a->max_batch) a->max_batch = bs;
+        json_decref(j);
+        pos += t;
+    }
+    oneshot_free(&ref);
+    free(q);
+    return NULL;
+}
+
+static void test_many_sessions(const attnd_proc *p)
+{
+    enum { N = 8 };
+    many_arg args[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        args[i] = (many_arg){.p = p, .seed = 1000 + (uint64_t)i, .n = 14 + i,
+                             .window = i % 2 ? 4 : 0};
+        pthread_create(&th[i], NULL, many_main, &args[i]);
+    }
+    int bad = 0, max_batch = 0;
+    double worst = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        bad += args[i].bad;
+        worst = fmax(worst, args[i].worst);
+        if (args[i].max_batch > max_batch) max_batch = args[i].max_batch;
+    }
+    printf("%d sessions appending at once: max |diff| %.3g, largest batch %d\n", N, worst,
+           max_batch);
+    CHECK_INT_EQ(bad, 0);
+    CHECK_NEAR(worst, 0, TOL);
+    CHECK(max_batch > 1);
+}
+
+/* Points the config file at model path (the file is rewritten in place). */
+static int write_config(const char *cfg, const char *model)
+{
+    FILE *f = fopen(cfg, "w");
+    if (!f) return -1;
+    fprintf(f, "{\"models\": [{\"name\": \"demo\", \"path\": \"%s\"}], "
+               "\"max_seq_len\": 64}\n", model);
+    return fclose(f);
+}
+
+static double max_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0;
+    for (size_t i = 0; i < n; i++) d = fmax(d, fabs(a[i] - b[i]));
+    return d;
+}
+
+/* A reload (SIGHUP) that swaps demo for a different model file: a live session
+ * keeps the version it was created on (and its answers), new sessions and
+ * one-shot requests get the new one. */
+static void test_reload_keeps_version(void)
+{
+    char dir[] = "/tmp/attnd-sessions-XXXXXX", cfg[128], other[128];
+    uint64_t rng = 0x5eed5eed;
+    if (!mkdtemp(dir)) {
+        CHECK(!"mkdtemp");
+        return;
+    }
+    snprintf(cfg, sizeof cfg, "%s/attnd.json", dir);
+    snprintf(other, sizeof other, "%s/other.safetensors", dir);
+    char demo[4096];
+    CHECK(realpath("config/demo.safetensors", demo) != NULL);
+    CHECK(bench_write_mha_model(other, E, 8, &rng) == 0);
+    CHECK(write_config(cfg, demo) == 0);
+    const char *args[] = {"--config", cfg, NULL};
+    attnd_proc p;
+    if (attnd_proc_start(&p, args) != 0) {
+        CHECK(!"daemon with a config file started");
+        return;
+    }
+    uint64_t s = 91;
+    float *q = rand_rows(&s, 10);
+    oneshot before, after;
+    char id[64], id2[64];
+    long st;
+    CHECK(oneshot_run(&p, q, 10, 0, NULL, NULL, 0, &before) == 0);
+    CHECK_INT_EQ(create(&p, "{}", id), 201);
+    json_decref(append(&p, id, q, 5, 0, &st));
+    CHECK_INT_EQ(st, 200);
+
+    CHECK(write_config(cfg, other) == 0);
+    double reloads = metric(&p, "attnd_reloads_total{result=\"ok\"} ");
+    kill(p.pid, SIGHUP);
+    for (int i = 0; i < 150 && metric(&p, "attnd_reloads_total{result=\"ok\"} ") <= reloads; i++) {
+        struct timespec nap = {0, 20 * 1000000L};
+        nanosleep(&nap, NULL);
+    }
+    CHECK(metric(&p, "attnd_reloads_total{result=\"ok\"} ") > reloads);
+    CHECK(oneshot_run(&p, q, 10, 0, NULL, NULL, 0, &after) == 0);
+    double changed = max_diff(before.out, after.out, (size_t)10 * E);
+    printf("reload: one-shot output moved by %.3g (a different model now)\n", changed);
+    CHECK(changed > 1e-3);
+
+    json_t *j = append(&p, id, q + 5 * E, 5, 1, &st); /* the old version, still */
+    diff d = st == 200 ? compare_append(j, &before, 5, 5, 1) : (diff){0, 0, 0};
+    CHECK(d.ok);
+    CHECK_NEAR(d.out, 0, TOL);
+    CHECK_NEAR(d.w, 0, TOL);
+    json_decref(j);
+    CHECK_INT_EQ(create(&p, "{}", id2), 201); /* a new session: the new version */
+    j = append(&p, id2, q, 10, 1, &st);
+    d = st == 200 ? compare_append(j, &after, 0, 10, 1) : (diff){0, 0, 0};
+    CHECK(d.ok);
+    CHECK_NEAR(d.out, 0, TOL);
+    json_decref(j);
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+    oneshot_free(&before);
+    oneshot_free(&after);
+    free(q);
+    unlink(cfg);
+    unlink(other);
+    rmdir(dir);
+}
+
+int main(void)
+{
+    attnd_proc p;
+    const char *args[] = {"--max-seq-len", "64", NULL};
+    if (attnd_proc_start(&p, args) != 0) {
+        CHECK(!"daemon started");
+        return check_summary();
+    }
+    test_self_streams(&p);
+    test_cross(&p);
+    test_get_delete(&p);
+    test_bad_bodies(&p);
+    test_length_limit(&p);
+    test_ttl(&p);
+    test_metrics(&p);
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+
+    test_eviction();
+    test_auth();
+    test_reload_keeps_version();
+
+    const char *batching[] = {"--max-queue-delay-us", "500000", NULL};
+    if (attnd_proc_start(&p, batching) == 0) {
+        test_one_in_flight(&p);
+        test_timeout_keeps_length(&p);
+        CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+    } else {
+        CHECK(!"daemon with a queue delay started");
+    }
+    const char *many[] = {"--max-queue-delay-us", "20000", NULL};
+    if (attnd_proc_start(&p, many) == 0) {
+        test_many_sessions(&p);
+        CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+    } else {
+        CHECK(!"daemon for many sessions started");
+    }
+    return check_summary();
+}

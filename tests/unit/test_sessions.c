@@ -1,0 +1,330 @@
+/* test_sessions.c — the session store (server/sessions.c) on its own, with an
+ * injected clock: ids, LRU eviction under the byte budget and the count cap, busy
+ * sessions never evicted, tombstones (410) and their bound, TTL on access and by
+ * sweep, delete while an append is in flight, the length limit, and the
+ * windowed cache keeping the last window-1 rows in order when it wraps.
+ */
+#include "check.h"
+#include "sessions.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ROW 8 /* row_k = row_v: floats per cached row */
+
+static int64_t fake_now;
+static int64_t fake_clock(void *ctx)
+{
+    (void)ctx;
+    return fake_now;
+}
+
+static int released;
+static void count_release(void *model)
+{
+    (void)model;
+    released++;
+}
+
+static int model_token; /* any non-NULL pointer stands for a model reference */
+
+static size_t bytes_for(int rows)
+{
+    return sizeof(attnd_session) + (size_t)rows * 2 * ROW * sizeof(float);
+}
+
+static attnd_sessions *make(size_t budget, int max_sessions, int max_length, int tombstones)
+{
+    attnd_sessions_config c = {.budget_bytes = budget, .max_sessions = max_sessions,
+                               .ttl_s = 60, .max_length = max_length, .tombstones = tombstones,
+                               .clock_ns = fake_clock, .release_model = count_release};
+    return attnd_sessions_create(&c);
+}
+
+/* Opens a self session (window w) and appends t rows; copies its id. */
+static int open_with(attnd_sessions *st, int w, int t, char id[ATTND_SESSION_ID_LEN + 1])
+{
+    attnd_session_params p = {.kind = ATTND_SESSION_SELF, .window = w, .row_k = ROW,
+                              .row_v = ROW, .model_name = "m", .model = &model_token};
+    attnd_session *s;
+    attnd_http_error e;
+    if (attnd_sessions_open(st, &p, &s, &e) != 0) {
+        fprintf(stderr, "open: %d %s %s\n", e.status, e.code, e.message);
+        return e.status;
+    }
+    memcpy(id, s->id, ATTND_SESSION_ID_LEN + 1);
+    int rc = t ? attnd_sessions_reserve(st, s, t, &e) : 0;
+    attnd_sessions_release(st, s, rc == 0 ? t : 0, NULL, NULL);
+    return rc == 0 ? 0 : e.status;
+}
+
+/* Acquires and releases id (one append of t rows). Returns 0 or the error status. */
+static int touch(attnd_sessions *st, const char *id, int t)
+{
+    attnd_session *s;
+    attnd_http_error e;
+    if (attnd_sessions_acquire(st, id, &s, &e) != 0) return e.status;
+    int rc = t ? attnd_sessions_reserve(st, s, t, &e) : 0;
+    attnd_sessions_release(st, s, rc == 0 ? t : 0, NULL, NULL);
+    return rc == 0 ? 0 : e.status;
+}
+
+static void test_ids(void)
+{
+    attnd_sessions *st = make(1 << 20, 16, 100, 0);
+    char a[40], b[40];
+    CHECK_INT_EQ(open_with(st, 0, 0, a), 0);
+    CHECK_INT_EQ(open_with(st, 0, 0, b), 0);
+    CHECK_INT_EQ(strlen(a), ATTND_SESSION_ID_LEN);
+    CHECK_INT_EQ(strspn(a, "0123456789abcdef"), ATTND_SESSION_ID_LEN);
+    CHECK(strcmp(a, b) != 0);
+    attnd_session_info info;
+    attnd_http_error e;
+    CHECK_INT_EQ(attnd_sessions_get(st, "not-an-id", &info, &e), -1);
+    CHECK_INT_EQ(e.status, 404);
+    CHECK_STR_EQ(e.code, "session_not_found");
+    CHECK_INT_EQ(attnd_sessions_get(st, "0123456789abcdef0123456789abcdef", &info, &e), -1);
+    CHECK_INT_EQ(e.status, 404);
+    attnd_sessions_free(st);
+    CHECK_INT_EQ(released, 2);
+    released = 0;
+}
+
+/* Budget for exactly two sessions of 16 rows and one empty one. */
+static void test_lru_and_busy(void)
+{
+    const size_t budget = 2 * bytes_for(16) + bytes_for(0) + 64;
+    attnd_sessions *st = make(budget, 100, 1000, 0);
+    char a[40], b[40], c[40], d[40], x[40];
+    size_t bytes;
+    int count;
+    CHECK_INT_EQ(open_with(st, 0, 16, a), 0);
+    fake_now += 1000;
+    CHECK_INT_EQ(open_with(st, 0, 16, b), 0);
+    fake_now += 1000;
+    attnd_sessions_stats(st, &count, &bytes);
+    CHECK_INT_EQ(count, 2);
+    CHECK_INT_EQ(bytes, 2 * bytes_for(16));
+    CHECK_INT_EQ(touch(st, a, 0), 0); /* a becomes the most recently used */
+    CHECK_INT_EQ(open_with(st, 0, 16, c), 0); /* room for c: b goes */
+    CHECK_INT_EQ(touch(st, b, 0), 410);
+    CHECK_INT_EQ(touch(st, a, 0), 0);
+    CHECK_INT_EQ(touch(st, c, 0), 0);
+    CHECK_INT_EQ(released, 1);
+    attnd_sessions_stats(st, &count, &bytes);
+    CHECK_INT_EQ(count, 2);
+    CHECK(bytes <= budget);
+
+    /* a is least recently used but busy: c goes instead. */
+    attnd_session *sa;
+    attnd_http_error e;
+    CHECK_INT_EQ(attnd_sessions_acquire(st, a, &sa, &e), 0);
+    CHECK_INT_EQ(touch(st, a, 0), 409);
+    CHECK_INT_EQ(open_with(st, 0, 16, d), 0);
+    CHECK_INT_EQ(touch(st, c, 0), 410);
+    /* Now a is busy and d is the only other: hold d too, and nothing can be evicted. */
+    attnd_session *sd;
+    CHECK_INT_EQ(attnd_sessions_acquire(st, d, &sd, &e), 0);
+    CHECK_INT_EQ(open_with(st, 0, 16, x), 503);
+    CHECK_INT_EQ(touch(st, x, 0), 0); /* x exists (its header fitted), just holds no rows */
+    attnd_sessions_release(st, sd, 0, NULL, NULL);
+    attnd_sessions_release(st, sa, 0, NULL, NULL);
+    CHECK_INT_EQ(touch(st, a, 0), 0);
+    CHECK_INT_EQ(touch(st, d, 0), 0);
+
+    /* One session alone over the budget: 413, nobody evicted. */
+    CHECK_INT_EQ(touch(st, x, 1000), 413);
+    CHECK_INT_EQ(touch(st, a, 0), 0);
+    CHECK_INT_EQ(touch(st, d, 0), 0);
+    attnd_sessions_free(st);
+    released = 0;
+}
+
+static void test_max_sessions_and_tombstones(void)
+{
+    attnd_sessions *st = make(1 << 20, 2, 100, 2);
+    char id[5][40];
+    for (int i = 0; i < 5; i++) {
+        CHECK_INT_EQ(open_with(st, 0, 1, id[i]), 0);
+        fake_now += 1000;
+    }
+    int count;
+    attnd_sessions_stats(st, &count, NULL);
+    CHECK_INT_EQ(count, 2);
+    CHECK_INT_EQ(touch(st, id[4], 0), 0);
+    CHECK_INT_EQ(touch(st, id[3], 0), 0);
+    /* id[0..2] were evicted in that order; only the last 2 are remembered. */
+    CHECK_INT_EQ(touch(st, id[2], 0), 410);
+    CHECK_INT_EQ(touch(st, id[1], 0), 410);
+    CHECK_INT_EQ(touch(st, id[0], 0), 404);
+    attnd_sessions_free(st);
+    released = 0;
+}
+
+static void test_ttl(void)
+{
+    attnd_sessions *st = make(1 << 20, 16, 100, 0);
+    attnd_session_params p = {.kind = ATTND_SESSION_SELF, .ttl_s = 5, .row_k = ROW,
+                              .row_v = ROW, .model = &model_token};
+    attnd_session *s;
+    attnd_http_error e;
+    char a[40], b[40], c[40];
+    CHECK_INT_EQ(attnd_sessions_open(st, &p, &s, &e), 0);
+    CHECK_INT_EQ(s->ttl_s, 5);
+    memcpy(a, s->id, sizeof a);
+    attnd_sessions_release(st, s, 0, NULL, NULL);
+    p.ttl_s = 3600; /* capped at the store's 60 */
+    CHECK_INT_EQ(attnd_sessions_open(st, &p, &s, &e), 0);
+    CHECK_INT_EQ(s->ttl_s, 60);
+    memcpy(b, s->id, sizeof b);
+    attnd_sessions_release(st, s, 0, NULL, NULL);
+    CHECK_INT_EQ(open_with(st, 0, 0, c), 0);
+
+    fake_now += INT64_C(4) * 1000000000;
+    attnd_session_info info;
+    CHECK_INT_EQ(attnd_sessions_get(st, a, &info, &e), 0);
+    CHECK_NEAR(info.idle_s, 4.0, 1e-9);
+    CHECK_INT_EQ(touch(st, a, 0), 0); /* use resets the idle clock */
+    fake_now += INT64_C(5) * 1000000000 + 1;
+    CHECK_INT_EQ(touch(st, a, 0), 410); /* expired on access */
+    /* A busy session never expires, however long its append takes. */
+    CHECK_INT_EQ(attnd_sessions_acquire(st, b, &s, &e), 0);
+    fake_now += INT64_C(120) * 1000000000;
+    CHECK_INT_EQ(attnd_sessions_sweep(st), 1); /* c, not b */
+    attnd_sessions_release(st, s, 0, NULL, NULL);
+    CHECK_INT_EQ(touch(st, b, 0), 0);
+    CHECK_INT_EQ(touch(st, c, 0), 410);
+    fake_now += INT64_C(61) * 1000000000;
+    CHECK_INT_EQ(attnd_sessions_sweep(st), 1);
+    int count;
+    attnd_sessions_stats(st, &count, NULL);
+    CHECK_INT_EQ(count, 0);
+    CHECK_INT_EQ(released, 3);
+    attnd_sessions_free(st);
+    released = 0;
+}
+
+static void test_delete_while_busy(void)
+{
+    attnd_sessions *st = make(1 << 20, 16, 100, 0);
+    char a[40];
+    CHECK_INT_EQ(open_with(st, 0, 4, a), 0);
+    attnd_session *s;
+    attnd_http_error e;
+    CHECK_INT_EQ(attnd_sessions_acquire(st, a, &s, &e), 0);
+    CHECK_INT_EQ(attnd_sessions_delete(st, a, &e), 0);
+    CHECK_INT_EQ(released, 0); /* the append still runs on it */
+    CHECK_INT_EQ(attnd_sessions_reserve(st, s, 50, &e), -1); /* growing a deleted one: no */
+    CHECK_INT_EQ(e.status, 404);
+    attnd_session_info info;
+    CHECK_INT_EQ(attnd_sessions_get(st, a, &info, &e), -1);
+    CHECK_INT_EQ(e.status, 404); /* deleted, not evicted: no tombstone */
+    attnd_sessions_release(st, s, 1, NULL, NULL);
+    CHECK_INT_EQ(released, 1);
+    size_t bytes;
+    attnd_sessions_stats(st, NULL, &bytes);
+    CHECK_INT_EQ(bytes, 0);
+    attnd_sessions_free(st);
+    released = 0;
+}
+
+static void test_length_limit(void)
+{
+    attnd_sessions *st = make(1 << 20, 16, 20, 0);
+    char a[40];
+    CHECK_INT_EQ(open_with(st, 0, 15, a), 0);
+    CHECK_INT_EQ(touch(st, a, 6), 413);
+    CHECK_INT_EQ(touch(st, a, 5), 0);
+    CHECK_INT_EQ(touch(st, a, 1), 413);
+    attnd_session_info info;
+    attnd_http_error e;
+    CHECK_INT_EQ(attnd_sessions_get(st, a, &info, &e), 0);
+    CHECK_INT_EQ(info.length, 20);
+    CHECK_INT_EQ(info.rows, 20);
+    attnd_session_params p = {.kind = ATTND_SESSION_SELF, .window = 21, .row_k = ROW,
+                              .row_v = ROW};
+    attnd_session *s;
+    CHECK_INT_EQ(attnd_sessions_open(st, &p, &s, &e), -1);
+    CHECK_STR_EQ(e.field, "window");
+    attnd_sessions_free(st);
+    released = 0;
+}
+
+/* Window 3, steps of 1 and 2: after every append the cache holds, in order, the
+ * positions length-rows .. length-1, and at least the last 2 (window - 1). The
+ * "compute" writes each new row as its position number, as the library would. */
+static void test_window_wrap(void)
+{
+    attnd_sessions *st = make(1 << 20, 16, 100, 0);
+    attnd_session_params p = {.kind = ATTND_SESSION_SELF, .window = 3, .row_k = ROW,
+                              .row_v = ROW};
+    attnd_session *s;
+    attnd_http_error e;
+    CHECK_INT_EQ(attnd_sessions_open(st, &p, &s, &e), 0);
+    char id[40];
+    memcpy(id, s->id, sizeof id);
+    attnd_sessions_release(st, s, 0, NULL, NULL);
+    int bad = 0, max_rows = 0, wraps = 0;
+    for (int step = 0; step < 40; step++) {
+        int t = step % 3 == 2 ? 2 : 1;
+        CHECK_INT_EQ(attnd_sessions_acquire(st, id, &s, &e), 0);
+        int before = s->rows;
+        CHECK_INT_EQ(attnd_sessions_reserve(st, s, t, &e), 0);
+        wraps += s->rows < before;
+        bad += s->rows + t > s->cap;
+        for (int i = 0; i < t; i++)
+            for (int k = 0; k < ROW; k++) {
+                s->cache_k[(size_t)(s->rows + i) * ROW + k] = (float)(s->length + i);
+                s->cache_v[(size_t)(s->rows + i) * ROW + k] = (float)-(s->length + i);
+            }
+        int64_t length;
+        int rows;
+        attnd_sessions_release(st, s, t, &length, &rows);
+        if (rows > max_rows) max_rows = rows;
+        bad += rows < (length < 2 ? length : 2);
+        for (int i = 0; i < rows; i++)
+            bad += s->cache_k[(size_t)i * ROW] != (float)(length - rows + i) ||
+                   s->cache_v[(size_t)i * ROW + ROW - 1] != (float)-(length - rows + i);
+    }
+    CHECK_INT_EQ(bad, 0);
+    CHECK(wraps >= 5);
+    CHECK(max_rows <= 6); /* 2 * window */
+    attnd_sessions_free(st);
+}
+
+static void test_cross(void)
+{
+    attnd_sessions *st = make(bytes_for(10) + 10, 16, 100, 0);
+    attnd_session_params p = {.kind = ATTND_SESSION_CROSS, .rows = 10, .row_k = ROW,
+                              .row_v = ROW};
+    attnd_session *s;
+    attnd_http_error e;
+    CHECK_INT_EQ(attnd_sessions_open(st, &p, &s, &e), 0);
+    CHECK(s->cache_k && s->cache_v);
+    CHECK_INT_EQ(s->rows, 10);
+    CHECK_INT_EQ(attnd_sessions_reserve(st, s, 50, &e), 0); /* reads only: no room needed */
+    int64_t length;
+    int rows;
+    attnd_sessions_release(st, s, 7, &length, &rows);
+    CHECK_INT_EQ(length, 7);
+    CHECK_INT_EQ(rows, 10);
+    p.rows = 11; /* alone over the budget */
+    CHECK_INT_EQ(attnd_sessions_open(st, &p, &s, &e), -1);
+    CHECK_INT_EQ(e.status, 413);
+    attnd_sessions_free(st);
+}
+
+int main(void)
+{
+    fake_now = INT64_C(1000) * 1000000000;
+    test_ids();
+    test_lru_and_busy();
+    test_max_sessions_and_tombstones();
+    test_ttl();
+    test_delete_while_busy();
+    test_length_limit();
+    test_window_wrap();
+    test_cross();
+    return check_summary();
+}
