@@ -22,17 +22,6 @@
 #define E 64
 #define MAX_REPS 400
 
-static void put_rows(sbuf *b, const float *m, int rows)
-{
-    sb_printf(b, "[");
-    for (int r = 0; r < rows; r++) {
-        sb_printf(b, "%s[", r ? "," : "");
-        for (int c = 0; c < E; c++) sb_printf(b, "%s%.9g", c ? "," : "", m[r * E + c]);
-        sb_printf(b, "]");
-    }
-    sb_printf(b, "]");
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -86,7 +75,7 @@ static int measure(const attnd_proc *p, int prefix, double seconds, double *appe
     /* Prefill P positions in one append, then one row at a time. */
     snprintf(url, sizeof url, "%s/v1/sessions/%s/append", p->base_url, id);
     sb_printf(&b, "{\"query\":");
-    put_rows(&b, q, prefix);
+    sb_matrix(&b, q, prefix, E);
     sb_printf(&b, "}");
     if (post(url, &b, 200, 0, NULL) < 0) return -1;
     double t_app[MAX_REPS], t_res[MAX_REPS], spent = 0;
@@ -99,13 +88,13 @@ static int measure(const attnd_proc *p, int prefix, double seconds, double *appe
         int pos = prefix + reps;
         b.len = 0;
         sb_printf(&b, "{\"query\":");
-        put_rows(&b, q + (size_t)pos * E, 1);
+        sb_matrix(&b, q + (size_t)pos * E, 1, E);
         sb_printf(&b, "}");
         t_app[reps] = post(url, &b, 200, 0, row_app);
         /* The no-session way: P + 1 rows, the last one new. */
         b.len = 0;
         sb_printf(&b, "{\"query\":");
-        put_rows(&b, q + (size_t)reps * E, prefix + 1);
+        sb_matrix(&b, q + (size_t)reps * E, prefix + 1, E);
         sb_printf(&b, ",\"is_causal\":true}");
         t_res[reps] = post(attn_url, &b, 200, prefix, row_res);
         if (t_app[reps] < 0 || t_res[reps] < 0) return -1;
@@ -116,7 +105,7 @@ static int measure(const attnd_proc *p, int prefix, double seconds, double *appe
     int total = prefix + reps;
     b.len = 0;
     sb_printf(&b, "{\"query\":");
-    put_rows(&b, q, total);
+    sb_matrix(&b, q, total, E);
     sb_printf(&b, ",\"is_causal\":true}");
     if (post(attn_url, &b, 200, total - 1, row_res) < 0) return -1;
     for (int k = 0; k < E; k++) *diff = fmax(*diff, fabs(row_app[k] - row_res[k]));

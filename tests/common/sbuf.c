@@ -28,3 +28,15 @@ void sb_printf(sbuf *b, const char *fmt, ...)
     va_end(ap);
     b->len += (size_t)n;
 }
+
+void sb_matrix(sbuf *b, const float *m, int rows, int cols)
+{
+    sb_printf(b, "[");
+    for (int r = 0; r < rows; r++) {
+        sb_printf(b, "%s[", r ? "," : "");
+        for (int c = 0; c < cols; c++)
+            sb_printf(b, "%s%.9g", c ? "," : "", m[(size_t)r * cols + c]);
+        sb_printf(b, "]");
+    }
+    sb_printf(b, "]");
+}

@@ -14,4 +14,8 @@ typedef struct sbuf {
  * with a body it did not build. */
 void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Appends a rows × cols float matrix as nested JSON arrays ("%.9g": every
+ * float32 round-trips). */
+void sb_matrix(sbuf *b, const float *m, int rows, int cols);
+
 #endif

@@ -52,17 +52,6 @@ static float *rand_rows(uint64_t *s, int rows)
     return m;
 }
 
-static void put_rows(sbuf *b, const float *m, int rows)
-{
-    sb_printf(b, "[");
-    for (int r = 0; r < rows; r++) {
-        sb_printf(b, "%s[", r ? "," : "");
-        for (int c = 0; c < E; c++) sb_printf(b, "%s%.9g", c ? "," : "", m[r * E + c]);
-        sb_printf(b, "]");
-    }
-    sb_printf(b, "]");
-}
-
 /* ------------------------------------------------------------ HTTP + JSON */
 
 /* POSTs (or any method) body and parses the answer; *status gets the code.
@@ -110,7 +99,7 @@ static json_t *append(const attnd_proc *p, const char *id, const float *q, int t
     sbuf b = {0};
     snprintf(url, sizeof url, "%s/v1/sessions/%s/append", p->base_url, id);
     sb_printf(&b, "{\"query\":");
-    put_rows(&b, q, t);
+    sb_matrix(&b, q, t, E);
     sb_printf(&b, ",\"need_weights\":%s}", weights ? "true" : "false");
     json_t *j = call("POST", url, b.p, status);
     free(b.p);
@@ -145,12 +134,12 @@ static int oneshot_run(const attnd_proc *p, const float *q, int n, int window, c
     long st;
     snprintf(url, sizeof url, "%s/v1/models/demo/attention", p->base_url);
     sb_printf(&b, "{\"query\":");
-    put_rows(&b, q, n);
+    sb_matrix(&b, q, n, E);
     if (key) {
         sb_printf(&b, ",\"key\":");
-        put_rows(&b, key, s);
+        sb_matrix(&b, key, s, E);
         sb_printf(&b, ",\"value\":");
-        put_rows(&b, value, s);
+        sb_matrix(&b, value, s, E);
     } else {
         s = n;
         sb_printf(&b, ",\"is_causal\":true,\"window\":%d", window);
@@ -279,9 +268,9 @@ static void test_cross(const attnd_proc *p)
     CHECK(oneshot_run(p, q, n, 0, key, value, mem, &ref) == 0);
     sbuf b = {0};
     sb_printf(&b, "{\"key\":");
-    put_rows(&b, key, mem);
+    sb_matrix(&b, key, mem, E);
     sb_printf(&b, ",\"value\":");
-    put_rows(&b, value, mem);
+    sb_matrix(&b, value, mem, E);
     sb_printf(&b, "}");
     char id[64];
     CHECK_INT_EQ(create(p, b.p, id), 201);
@@ -395,14 +384,14 @@ static void test_bad_bodies(const attnd_proc *p)
     uint64_t s = 41;
     float *k = rand_rows(&s, 2);
     sb_printf(&b, "{\"window\":3,\"key\":");
-    put_rows(&b, k, 2);
+    sb_matrix(&b, k, 2, E);
     sb_printf(&b, "}");
     expect_400(p, url, b.p, "window");
     b.len = 0;
     sb_printf(&b, "{\"key\":");
-    put_rows(&b, k, 2);
+    sb_matrix(&b, k, 2, E);
     sb_printf(&b, ",\"value\":");
-    put_rows(&b, k, 1);
+    sb_matrix(&b, k, 1, E);
     sb_printf(&b, "}");
     expect_400(p, url, b.p, "value");
 
@@ -410,14 +399,14 @@ static void test_bad_bodies(const attnd_proc *p)
     snprintf(url, sizeof url, "%s/v1/sessions/%s/append", p->base_url, id);
     b.len = 0;
     sb_printf(&b, "{\"query\":");
-    put_rows(&b, k, 1);
+    sb_matrix(&b, k, 1, E);
     sb_printf(&b, ",\"key\":");
-    put_rows(&b, k, 1);
+    sb_matrix(&b, k, 1, E);
     sb_printf(&b, "}");
     expect_400(p, url, b.p, "key");
     b.len = 0;
     sb_printf(&b, "{\"query\":");
-    put_rows(&b, k, 1);
+    sb_matrix(&b, k, 1, E);
     sb_printf(&b, ",\"is_causal\":true}");
     expect_400(p, url, b.p, "is_causal");
     expect_400(p, url, "{\"query\":[[1,2,3]]}", "query[0]");
@@ -661,7 +650,7 @@ static void test_timeout_keeps_length(const attnd_proc *p)
     snprintf(url, sizeof url, "%s/v1/sessions/%s/append", p->base_url, id);
     sbuf b = {0};
     sb_printf(&b, "{\"query\":");
-    put_rows(&b, q, 3);
+    sb_matrix(&b, q, 3, E);
     sb_printf(&b, ",\"timeout_ms\":20}");
     json_t *j = call("POST", url, b.p, &st);
     CHECK_INT_EQ(st, 504);
