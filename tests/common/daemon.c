@@ -234,6 +234,10 @@ int attnd_proc_stop(attnd_proc *p)
     kill(p->pid, SIGTERM);
     int st = wait_exit(p->pid, 10.0);
     p->pid = 0;
+    if (st != 0) { /* say why before the caller's check fails (and it unlinks the log) */
+        fprintf(stderr, "attnd exited with status %d; its log ends:\n", st);
+        print_log_tail(p->log_path);
+    }
     return st;
 }
 
