@@ -42,8 +42,13 @@ typedef enum attn_status {
     ATTN_ERR_INTERNAL = 10       /* a bug: please report                           */
 } attn_status;
 
-/* Returns a static, never-NULL description of a status code. */
+/* Returns a static, never-NULL description of a status code ("shape mismatch"). */
 const char *attn_strerror(attn_status status);
+
+/* Returns the enumerator's name as a static, never-NULL string: "ATTN_OK",
+ * "ATTN_ERR_SHAPE", ... for every status above, and "ATTN_UNKNOWN" (never the
+ * name of a status) for a value outside the enum. For logs and test output. */
+const char *attn_status_name(attn_status status);
 
 /* Error detail. Functions taking an attn_error* fill it on failure when it is
  * not NULL (code + a message naming the field/tensor/offset that is wrong),

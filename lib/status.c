@@ -1,4 +1,4 @@
-/* status.c — status codes as text, and the one helper every library file uses
+/* status.c — status codes as text (descriptions and enumerator names), and the one helper every library file uses
  * to report an error (code + message naming the field that is wrong).
  */
 #include "layer_internal.h"
@@ -23,6 +23,30 @@ const char *attn_strerror(attn_status status)
     }
     return "unknown status";
 }
+
+/* Each case returns the constant's own spelling, so a name cannot drift from
+ * its enumerator; -Wswitch (in -Wall, -Werror) fails the build when a new
+ * status is appended without a case here. */
+#define ATTN__STATUS_NAME(c) \
+    case c: return #c
+const char *attn_status_name(attn_status status)
+{
+    switch (status) {
+        ATTN__STATUS_NAME(ATTN_OK);
+        ATTN__STATUS_NAME(ATTN_ERR_INVALID_ARG);
+        ATTN__STATUS_NAME(ATTN_ERR_SHAPE);
+        ATTN__STATUS_NAME(ATTN_ERR_NONFINITE);
+        ATTN__STATUS_NAME(ATTN_ERR_NOMEM);
+        ATTN__STATUS_NAME(ATTN_ERR_IO);
+        ATTN__STATUS_NAME(ATTN_ERR_FORMAT);
+        ATTN__STATUS_NAME(ATTN_ERR_MISSING_TENSOR);
+        ATTN__STATUS_NAME(ATTN_ERR_DTYPE);
+        ATTN__STATUS_NAME(ATTN_ERR_LIMIT);
+        ATTN__STATUS_NAME(ATTN_ERR_INTERNAL);
+    }
+    return "ATTN_UNKNOWN";
+}
+#undef ATTN__STATUS_NAME
 
 attn_status attn__set_error(attn_error *err, attn_status code, const char *fmt, ...)
 {
