@@ -195,13 +195,9 @@ typedef struct attn_forward_stats {
     size_t peak_scratch;   /* bytes of scratch the call needed               */
 } attn_forward_stats;
 
-typedef struct attn_workspace attn_workspace; /* opaque scratch, one per thread */
-
-/* Creates an empty workspace that grows on demand and is reused across calls.
- * Returns NULL on allocation failure. Free with attn_workspace_free.
- * A workspace must not be used by two forwards at the same time. */
-attn_workspace *attn_workspace_create(void);
-void attn_workspace_free(attn_workspace *ws); /* NULL allowed */
+/* Opaque scratch (and optionally a worker pool), one per thread: created with
+ * attn_workspace_create (below), freed with attn_workspace_free. */
+typedef struct attn_workspace attn_workspace;
 
 /* Runs the layer over n_seqs sequences (a ragged batch).
  * ws: a workspace owned by the calling thread, or NULL to allocate scratch for
@@ -212,8 +208,7 @@ void attn_workspace_free(attn_workspace *ws); /* NULL allowed */
 attn_status attn_forward(const attn_layer *layer, const attn_seq *seqs, int n_seqs,
                          attn_workspace *ws, attn_forward_stats *stats, attn_error *err);
 
-
-/* ------------------------------------------------- fast path and threads */
+/* ----------------------------------------- workspaces: kernels and threads */
 
 /* Which head kernel attn_forward runs for a sequence. Results of the two agree
  * to float rounding (~1e-6 relative); neither is bit-identical to the other. */
@@ -229,7 +224,7 @@ typedef enum attn_kernel {
 } attn_kernel;
 
 /* How a workspace computes. Zero-initialise, then set what you need: all zeros
- * is exactly attn_workspace_create() (one thread, AUTO, default blocks). */
+ * is exactly opts = NULL (one thread, AUTO, default blocks). */
 typedef struct attn_workspace_options {
     /* Threads computing each attn_forward, the caller included: 1 (or 0) = the
      * calling thread only; n > 1 starts n - 1 pool threads now, which live until
@@ -248,19 +243,23 @@ typedef struct attn_workspace_options {
     int block_k; /* fused tile columns (keys), 0 = default (256); 1..65536 */
 } attn_workspace_options;
 
-/* Creates a workspace as opts says (opts NULL = all defaults). On success *out
- * owns it: free with attn_workspace_free, which also stops its threads.
- * Fails with INVALID_ARG (bad option, *out NULL, err names it), NOMEM, or
- * INTERNAL (a thread could not be started); on failure *out is NULL and no
- * thread is left running.
- * Thread-safety: as for every workspace, one attn_forward at a time per
- * workspace; distinct workspaces (each with its own pool) may run at once, but
- * then their threads share the cores: size n_threads accordingly. */
-attn_status attn_workspace_create_ex(const attn_workspace_options *opts, attn_workspace **out,
-                                     attn_error *err);
+/* Creates a workspace as opts says (opts NULL = all defaults: one thread). It
+ * starts empty, grows on demand and is reused across calls, so steady-state
+ * forwards do not allocate. opts is borrowed for the call only.
+ * On success *out owns the workspace: free it with attn_workspace_free, which
+ * also stops its threads. Fails with INVALID_ARG (out is NULL, or a bad option:
+ * err names it), NOMEM, or INTERNAL (a pool thread could not be started); on
+ * failure *out is NULL (when out is not), nothing is allocated and no thread
+ * is left running.
+ * Thread-safety: one attn_forward at a time per workspace; distinct workspaces
+ * (each with its own pool) may run at once, but then their threads share the
+ * cores: size n_threads accordingly. */
+attn_status attn_workspace_create(const attn_workspace_options *opts, attn_workspace **out,
+                                  attn_error *err);
 
-/* Shorthand: attn_workspace_create_ex with only n_threads set. NULL on failure. */
-attn_workspace *attn_workspace_create_threads(int n_threads);
+/* Frees a workspace and stops its pool threads. NULL is allowed. No forward
+ * may be running on it. */
+void attn_workspace_free(attn_workspace *ws);
 
 /* The options a workspace was created with, n_threads resolved (>= 1) and
  * block sizes filled in. ws must not be NULL. */

@@ -42,8 +42,8 @@ void attn__ws_init_local(attn_workspace *ws)
     resolve_options(&ws->opt, NULL); /* all defaults: cannot fail */
 }
 
-attn_status attn_workspace_create_ex(const attn_workspace_options *opts, attn_workspace **out,
-                                     attn_error *err)
+attn_status attn_workspace_create(const attn_workspace_options *opts, attn_workspace **out,
+                                  attn_error *err)
 {
     if (out == NULL) return attn__set_error(err, ATTN_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
@@ -62,21 +62,6 @@ attn_status attn_workspace_create_ex(const attn_workspace_options *opts, attn_wo
     }
     *out = ws;
     return ATTN_OK;
-}
-
-attn_workspace *attn_workspace_create(void)
-{
-    attn_workspace *ws = NULL;
-    attn_workspace_create_ex(NULL, &ws, NULL);
-    return ws;
-}
-
-attn_workspace *attn_workspace_create_threads(int n_threads)
-{
-    attn_workspace_options o = {.n_threads = n_threads};
-    attn_workspace *ws = NULL;
-    attn_workspace_create_ex(&o, &ws, NULL);
-    return ws;
 }
 
 void attn_workspace_get_options(const attn_workspace *ws, attn_workspace_options *opts)

@@ -399,7 +399,7 @@ attnd_scheduler *attnd_scheduler_create(const attn_layer *layer, const attnd_sch
     if (s->workers == NULL) goto fail;
     for (int i = 0; i < cfg->workers; i++) {
         s->workers[i].s = s;
-        if ((s->workers[i].ws = attn_workspace_create()) == NULL) goto fail;
+        if (attn_workspace_create(NULL, &s->workers[i].ws, NULL) != ATTN_OK) goto fail;
     }
     for (int i = 0; i < cfg->workers; i++) {
         int rc = pthread_create(&s->workers[i].thread, NULL, worker_main, &s->workers[i]);

@@ -156,7 +156,7 @@ static attn_workspace *workspace(int threads, attn_kernel k)
     attn_workspace_options o = {.n_threads = threads, .kernel = k};
     attn_workspace *ws = NULL;
     attn_error err;
-    if (attn_workspace_create_ex(&o, &ws, &err) != ATTN_OK)
+    if (attn_workspace_create(&o, &ws, &err) != ATTN_OK)
         fprintf(stderr, "bench_core: workspace: %s\n", err.message);
     return ws;
 }

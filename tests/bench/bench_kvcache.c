@@ -108,8 +108,8 @@ int main(void)
     openblas_set_num_threads(1); /* single-threaded figures, whatever the environment says */
     uint64_t rng = 0x6b7663616368ull;
     attn_layer *l = make_layer(&rng);
-    attn_workspace *ws = attn_workspace_create();
-    if (l == NULL || ws == NULL) return 1;
+    attn_workspace *ws = NULL;
+    if (l == NULL || attn_workspace_create(NULL, &ws, NULL) != ATTN_OK) return 1;
     printf("one new position of a causal stream: E=%d, %d heads, biases + W_O, 1 thread, AUTO kernel\n", E,
            HEADS);
     printf("%8s %16s %16s %11s %14s\n", "prefix P", "no cache (us)", "KV cache (us)", "ratio",

@@ -256,9 +256,8 @@ static inline int fuzz_decode_ctx_init(fuzz_decode_ctx *c, const char *demo_path
         fuzz_set_bug(why, "loading the fuzz models: %s", err.message);
         goto fail;
     }
-    c->ws = attn_workspace_create();
-    if (!c->ws) {
-        fuzz_set_bug(why, "attn_workspace_create failed");
+    if (attn_workspace_create(NULL, &c->ws, &err) != ATTN_OK) {
+        fuzz_set_bug(why, "attn_workspace_create: %s", err.message);
         goto fail;
     }
     for (int m = 0; m < FUZZ_N_MODELS; m++)

@@ -67,7 +67,7 @@ static attn_workspace *make_ws(attn_kernel k, int bq, int bk)
 {
     attn_workspace_options o = {.n_threads = 1, .kernel = k, .block_q = bq, .block_k = bk};
     attn_workspace *ws = NULL;
-    CHECK_INT_EQ(attn_workspace_create_ex(&o, &ws, NULL), ATTN_OK);
+    CHECK_INT_EQ(attn_workspace_create(&o, &ws, NULL), ATTN_OK);
     return ws;
 }
 
@@ -242,12 +242,12 @@ static void test_options(void)
     attn_workspace_options bad[] = {{.n_threads = -2}, {.n_threads = 5000}, {.kernel = (attn_kernel)7},
                                     {.block_q = -1}, {.block_k = 70000}, {.block_q = 5000}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        CHECK_INT_EQ(attn_workspace_create_ex(&bad[i], &ws, &err), ATTN_ERR_INVALID_ARG);
+        CHECK_INT_EQ(attn_workspace_create(&bad[i], &ws, &err), ATTN_ERR_INVALID_ARG);
         CHECK(ws == NULL);
         CHECK(err.message[0] != '\0');
     }
-    CHECK_INT_EQ(attn_workspace_create_ex(NULL, NULL, &err), ATTN_ERR_INVALID_ARG);
-    CHECK_INT_EQ(attn_workspace_create_ex(NULL, &ws, &err), ATTN_OK);
+    CHECK_INT_EQ(attn_workspace_create(NULL, NULL, &err), ATTN_ERR_INVALID_ARG);
+    CHECK_INT_EQ(attn_workspace_create(NULL, &ws, &err), ATTN_OK);
     attn_workspace_options o;
     attn_workspace_get_options(ws, &o);
     CHECK_INT_EQ(o.n_threads, 1);

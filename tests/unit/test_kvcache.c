@@ -59,7 +59,7 @@ static attn_workspace *make_ws(attn_kernel k, int threads, int block_k)
 {
     attn_workspace_options o = {.n_threads = threads, .kernel = k, .block_k = block_k};
     attn_workspace *ws = NULL;
-    CHECK_INT_EQ(attn_workspace_create_ex(&o, &ws, NULL), ATTN_OK);
+    CHECK_INT_EQ(attn_workspace_create(&o, &ws, NULL), ATTN_OK);
     return ws;
 }
 

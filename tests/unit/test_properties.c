@@ -17,6 +17,14 @@
 static const layer_shape SQUARE = {.h = 4, .d_k = 8, .d_v = 8, .e_q = 32, .e_k = 32, .e_v = 32,
                                    .e_out = 32, .bias = 1, .out_proj = 1};
 
+/* A workspace with default options; NULL on failure. */
+static attn_workspace *default_ws(void)
+{
+    attn_workspace *ws = NULL;
+    attn_workspace_create(NULL, &ws, NULL);
+    return ws;
+}
+
 static attn_layer_info info_of(const attn_layer *l)
 {
     attn_layer_info li;
@@ -195,7 +203,7 @@ static void test_ragged_batch(void)
         batch[i].seq.window = alone[i].seq.window = i == 4 ? 3 : 0;
         seqs[i] = batch[i].seq;
     }
-    attn_workspace *ws = attn_workspace_create();
+    attn_workspace *ws = default_ws();
     CHECK(ws != NULL);
     CHECK_INT_EQ(attn_forward(l, seqs, N, ws, NULL, NULL), ATTN_OK);
     double worst = 0;
@@ -486,7 +494,7 @@ static void test_weights_modes(void)
     CHECK(max_abs_diff(a.output, n.output, on) <= 1e-6 * (1.0 + max_abs(a.output, on)));
     attn_workspace_options mo = {.kernel = ATTN_KERNEL_MATERIALIZED};
     attn_workspace *mws = NULL;
-    CHECK_INT_EQ(attn_workspace_create_ex(&mo, &mws, NULL), ATTN_OK);
+    CHECK_INT_EQ(attn_workspace_create(&mo, &mws, NULL), ATTN_OK);
     CHECK_INT_EQ(attn_forward(l, &n.seq, 1, mws, NULL, NULL), ATTN_OK);
     CHECK(memcmp(a.output, n.output, on * sizeof(float)) == 0);
     attn_workspace_free(mws);
@@ -546,7 +554,7 @@ static void test_workspace_reuse(void)
     test_rng r = {10};
     attn_layer *l = make_layer(&r, &SQUARE);
     attn_layer_info li = info_of(l);
-    attn_workspace *ws = attn_workspace_create();
+    attn_workspace *ws = default_ws();
     const int sizes[] = {3, 40, 1, 17};
     size_t prev_peak = 0;
     for (size_t k = 0; k < 4; k++) {
@@ -576,7 +584,7 @@ typedef struct thread_arg { const attn_layer *l; attn_seq seq; attn_status st; }
 static void *thread_main(void *p)
 {
     thread_arg *a = p;
-    attn_workspace *ws = attn_workspace_create();
+    attn_workspace *ws = default_ws();
     for (int rep = 0; rep < 20 && a->st == ATTN_OK; rep++)
         a->st = attn_forward(a->l, &a->seq, 1, ws, NULL, NULL);
     attn_workspace_free(ws);

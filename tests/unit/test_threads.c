@@ -16,6 +16,15 @@
 
 #define N_SEQS 3
 
+/* A workspace with n_threads set and everything else default; NULL on failure. */
+static attn_workspace *ws_threads(int n_threads)
+{
+    attn_workspace_options o = {.n_threads = n_threads};
+    attn_workspace *ws = NULL;
+    attn_workspace_create(&o, &ws, NULL);
+    return ws;
+}
+
 typedef struct batch {
     seq_case c[N_SEQS];
     attn_seq s[N_SEQS];
@@ -111,13 +120,13 @@ static void test_identical(void)
                     batch_init(&b, &r, &li, (attn_weights_mode)wm, cross);
                     attn_workspace_options o1 = {.n_threads = 1, .kernel = kernel, .block_q = 32};
                     attn_workspace *w1 = NULL;
-                    CHECK_INT_EQ(attn_workspace_create_ex(&o1, &w1, NULL), ATTN_OK);
+                    CHECK_INT_EQ(attn_workspace_create(&o1, &w1, NULL), ATTN_OK);
                     float **ref = snapshot(l, &li, &b, w1);
                     for (int th = 2; th <= 4; th++) {
                         attn_workspace_options on = o1;
                         on.n_threads = th;
                         attn_workspace *wn = NULL;
-                        CHECK_INT_EQ(attn_workspace_create_ex(&on, &wn, NULL), ATTN_OK);
+                        CHECK_INT_EQ(attn_workspace_create(&on, &wn, NULL), ATTN_OK);
                         for (int rep = 0; rep < 2; rep++) { /* reuse: the pool wakes again */
                             float **got = snapshot(l, &li, &b, wn);
                             CHECK_MSG(same(ref, got, &li, &b, &worst),
@@ -149,7 +158,7 @@ static void test_openblas_threaded(void)
     attn_layer_get_info(l, &li);
     batch b;
     batch_init(&b, &r, &li, ATTN_WEIGHTS_NONE, 0);
-    attn_workspace *w1 = attn_workspace_create(), *w2 = attn_workspace_create_threads(2);
+    attn_workspace *w1 = ws_threads(1), *w2 = ws_threads(2);
     CHECK(w1 != NULL && w2 != NULL);
     float **ref = snapshot(l, &li, &b, w1);
     openblas_set_num_threads(2);
@@ -190,7 +199,7 @@ static void *race(void *arg)
     test_rng r = {rc->seed};
     batch b;
     batch_init(&b, &r, &rc->li, ATTN_WEIGHTS_NONE, 1);
-    attn_workspace *wn = attn_workspace_create_threads(2), *w1 = attn_workspace_create();
+    attn_workspace *wn = ws_threads(2), *w1 = ws_threads(1);
     rc->ok = wn != NULL && w1 != NULL;
     for (int rep = 0; rep < 3 && rc->ok; rep++) {
         rc->ok &= attn_forward(rc->l, b.s, b.n, wn, NULL, NULL) == ATTN_OK;
@@ -242,7 +251,7 @@ static void test_concurrent_workspaces(void)
 static void test_lifecycle(void)
 {
     for (int i = 0; i < 20; i++) {
-        attn_workspace *ws = attn_workspace_create_threads(1 + i % 4);
+        attn_workspace *ws = ws_threads(1 + i % 4);
         CHECK(ws != NULL);
         attn_workspace_options o;
         attn_workspace_get_options(ws, &o);
@@ -250,7 +259,7 @@ static void test_lifecycle(void)
         CHECK((ws->pool != NULL) == (o.n_threads > 1));
         attn_workspace_free(ws);
     }
-    attn_workspace *ws = attn_workspace_create_threads(-1);
+    attn_workspace *ws = ws_threads(-1);
     CHECK(ws != NULL);
     attn_workspace_options o;
     attn_workspace_get_options(ws, &o);
