@@ -15,6 +15,34 @@
  *   T      query length of one sequence, S its key length
  * All matrices are dense, row-major float32.
  */
+
+/* Example: causal self-attention of T tokens through the demo layer (E = 64).
+ * tests/unit/test_header_example.c compiles and runs this code verbatim and
+ * checks what it computes, so it stays true: change the two together.
+ *
+ *   #include <stdio.h>
+ *   #include "attn.h" // link build/libattn.a -lopenblas -ljansson -lm -pthread
+ *
+ *   // x: (T, 64) query rows, out: (T, 64). Returns 0, or -1 with the error printed.
+ *   int demo_self_attention(const float *x, int T, float *out)
+ *   {
+ *       attn_layer *layer = NULL;
+ *       attn_workspace *ws = NULL; // one per thread, reused across calls
+ *       attn_error err;
+ *       attn_status st = attn_layer_load_safetensors("config/demo.safetensors", 0, &layer, &err);
+ *       if (st == ATTN_OK)
+ *           st = attn_workspace_create(NULL, &ws, &err);
+ *       if (st == ATTN_OK) {
+ *           attn_seq seq = {.t = T, .s = T, .query = x, .is_causal = 1, .output = out};
+ *           st = attn_forward(layer, &seq, 1, ws, NULL, &err);
+ *       }
+ *       if (st != ATTN_OK)
+ *           fprintf(stderr, "%s: %s\n", attn_status_name(st), err.message);
+ *       attn_workspace_free(ws);
+ *       attn_layer_free(layer);
+ *       return st == ATTN_OK ? 0 : -1;
+ *   }
+ */
 #ifndef ATTN_H
 #define ATTN_H
 
@@ -141,6 +169,11 @@ typedef enum attn_weights_mode {
 
 /* One sequence of a (ragged) batch. All pointers are borrowed; outputs are
  * caller-allocated and written only when attn_forward returns ATTN_OK.
+ * ZERO-INITIALISE every attn_seq (attn_seq s = {0}; designated initialisers;
+ * calloc or memset): every field, including fields added in later versions,
+ * means "off" / "none" at zero (no mask, no weights, no cache), so code that
+ * sets only the fields it knows keeps working. Uninitialised fields are
+ * garbage and attn_forward may reject or obey them.
  * Self-attention: key == value == NULL and S = T (keys come from the query).
  * Cross-attention: key (S, E_k) and value (S, E_v) both non-NULL; they may
  * point to the same buffer when E_k == E_v. */
