@@ -416,7 +416,7 @@ static void hold_first(attnd_scheduler *s, hook_log *h, test_request *first)
 
 /* Token budget: 8-token requests pack two per batch under a budget of 20; a
  * 40-token request still runs, alone. */
-static void test_token_budget(const attn_layer *layer)
+TEST_WITH(token_budget, const attn_layer *layer)
 {
     uint64_t rng = 42;
     hook_log h;
@@ -452,7 +452,7 @@ static void test_token_budget(const attn_layer *layer)
 }
 
 /* The request cap: 10 queued with max 4 per batch -> 4, 4, 2. */
-static void test_request_cap(const attn_layer *layer)
+TEST_WITH(request_cap, const attn_layer *layer)
 {
     uint64_t rng = 7;
     hook_log h;
@@ -476,7 +476,7 @@ static void test_request_cap(const attn_layer *layer)
 
 /* The queue bound: with the worker held, max_queue requests wait and the next
  * submit is FULL, leaving that request untouched. */
-static void test_queue_full(const attn_layer *layer)
+TEST_WITH(queue_full, const attn_layer *layer)
 {
     uint64_t rng = 11;
     hook_log h;
@@ -505,7 +505,7 @@ static void test_queue_full(const attn_layer *layer)
 }
 
 /* A request whose deadline passes while queued ends TIMEOUT, uncomputed. */
-static void test_deadline(const attn_layer *layer)
+TEST_WITH(deadline, const attn_layer *layer)
 {
     uint64_t rng = 13;
     hook_log h;
@@ -541,7 +541,7 @@ static void test_deadline(const attn_layer *layer)
 
 /* One bad request (NaN the codec missed) in a batch: it alone fails, with the
  * library's message; its batch mates (self and cross) are correct. */
-static void test_bad_request_isolated(const attn_layer *layer)
+TEST_WITH(bad_request_isolated, const attn_layer *layer)
 {
     uint64_t rng = 17;
     hook_log h;
@@ -575,7 +575,7 @@ static void test_bad_request_isolated(const attn_layer *layer)
 
 /* The delay: an unfilled batch waits for its oldest request's delay, then runs
  * as one batch. */
-static void test_delay_waits(const attn_layer *layer)
+TEST_WITH(delay_waits, const attn_layer *layer)
 {
     uint64_t rng = 19;
     hook_log h;
@@ -601,7 +601,7 @@ static void test_delay_waits(const attn_layer *layer)
 
 /* Drain runs everything queued at once (ignoring a huge delay), calls each
  * on_done once, then refuses submits; drain and free are idempotent. */
-static void test_drain(const attn_layer *layer)
+TEST_WITH(drain, const attn_layer *layer)
 {
     uint64_t rng = 23;
     hook_log h;
@@ -643,7 +643,7 @@ static void test_drain(const attn_layer *layer)
 
 /* Two workers: while one is busy (held in the hook after its batch), the other
  * collects and runs the following batches. */
-static void test_second_worker_collects(const attn_layer *layer)
+TEST_WITH(second_worker_collects, const attn_layer *layer)
 {
     uint64_t rng = 29;
     hook_log h;
@@ -689,7 +689,7 @@ static void *race_submitter(void *p)
 
 /* Drain racing with submits: every request was either accepted and finished
  * exactly once, or refused (FULL / CLOSED) and never touched again. */
-static void test_drain_races_submit(const attn_layer *layer)
+TEST_WITH(drain_races_submit, const attn_layer *layer)
 {
     uint64_t rng = 31;
     hook_log h;
@@ -744,7 +744,7 @@ static void expect_bad_config(const attn_layer *layer, attnd_sched_config c, con
     CHECK_MSG(strstr(err.message, field) != NULL, "message \"%s\" lacks %s", err.message, field);
 }
 
-static void test_config(const attn_layer *layer)
+TEST_WITH(config, const attn_layer *layer)
 {
     const attnd_sched_config ok = { .max_batch_requests = 4, .max_batch_tokens = 64,
                                     .max_queue_delay_us = 0, .max_queue = 1, .workers = 1 };
@@ -765,24 +765,30 @@ static void test_config(const attn_layer *layer)
     CHECK(attnd_scheduler_create(NULL, &ok, NULL, NULL, NULL) == NULL);
 }
 
-int main(void)
+/* Mixed clients under four batching configurations. */
+TEST_WITH(mixed, const attn_layer *layer)
 {
-    attn_layer *layer = make_layer(0x5eed);
-    if (layer == NULL) return check_summary();
-    test_config(layer);
     run_mixed(layer, 8, 2000, 2);
     run_mixed(layer, 1, 2000, 2);
     run_mixed(layer, 6, 0, 2); /* a delay of 0 still works */
     run_mixed(layer, 16, 500, 1);
-    test_token_budget(layer);
-    test_request_cap(layer);
-    test_queue_full(layer);
-    test_deadline(layer);
-    test_bad_request_isolated(layer);
-    test_delay_waits(layer);
-    test_drain(layer);
-    test_second_worker_collects(layer);
-    test_drain_races_submit(layer);
+}
+
+int main(void)
+{
+    attn_layer *layer = make_layer(0x5eed);
+    if (layer == NULL) return check_summary();
+    RUN_WITH(config, layer);
+    RUN_WITH(mixed, layer);
+    RUN_WITH(token_budget, layer);
+    RUN_WITH(request_cap, layer);
+    RUN_WITH(queue_full, layer);
+    RUN_WITH(deadline, layer);
+    RUN_WITH(bad_request_isolated, layer);
+    RUN_WITH(delay_waits, layer);
+    RUN_WITH(drain, layer);
+    RUN_WITH(second_worker_collects, layer);
+    RUN_WITH(drain_races_submit, layer);
     attn_layer_free(layer);
     return check_summary();
 }

@@ -70,7 +70,7 @@ static int touch(attnd_sessions *st, const char *id, int t)
     return rc == 0 ? 0 : e.status;
 }
 
-static void test_ids(void)
+TEST(ids)
 {
     attnd_sessions *st = make(1 << 20, 16, 100, 0);
     char a[40], b[40];
@@ -92,7 +92,7 @@ static void test_ids(void)
 }
 
 /* Budget for exactly two sessions of 16 rows and one empty one. */
-static void test_lru_and_busy(void)
+TEST(lru_and_busy)
 {
     const size_t budget = 2 * bytes_for(16) + bytes_for(0) + 64;
     attnd_sessions *st = make(budget, 100, 1000, 0);
@@ -141,7 +141,7 @@ static void test_lru_and_busy(void)
     released = 0;
 }
 
-static void test_max_sessions_and_tombstones(void)
+TEST(max_sessions_and_tombstones)
 {
     attnd_sessions *st = make(1 << 20, 2, 100, 2);
     char id[5][40];
@@ -162,7 +162,7 @@ static void test_max_sessions_and_tombstones(void)
     released = 0;
 }
 
-static void test_ttl(void)
+TEST(ttl)
 {
     attnd_sessions *st = make(1 << 20, 16, 100, 0);
     attnd_session_params p = {.kind = ATTND_SESSION_SELF, .ttl_s = 5, .row_k = ROW,
@@ -205,7 +205,7 @@ static void test_ttl(void)
     released = 0;
 }
 
-static void test_delete_while_busy(void)
+TEST(delete_while_busy)
 {
     attnd_sessions *st = make(1 << 20, 16, 100, 0);
     char a[40];
@@ -229,7 +229,7 @@ static void test_delete_while_busy(void)
     released = 0;
 }
 
-static void test_length_limit(void)
+TEST(length_limit)
 {
     attnd_sessions *st = make(1 << 20, 16, 20, 0);
     char a[40];
@@ -254,7 +254,7 @@ static void test_length_limit(void)
 /* Window 3, steps of 1 and 2: after every append the cache holds, in order, the
  * positions length-rows .. length-1, and at least the last 2 (window - 1). The
  * "compute" writes each new row as its position number, as the library would. */
-static void test_window_wrap(void)
+TEST(window_wrap)
 {
     attnd_sessions *st = make(1 << 20, 16, 100, 0);
     attnd_session_params p = {.kind = ATTND_SESSION_SELF, .window = 3, .row_k = ROW,
@@ -293,7 +293,7 @@ static void test_window_wrap(void)
     attnd_sessions_free(st);
 }
 
-static void test_cross(void)
+TEST(cross)
 {
     attnd_sessions *st = make(bytes_for(10) + 10, 16, 100, 0);
     attnd_session_params p = {.kind = ATTND_SESSION_CROSS, .rows = 10, .row_k = ROW,
@@ -318,13 +318,13 @@ static void test_cross(void)
 int main(void)
 {
     fake_now = INT64_C(1000) * 1000000000;
-    test_ids();
-    test_lru_and_busy();
-    test_max_sessions_and_tombstones();
-    test_ttl();
-    test_delete_while_busy();
-    test_length_limit();
-    test_window_wrap();
-    test_cross();
+    RUN(ids);
+    RUN(lru_and_busy);
+    RUN(max_sessions_and_tombstones);
+    RUN(ttl);
+    RUN(delete_while_busy);
+    RUN(length_limit);
+    RUN(window_wrap);
+    RUN(cross);
     return check_summary();
 }
