@@ -35,10 +35,15 @@ CPPFLAGS += -D_GNU_SOURCE -Ilib -Iserver -Itools/load -Itests/common
 CFLAGS   += $(WARN) $(OPT) -g -pthread -MMD -MP $(PKG_CFLAGS)
 LDLIBS   += $(PKG_LIBS) -lm -pthread
 
+# assert() states invariants ("cannot happen: we were suspended"): checked in the
+# sanitizer build (make sanitize, in CI); release builds compile them out and keep
+# the defensive code beside each one.
 ifeq ($(SANITIZE),1)
 OPT      := -O1
 CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS  += -fsanitize=address,undefined
+else
+CPPFLAGS += -DNDEBUG
 endif
 
 LIB_SRC     := $(wildcard lib/*.c)

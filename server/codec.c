@@ -50,26 +50,6 @@ static void path_format(const path *p, char *out, size_t cap)
         len += snprintf(out + len, cap - (size_t)len, "[%d]", p->idx[i]);
 }
 
-static int vfail(attnd_http_error *e, int status, const char *code, const char *field,
-                 const char *fmt, va_list ap)
-{
-    attnd_http_error_set(e, status, code, field, "%s", "");
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
-    return -1;
-}
-
-/* Fills the error and returns -1, so callers can `return fail(...)`. */
-__attribute__((format(printf, 5, 6))) static int fail(attnd_http_error *e, int status,
-                                                      const char *code, const char *field,
-                                                      const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vfail(e, status, code, field, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* The same with the field taken from a path. */
 __attribute__((format(printf, 5, 6))) static int fail_at(attnd_http_error *e, int status,
                                                          const char *code, const path *p,
@@ -79,7 +59,7 @@ __attribute__((format(printf, 5, 6))) static int fail_at(attnd_http_error *e, in
     path_format(p, field, sizeof field);
     va_list ap;
     va_start(ap, fmt);
-    vfail(e, status, code, field, fmt, ap);
+    attnd_http_error_setv(e, status, code, field, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -201,7 +181,7 @@ static int acc_mul(size_t *acc, size_t a, size_t b, size_t c)
 
 static int fail_overflow(decoder *d)
 {
-    return fail(d->err, 413, "limit_exceeded", "", "request too large (size overflows)");
+    return attnd_http_fail(d->err, 413, "limit_exceeded", "", "request too large (size overflows)");
 }
 
 /* ================================================================ top-level fields */
@@ -209,7 +189,7 @@ static int fail_overflow(decoder *d)
 static int get_bool(decoder *d, const char *name, const json_t *v, int *out)
 {
     if (!json_is_boolean(v))
-        return fail(d->err, 400, "invalid_type", name, "%s must be true or false", name);
+        return attnd_http_fail(d->err, 400, "invalid_type", name, "%s must be true or false", name);
     *out = json_is_true(v);
     return 0;
 }
@@ -218,13 +198,14 @@ static int get_nonneg_int(decoder *d, const char *name, const json_t *v, long lo
                           long long *out)
 {
     if (!json_is_integer(v))
-        return fail(d->err, 400, "invalid_type", name, "%s must be an integer", name);
+        return attnd_http_fail(d->err, 400, "invalid_type", name, "%s must be an integer", name);
     long long x = json_integer_value(v);
     if (x < 0)
-        return fail(d->err, 400, "invalid_value", name, "%s must be >= 0, got %lld", name, x);
+        return attnd_http_fail(d->err, 400, "invalid_value", name, "%s must be >= 0, got %lld",
+                               name, x);
     if (x > max)
-        return fail(d->err, 400, "invalid_value", name, "%s must be <= %lld, got %lld", name,
-                    max, x);
+        return attnd_http_fail(d->err, 400, "invalid_value", name, "%s must be <= %lld, got %lld",
+                               name, max, x);
     *out = x;
     return 0;
 }
@@ -238,7 +219,7 @@ static int get_array(decoder *d, const char *name, const json_t *v, node *out)
             return 0;
         }
     if (!json_is_array(v))
-        return fail(d->err, 400, "invalid_type", name, "%s must be an array", name);
+        return attnd_http_fail(d->err, 400, "invalid_type", name, "%s must be an array", name);
     out->j = v;
     return 0;
 }
@@ -249,9 +230,9 @@ static int read_field(decoder *d, const char *k, json_t *v)
     long long x;
     if (d->opts.query_only && strcmp(k, "query") && strcmp(k, "need_weights") &&
         strcmp(k, "average_attn_weights") && strcmp(k, "timeout_ms") && strcmp(k, "id"))
-        return fail(d->err, 400, "unknown_field", k,
-                    "unknown field \"%s\": this body takes only query, need_weights, "
-                    "average_attn_weights, timeout_ms and id", k);
+        return attnd_http_fail(d->err, 400, "unknown_field", k,
+                               "unknown field \"%s\": this body takes only query, need_weights, "
+                               "average_attn_weights, timeout_ms and id", k);
     if (strcmp(k, "query") == 0)
         return get_array(d, k, v, &d->query);
     if (json_is_null(v))
@@ -284,15 +265,15 @@ static int read_field(decoder *d, const char *k, json_t *v)
     }
     if (strcmp(k, "id") == 0) {
         if (!json_is_string(v))
-            return fail(d->err, 400, "invalid_type", k, "id must be a string");
+            return attnd_http_fail(d->err, 400, "invalid_type", k, "id must be a string");
         d->id = json_string_value(v);
         d->id_len = json_string_length(v);
         if (d->id_len > 127)
-            return fail(d->err, 400, "invalid_value", k, "id is %zu bytes, at most 127 allowed",
-                        d->id_len);
+            return attnd_http_fail(d->err, 400, "invalid_value", k,
+                                   "id is %zu bytes, at most 127 allowed", d->id_len);
         return 0;
     }
-    return fail(d->err, 400, "unknown_field", k, "unknown field \"%s\"", k);
+    return attnd_http_fail(d->err, 400, "unknown_field", k, "unknown field \"%s\"", k);
 }
 
 static int read_fields(decoder *d, json_t *root)
@@ -304,9 +285,9 @@ static int read_fields(decoder *d, json_t *root)
             return -1;
     }
     if (!node_present(d->query))
-        return fail(d->err, 400, "invalid_value", "query", "query is required");
+        return attnd_http_fail(d->err, 400, "invalid_value", "query", "query is required");
     if (node_present(d->value) && !node_present(d->key))
-        return fail(d->err, 400, "invalid_value", "value", "value given without key");
+        return attnd_http_fail(d->err, 400, "invalid_value", "value", "value given without key");
     return 0;
 }
 
@@ -340,10 +321,11 @@ static int check_nest(decoder *d, node j, const int *dims, int n, const char *co
 static int check_outer(decoder *d, const char *name, node field)
 {
     if (node_size(field) == 0)
-        return fail(d->err, 400, "invalid_shape", name, "%s is empty", name);
+        return attnd_http_fail(d->err, 400, "invalid_shape", name, "%s is empty", name);
     if (d->batched && node_size(field) != (size_t)d->n_seqs)
-        return fail(d->err, 400, "invalid_shape", name,
-                    "expected %d sequences (as query), got %zu", d->n_seqs, node_size(field));
+        return attnd_http_fail(d->err, 400, "invalid_shape", name,
+                               "expected %d sequences (as query), got %zu", d->n_seqs,
+                               node_size(field));
     return 0;
 }
 
@@ -377,7 +359,7 @@ static int check_inputs(decoder *d)
     const attn_layer_info *in = d->info;
     const int has_key = node_present(d->key), has_value = node_present(d->value);
     if (node_size(d->query) == 0)
-        return fail(d->err, 400, "invalid_shape", "query", "query is empty");
+        return attnd_http_fail(d->err, 400, "invalid_shape", "query", "query is empty");
     node q0 = node_at(d->query, 0);
     path p0 = {.name = "query", .n = 1, .idx = {0}};
     if (!node_is_array(q0))
@@ -386,23 +368,24 @@ static int check_inputs(decoder *d)
         return fail_at(d->err, 400, "invalid_shape", &p0, "empty sequence");
     d->batched = node_is_array(node_at(q0, 0));
     if (d->batched && d->opts.query_only)
-        return fail(d->err, 400, "invalid_shape", "query",
-                    "query must be one T×E_q sequence here, not a batch");
+        return attnd_http_fail(d->err, 400, "invalid_shape", "query",
+                               "query must be one T×E_q sequence here, not a batch");
     size_t n = d->batched ? node_size(d->query) : 1;
     if (n > INT_MAX || (d->lim.max_batch_seqs > 0 && n > (size_t)d->lim.max_batch_seqs))
-        return fail(d->err, 413, "limit_exceeded", "query",
-                    "%zu sequences exceed max_batch_seqs %d", n, d->lim.max_batch_seqs);
+        return attnd_http_fail(d->err, 413, "limit_exceeded", "query",
+                               "%zu sequences exceed max_batch_seqs %d", n, d->lim.max_batch_seqs);
     d->n_seqs = (int)n;
 
     if (!has_key && !d->opts.query_only &&
         (in->embed_k != in->embed_q || in->embed_v != in->embed_q))
-        return fail(d->err, 400, "invalid_value", "key",
-                    "this model needs key (and value): E_q=%d, E_k=%d, E_v=%d", in->embed_q,
-                    in->embed_k, in->embed_v);
+        return attnd_http_fail(d->err, 400, "invalid_value", "key",
+                               "this model needs key (and value): E_q=%d, E_k=%d, E_v=%d",
+                               in->embed_q, in->embed_k, in->embed_v);
     if (has_key && !has_value && in->embed_k != in->embed_v)
-        return fail(d->err, 400, "invalid_value", "value",
-                    "value is required: the model's key width E_k=%d differs from E_v=%d",
-                    in->embed_k, in->embed_v);
+        return attnd_http_fail(
+            d->err, 400, "invalid_value", "value",
+            "value is required: the model's key width E_k=%d differs from E_v=%d", in->embed_k,
+            in->embed_v);
     if ((has_key && check_outer(d, "key", d->key)) ||
         (has_value && check_outer(d, "value", d->value)))
         return -1;
@@ -416,9 +399,9 @@ static int check_inputs(decoder *d)
         d->n_tokens += (size_t)seq_t(d, b) + (has_key ? (size_t)seq_s(d, b) : 0);
     }
     if (d->lim.max_request_elems > 0 && d->n_inputs > d->lim.max_request_elems)
-        return fail(d->err, 413, "limit_exceeded", "query",
-                    "request holds %zu input numbers, max_request_elems is %zu", d->n_inputs,
-                    d->lim.max_request_elems);
+        return attnd_http_fail(d->err, 413, "limit_exceeded", "query",
+                               "request holds %zu input numbers, max_request_elems is %zu",
+                               d->n_inputs, d->lim.max_request_elems);
     return 0;
 }
 
@@ -450,8 +433,8 @@ static int mask_depth(decoder *d)
         if (node_size(j) == 0)
             return fail_at(d->err, 400, "invalid_shape", &p, "empty array in attn_mask");
         if (++depth > 4)
-            return fail(d->err, 400, "invalid_shape", "attn_mask",
-                        "attn_mask nests deeper than B×h×T×S");
+            return attnd_http_fail(d->err, 400, "invalid_shape", "attn_mask",
+                                   "attn_mask nests deeper than B×h×T×S");
         j = node_at(j, 0);
         p.idx[p.n++] = 0;
     }
@@ -478,17 +461,18 @@ static int check_mask(decoder *d)
     d->mask_shared = d->batched && depth == 2;
     d->mask_per_head = depth == base + 1;
     if (depth != base && depth != base + 1 && !d->mask_shared)
-        return fail(d->err, 400, "invalid_shape", "attn_mask",
-                    "attn_mask has %d levels; expected %s", depth,
-                    d->batched ? "T×S (shared), B×T×S or B×h×T×S" : "T×S or h×T×S");
+        return attnd_http_fail(d->err, 400, "invalid_shape", "attn_mask",
+                               "attn_mask has %d levels; expected %s", depth,
+                               d->batched ? "T×S (shared), B×T×S or B×h×T×S" : "T×S or h×T×S");
     size_t *acc = d->mask_kind == LEAF_FLOAT ? &d->n_floats : &d->n_bytes;
     if (d->mask_shared) {
         for (int b = 1; b < d->n_seqs; b++)
             if (seq_t(d, b) != seq_t(d, 0) || seq_s(d, b) != seq_s(d, 0))
-                return fail(d->err, 400, "invalid_shape", "attn_mask",
-                            "a shared T×S attn_mask needs every sequence to have the same T "
-                            "and S; sequence %d differs from sequence 0",
-                            b);
+                return attnd_http_fail(
+                    d->err, 400, "invalid_shape", "attn_mask",
+                    "a shared T×S attn_mask needs every sequence to have the same T "
+                    "and S; sequence %d differs from sequence 0",
+                    b);
         path p = {.name = "attn_mask", .n = 0};
         int dims[2] = {seq_t(d, 0), seq_s(d, 0)};
         if (check_nest(d, d->mask, dims, 2, nouns3 + 1, &p))
@@ -525,9 +509,9 @@ static int size_buffers(decoder *d)
             return fail_overflow(d);
     }
     if (d->lim.max_weights_elems > 0 && d->n_weights > d->lim.max_weights_elems)
-        return fail(d->err, 413, "limit_exceeded", "need_weights",
-                    "weights would hold %zu numbers, max_weights_elems is %zu", d->n_weights,
-                    d->lim.max_weights_elems);
+        return attnd_http_fail(d->err, 413, "limit_exceeded", "need_weights",
+                               "weights would hold %zu numbers, max_weights_elems is %zu",
+                               d->n_weights, d->lim.max_weights_elems);
     if (__builtin_add_overflow(d->n_floats, d->n_weights, &d->n_floats))
         return fail_overflow(d);
     return 0;
@@ -657,50 +641,33 @@ static int fill_seq(decoder *d, int b, attn_seq *seqs, float **fcur, uint8_t **b
     return 0;
 }
 
-static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
-/* Pass 2: one allocation holding the request and every array, laid out as
- *   [attnd_request][attn_seq × n][floats: per sequence query, key, value,
- *    float mask, output, weights][bytes: padding masks, bool masks]
- * with the request at offset 0, so attnd_request_free frees it all. */
+/* Pass 2: one request (attnd_request_alloc) holding every array:
+ *   [attnd_request][attn_seq x n][floats: per sequence query, key, value,
+ *    float mask, output, weights][bytes: padding masks, bool masks] */
 static int build_request(decoder *d, attnd_request **out)
 {
-    const size_t seqs_off = align_up(sizeof(attnd_request), _Alignof(max_align_t));
-    const size_t floats_off =
-        align_up(seqs_off + (size_t)d->n_seqs * sizeof(attn_seq), _Alignof(max_align_t));
-    size_t total;
-    if (__builtin_mul_overflow(d->n_floats, sizeof(float), &total) ||
-        __builtin_add_overflow(total, floats_off, &total) ||
-        __builtin_add_overflow(total, d->n_bytes, &total))
-        return fail_overflow(d);
-    char *block = calloc(1, total);
-    if (!block)
-        return fail(d->err, 500, "internal", "", "out of memory (%zu bytes for the request)",
-                    total);
-    attnd_request *req = (attnd_request *)(void *)block;
-    req->storage = block;
-    req->seqs = (attn_seq *)(void *)(block + seqs_off);
-    float *fcur = (float *)(void *)(block + floats_off);
-    uint8_t *bcur = (uint8_t *)(block + floats_off + d->n_floats * sizeof(float));
+    float *fcur;
+    uint8_t *bcur;
+    attnd_request *req = attnd_request_alloc(d->n_seqs, d->n_floats, d->n_bytes, &fcur, &bcur,
+                                             d->err);
+    if (!req)
+        return -1;
     for (int b = 0; b < d->n_seqs; b++)
         if (fill_seq(d, b, req->seqs, &fcur, &bcur))
             goto fail;
-    req->n_seqs = d->n_seqs;
     req->batched = d->batched;
     req->need_weights = d->need_weights;
     req->average_attn_weights = d->average;
     req->timeout_ms = d->timeout_ms;
     req->n_tokens = d->n_tokens;
-    req->bytes = total;
     if (d->id)
-        memcpy(req->id, d->id, d->id_len); /* NUL from calloc; id_len <= 127 */
+        memcpy(req->id, d->id, d->id_len); /* NUL: the block is zeroed; id_len <= 127 */
     req->embed_out = d->info->embed_out;
     req->num_heads = d->info->num_heads;
-    req->outcome = ATTND_PENDING;
     *out = req;
     return 0;
 fail:
-    free(block);
+    attnd_request_free(req);
     return -1;
 }
 
@@ -910,17 +877,18 @@ static int parse_error(const json_error_t *je, int line, int column, int byte,
     switch (json_error_code(je)) {
     case json_error_duplicate_key:
         duplicate_key_name(je->text, key, sizeof key);
-        return fail(err, 400, "duplicate_field", key, "duplicate key \"%s\" at line %d, column %d",
-                    key, line, column);
+        return attnd_http_fail(err, 400, "duplicate_field", key,
+                               "duplicate key \"%s\" at line %d, column %d", key, line, column);
     case json_error_numeric_overflow:
-        return fail(err, 400, "non_finite", "",
-                    "number out of range at line %d, column %d (byte %d): %s", line, column, byte,
-                    je->text);
+        return attnd_http_fail(err, 400, "non_finite", "",
+                               "number out of range at line %d, column %d (byte %d): %s", line,
+                               column, byte, je->text);
     case json_error_out_of_memory:
-        return fail(err, 500, "internal", "", "out of memory while parsing JSON");
+        return attnd_http_fail(err, 500, "internal", "", "out of memory while parsing JSON");
     default:
-        return fail(err, 400, "invalid_json", "", "invalid JSON at line %d, column %d (byte %d): %s",
-                    line, column, byte, je->text);
+        return attnd_http_fail(err, 400, "invalid_json", "",
+                               "invalid JSON at line %d, column %d (byte %d): %s", line, column,
+                               byte, je->text);
     }
 }
 
@@ -939,7 +907,7 @@ static int decode_parsed(decoder *d, const char *body, size_t len, const char *t
     }
     int rc = -1;
     if (!json_is_object(root))
-        fail(d->err, 400, "invalid_type", "", "the body must be a JSON object");
+        attnd_http_fail(d->err, 400, "invalid_type", "", "the body must be a JSON object");
     else if (read_fields(d, root) == 0 && check_inputs(d) == 0 && check_kpm(d) == 0 &&
              check_mask(d) == 0 && size_buffers(d) == 0 && build_request(d, out) == 0)
         rc = 0;
@@ -967,7 +935,8 @@ int attnd_codec_decode_request_ex(const char *body, size_t len, const attn_layer
     if (out)
         *out = NULL;
     if (!out || !info || (!body && len > 0))
-        return fail(d.err, 500, "internal", "", "attnd_codec_decode_request: bad arguments");
+        return attnd_http_fail(d.err, 500, "internal", "",
+                               "attnd_codec_decode_request: bad arguments");
     if (!body)
         body = ""; /* len == 0 */
     if (limits)
@@ -976,17 +945,17 @@ int attnd_codec_decode_request_ex(const char *body, size_t len, const attn_layer
      * through: refuse it here. */
     const char *nul = memchr(body, '\0', len);
     if (nul)
-        return fail(d.err, 400, "invalid_json", "", "invalid JSON: NUL byte at byte %zu",
-                    (size_t)(nul - body));
+        return attnd_http_fail(d.err, 400, "invalid_json", "", "invalid JSON: NUL byte at byte %zu",
+                               (size_t)(nul - body));
     if (d.lim.max_json_depth > 0 && nesting_exceeds(body, len, d.lim.max_json_depth))
-        return fail(d.err, 400, "invalid_json", "", "JSON nests deeper than max_json_depth %d",
-                    d.lim.max_json_depth);
+        return attnd_http_fail(d.err, 400, "invalid_json", "",
+                               "JSON nests deeper than max_json_depth %d", d.lim.max_json_depth);
     scan_fast(body, len, &fs);
     size_t text_len = len;
     char *text = fs.n ? compact_fast(body, len, &fs, &text_len) : NULL;
     if (fs.n && !text) {
         fast_free(&fs);
-        return fail(d.err, 500, "internal", "", "out of memory copying the body");
+        return attnd_http_fail(d.err, 500, "internal", "", "out of memory copying the body");
     }
     int rc = decode_parsed(&d, body, len, text ? text : body, text_len, out);
     free(text);
@@ -1053,6 +1022,12 @@ static void put_weights(attnd_jsonbuf *b, const attnd_request *req, int heads)
 
 char *attnd_codec_encode_response(const attnd_request *req, const char *model_name, size_t *len)
 {
+    return attnd_codec_encode_response_with(req, model_name, NULL, len);
+}
+
+char *attnd_codec_encode_response_with(const attnd_request *req, const char *model_name,
+                                       const char *members, size_t *len)
+{
     attnd_jsonbuf b = {0};
     if (!req || req->n_seqs < 1 || !req->seqs)
         return NULL;
@@ -1074,7 +1049,12 @@ char *attnd_codec_encode_response(const attnd_request *req, const char *model_na
     attnd_jb_i64(&b, (long long)req->compute_us);
     attnd_jb_puts(&b, ",\"batch_size\":");
     attnd_jb_i64(&b, req->batch_size);
-    attnd_jb_puts(&b, "}}");
+    attnd_jb_putc(&b, '}');
+    if (members && *members) {
+        attnd_jb_putc(&b, ',');
+        attnd_jb_puts(&b, members);
+    }
+    attnd_jb_putc(&b, '}');
     return attnd_jb_finish(&b, len);
 }
 

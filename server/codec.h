@@ -1,6 +1,7 @@
-/* codec.h — JSON at the edge: request bodies into attnd_request, results and
- * errors into response bodies. The only server module that knows JSON
- * (config.c reads its own file). Runs on HTTP threads, never on workers.
+/* codec.h — the /v1 wire format: JSON attention request bodies into
+ * attnd_request (a fast float path, jansson for the rest), results and errors
+ * into response bodies. Used by the /v1 and session handlers (codec_v2.h is the
+ * v2 one). Runs on HTTP threads, never on workers.
  */
 #ifndef ATTND_CODEC_H
 #define ATTND_CODEC_H
@@ -31,7 +32,7 @@ int attnd_codec_decode_request(const char *body, size_t len, const attn_layer_in
                                attnd_http_error *err);
 
 /* Decoding a body that is not a whole /v1 request: a streaming-session append
- * (session_routes.c). All zeros = attnd_codec_decode_request. */
+ * (handler_session.c). All zeros = attnd_codec_decode_request. */
 typedef struct attnd_decode_opts {
     int query_only;     /* 1: only query (ONE T×E_q sequence), need_weights,
                            average_attn_weights, timeout_ms and id are accepted (any
@@ -56,6 +57,11 @@ int attnd_codec_decode_request_ex(const char *body, size_t len, const attn_layer
  * back to the same float32; -0 prints as -0.0. */
 char *attnd_codec_encode_response(const attnd_request *req, const char *model_name,
                                   size_t *len);
+
+/* The same with more members after "timing": members is NULL, or the text of
+ * one or more JSON object members ("session":{...}), written as given. */
+char *attnd_codec_encode_response_with(const attnd_request *req, const char *model_name,
+                                       const char *members, size_t *len);
 
 /* Encodes {"error":{"code","message","field"}}. Returns a malloc'd body (caller
  * frees), or NULL on allocation failure. */

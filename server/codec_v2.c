@@ -25,17 +25,10 @@
 
 /* ================================================================ errors */
 
-__attribute__((format(printf, 4, 5))) static int fail(attnd_http_error *e, int status,
-                                                      const char *field, const char *fmt, ...)
-{
-    attnd_http_error_set(e, status, status == 413 ? "limit_exceeded" : "invalid_request",
-                         field, "%s", "");
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
-    va_end(ap);
-    return -1;
-}
+/* v2 errors carry only a message on the wire; the code is for the log. */
+#define V2_CODE(status)                                                                  \
+    ((status) == 413 ? "limit_exceeded" : (status) == 500 ? "internal" : "invalid_request")
+#define v2_fail(e, status, ...) attnd_http_fail((e), (status), V2_CODE(status), __VA_ARGS__)
 
 /* ================================================================ inputs */
 
@@ -83,21 +76,22 @@ static void shape_text(const tensor *x, char *out, size_t cap)
 static int read_shape(v2dec *d, const char *name, const json_t *shape, tensor *x)
 {
     if (!json_is_array(shape))
-        return fail(d->err, 400, name, "input \"%s\": shape must be an array of integers", name);
+        return v2_fail(d->err, 400, name, "input \"%s\": shape must be an array of integers", name);
     size_t rank = json_array_size(shape);
     if (rank < 1 || rank > 4)
-        return fail(d->err, 400, name, "input \"%s\": shape has %zu dimensions", name, rank);
+        return v2_fail(d->err, 400, name, "input \"%s\": shape has %zu dimensions", name, rank);
     x->rank = (int)rank;
     x->count = 1;
     for (size_t i = 0; i < rank; i++) {
         const json_t *v = json_array_get(shape, i);
         if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > INT_MAX)
-            return fail(d->err, 400, name,
-                        "input \"%s\": shape[%zu] must be an integer in 1..%d", name, i, INT_MAX);
+            return v2_fail(d->err, 400, name,
+                           "input \"%s\": shape[%zu] must be an integer in 1..%d", name, i,
+                           INT_MAX);
         x->dim[i] = json_integer_value(v);
         if (__builtin_mul_overflow(x->count, (size_t)x->dim[i], &x->count) ||
             x->count > SIZE_MAX / 16)
-            return fail(d->err, 413, name, "input \"%s\": shape too large", name);
+            return v2_fail(d->err, 413, name, "input \"%s\": shape too large", name);
     }
     return 0;
 }
@@ -106,14 +100,14 @@ static int read_datatype(v2dec *d, const char *name, const json_t *v, tensor *x)
 {
     const char *s = json_string_value(v);
     if (!s)
-        return fail(d->err, 400, name, "input \"%s\": datatype must be a string", name);
+        return v2_fail(d->err, 400, name, "input \"%s\": datatype must be a string", name);
     if (strcmp(s, "FP32") == 0)
         x->type = DT_FP32;
     else if (strcmp(s, "BOOL") == 0)
         x->type = DT_BOOL;
     else
-        return fail(d->err, 400, name, "input \"%s\": datatype %.32s is not supported (FP32, BOOL)",
-                    name, s);
+        return v2_fail(d->err, 400, name,
+                       "input \"%s\": datatype %.32s is not supported (FP32, BOOL)", name, s);
     return 0;
 }
 
@@ -122,23 +116,23 @@ static int take_binary(v2dec *d, const char *name, const json_t *size, tensor *x
                        const char *bin, size_t bin_len, size_t *cursor)
 {
     if (!json_is_integer(size) || json_integer_value(size) < 0)
-        return fail(d->err, 400, name,
-                    "input \"%s\": binary_data_size must be a non-negative integer", name);
+        return v2_fail(d->err, 400, name,
+                       "input \"%s\": binary_data_size must be a non-negative integer", name);
     unsigned long long n = (unsigned long long)json_integer_value(size);
     size_t want = x->count * elem_size(x->type); /* count <= body bytes: no overflow below */
     if (n != want) {
         char sh[96];
         shape_text(x, sh, sizeof sh);
-        return fail(d->err, 400, name,
-                    "input \"%s\": binary_data_size %llu does not match shape %s of %s "
-                    "(%zu bytes)",
-                    name, n, sh, x->type == DT_FP32 ? "FP32" : "BOOL", want);
+        return v2_fail(d->err, 400, name,
+                       "input \"%s\": binary_data_size %llu does not match shape %s of %s "
+                       "(%zu bytes)",
+                       name, n, sh, x->type == DT_FP32 ? "FP32" : "BOOL", want);
     }
     if (n > bin_len - *cursor)
-        return fail(d->err, 400, name,
-                    "input \"%s\": binary data of %llu bytes runs past the end of the body "
-                    "(%zu bytes left after the JSON header)",
-                    name, n, bin_len - *cursor);
+        return v2_fail(d->err, 400, name,
+                       "input \"%s\": binary data of %llu bytes runs past the end of the body "
+                       "(%zu bytes left after the JSON header)",
+                       name, n, bin_len - *cursor);
     x->raw = (const unsigned char *)bin + *cursor;
     *cursor += (size_t)n;
     return 0;
@@ -163,46 +157,46 @@ static int read_input(v2dec *d, const json_t *o, const char *bin, size_t bin_len
     if (json_unpack_ex((json_t *)o, &je, JSON_STRICT, "{s:o, s?o, s?o, s?o, s?o}", "name", &jname,
                        "shape", &shape, "datatype", &type, "parameters", &params, "data",
                        &data) != 0)
-        return fail(d->err, 400, "inputs", "inputs: %s", je.text);
+        return v2_fail(d->err, 400, "inputs", "inputs: %s", je.text);
     const char *name = json_string_value(jname);
     if (!name)
-        return fail(d->err, 400, "inputs", "inputs: name must be a string");
+        return v2_fail(d->err, 400, "inputs", "inputs: name must be a string");
     int k = 0;
     while (k < IN_COUNT && strcmp(input_names[k], name) != 0)
         k++;
     if (k == IN_COUNT)
-        return fail(d->err, 400, name,
-                    "unknown input \"%.64s\" (inputs: query, key, value, key_padding_mask, "
-                    "attn_mask)",
-                    name);
+        return v2_fail(d->err, 400, name,
+                       "unknown input \"%.64s\" (inputs: query, key, value, key_padding_mask, "
+                       "attn_mask)",
+                       name);
     tensor *x = &d->in[k];
     name = input_names[k];
     if (x->present)
-        return fail(d->err, 400, name, "input \"%s\" given twice", name);
+        return v2_fail(d->err, 400, name, "input \"%s\" given twice", name);
     x->present = 1;
     if (!shape || !type)
-        return fail(d->err, 400, name, "input \"%s\" needs shape and datatype", name);
+        return v2_fail(d->err, 400, name, "input \"%s\" needs shape and datatype", name);
     if (read_shape(d, name, shape, x) || read_datatype(d, name, type, x))
         return -1;
     const json_t *size = NULL;
     if (params) {
         if (json_unpack_ex((json_t *)params, &je, JSON_STRICT, "{s?o}", "binary_data_size",
                            &size) != 0)
-            return fail(d->err, 400, name, "input \"%s\": parameters: %s", name, je.text);
+            return v2_fail(d->err, 400, name, "input \"%s\": parameters: %s", name, je.text);
     }
     if (size && data)
-        return fail(d->err, 400, name, "input \"%s\" has both data and binary_data_size", name);
+        return v2_fail(d->err, 400, name, "input \"%s\" has both data and binary_data_size", name);
     if (size)
         return take_binary(d, name, size, x, bin, bin_len, cursor);
     if (!json_is_array(data))
-        return fail(d->err, 400, name, "input \"%s\" has no data array (nor binary_data_size)",
-                    name);
+        return v2_fail(d->err, 400, name, "input \"%s\" has no data array (nor binary_data_size)",
+                       name);
     size_t leaves = count_leaves(data);
     if (leaves != x->count) {
         char sh[96];
         shape_text(x, sh, sizeof sh);
-        return fail(d->err, 400, name, "input \"%s\": data holds %zu values, shape %s needs %zu",
-                    name, leaves, sh, x->count);
+        return v2_fail(d->err, 400, name, "input \"%s\": data holds %zu values, shape %s needs %zu",
+                       name, leaves, sh, x->count);
     }
     x->data = data;
     return 0;
@@ -213,7 +207,7 @@ static int read_input(v2dec *d, const json_t *o, const char *bin, size_t bin_len
 static int param_bool(v2dec *d, const char *k, const json_t *v, int *out)
 {
     if (!json_is_boolean(v))
-        return fail(d->err, 400, k, "parameter %s must be true or false", k);
+        return v2_fail(d->err, 400, k, "parameter %s must be true or false", k);
     *out = json_is_true(v);
     return 0;
 }
@@ -221,7 +215,7 @@ static int param_bool(v2dec *d, const char *k, const json_t *v, int *out)
 static int param_int(v2dec *d, const char *k, const json_t *v, long long max, long long *out)
 {
     if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > max)
-        return fail(d->err, 400, k, "parameter %s must be an integer in 0..%lld", k, max);
+        return v2_fail(d->err, 400, k, "parameter %s must be an integer in 0..%lld", k, max);
     *out = json_integer_value(v);
     return 0;
 }
@@ -232,7 +226,7 @@ static int read_parameters(v2dec *d, const json_t *params)
     json_t *v;
     long long x;
     if (!json_is_object(params))
-        return fail(d->err, 400, "parameters", "parameters must be an object");
+        return v2_fail(d->err, 400, "parameters", "parameters must be an object");
     json_object_foreach((json_t *)params, k, v) {
         int rc;
         if (strcmp(k, "is_causal") == 0)
@@ -250,7 +244,7 @@ static int read_parameters(v2dec *d, const json_t *params)
             rc = param_int(d, k, v, INT64_MAX / 1000000, &x);
             d->timeout_ms = x;
         } else
-            rc = fail(d->err, 400, k, "unknown parameter \"%.64s\"", k);
+            rc = v2_fail(d->err, 400, k, "unknown parameter \"%.64s\"", k);
         if (rc)
             return -1;
     }
@@ -264,30 +258,30 @@ static int read_outputs(v2dec *d, const json_t *outs)
     attnd_v2_call *c = d->call;
     int explicit_binary[2] = {-1, -1};
     if (outs && !json_is_array(outs))
-        return fail(d->err, 400, "outputs", "outputs must be an array");
+        return v2_fail(d->err, 400, "outputs", "outputs must be an array");
     c->n_outputs = 0;
     for (size_t i = 0; outs && i < json_array_size(outs); i++) {
         const json_t *jn = NULL, *params = NULL, *bin = NULL;
         json_error_t je;
         if (json_unpack_ex(json_array_get(outs, i), &je, JSON_STRICT, "{s:o, s?o}", "name", &jn,
                            "parameters", &params) != 0)
-            return fail(d->err, 400, "outputs", "outputs[%zu]: %s", i, je.text);
+            return v2_fail(d->err, 400, "outputs", "outputs[%zu]: %s", i, je.text);
         const char *name = json_string_value(jn);
         int which = !name ? -1 : strcmp(name, "output") == 0 ? ATTND_V2_OUTPUT
                              : strcmp(name, "attn_weights") == 0 ? ATTND_V2_ATTN_WEIGHTS : -1;
         if (which < 0)
-            return fail(d->err, 400, name ? name : "outputs",
-                        "unknown output \"%.64s\" (outputs: output, attn_weights)",
-                        name ? name : "(not a string)");
+            return v2_fail(d->err, 400, name ? name : "outputs",
+                           "unknown output \"%.64s\" (outputs: output, attn_weights)",
+                           name ? name : "(not a string)");
         for (int j = 0; j < c->n_outputs; j++)
             if ((int)c->outputs[j] == which)
-                return fail(d->err, 400, name, "output \"%s\" requested twice", name);
+                return v2_fail(d->err, 400, name, "output \"%s\" requested twice", name);
         if (params && json_unpack_ex((json_t *)params, &je, JSON_STRICT, "{s?o}", "binary_data",
                                      &bin) != 0)
-            return fail(d->err, 400, name, "output \"%s\": parameters: %s", name, je.text);
+            return v2_fail(d->err, 400, name, "output \"%s\": parameters: %s", name, je.text);
         if (bin && !json_is_boolean(bin))
-            return fail(d->err, 400, name, "output \"%s\": binary_data must be true or false",
-                        name);
+            return v2_fail(d->err, 400, name, "output \"%s\": binary_data must be true or false",
+                           name);
         explicit_binary[c->n_outputs] = bin ? json_is_true(bin) : -1;
         c->outputs[c->n_outputs++] = (attnd_v2_output)which;
     }
@@ -310,28 +304,28 @@ static int read_top(v2dec *d, const json_t *root, const char *bin, size_t bin_le
     const json_t *id = NULL, *params = NULL, *inputs = NULL, *outputs = NULL;
     json_error_t je;
     if (!json_is_object(root))
-        return fail(d->err, 400, "", "the body must be a JSON object");
+        return v2_fail(d->err, 400, "", "the body must be a JSON object");
     if (json_unpack_ex((json_t *)root, &je, JSON_STRICT, "{s?o, s?o, s:o, s?o}", "id", &id,
                        "parameters", &params, "inputs", &inputs, "outputs", &outputs) != 0)
-        return fail(d->err, 400, "", "%s", je.text);
+        return v2_fail(d->err, 400, "", "%s", je.text);
     if (id) {
         if (!json_is_string(id) || json_string_length(id) > 127)
-            return fail(d->err, 400, "id", "id must be a string of at most 127 bytes");
+            return v2_fail(d->err, 400, "id", "id must be a string of at most 127 bytes");
         d->id = json_string_value(id);
         d->id_len = json_string_length(id);
     }
     if (params && read_parameters(d, params))
         return -1;
     if (!json_is_array(inputs))
-        return fail(d->err, 400, "inputs", "inputs must be an array");
+        return v2_fail(d->err, 400, "inputs", "inputs must be an array");
     size_t cursor = 0;
     for (size_t i = 0; i < json_array_size(inputs); i++)
         if (read_input(d, json_array_get(inputs, i), bin, bin_len, &cursor))
             return -1;
     if (cursor != bin_len)
-        return fail(d->err, 400, "", "%zu bytes of binary data follow the JSON header but the "
-                    "inputs' binary_data_size account for %zu",
-                    bin_len, cursor);
+        return v2_fail(d->err, 400, "", "%zu bytes of binary data follow the JSON header but the "
+                       "inputs' binary_data_size account for %zu",
+                       bin_len, cursor);
     return read_outputs(d, outputs);
 }
 
@@ -342,9 +336,9 @@ static int want_type(v2dec *d, int k, int allow_bool, int allow_fp32)
     const tensor *x = &d->in[k];
     if ((x->type == DT_BOOL && allow_bool) || (x->type == DT_FP32 && allow_fp32))
         return 0;
-    return fail(d->err, 400, input_names[k], "input \"%s\": datatype %s, expected %s",
-                input_names[k], x->type == DT_FP32 ? "FP32" : "BOOL",
-                allow_bool && allow_fp32 ? "BOOL or FP32" : allow_bool ? "BOOL" : "FP32");
+    return v2_fail(d->err, 400, input_names[k], "input \"%s\": datatype %s, expected %s",
+                   input_names[k], x->type == DT_FP32 ? "FP32" : "BOOL",
+                   allow_bool && allow_fp32 ? "BOOL or FP32" : allow_bool ? "BOOL" : "FP32");
 }
 
 /* x must be exactly `want` (rank n); -1 in want matches anything. */
@@ -358,8 +352,8 @@ static int want_shape(v2dec *d, int k, const int64_t *want, int n, const char *w
         return 0;
     char sh[96];
     shape_text(x, sh, sizeof sh);
-    return fail(d->err, 400, input_names[k], "input \"%s\": shape %s, expected %s",
-                input_names[k], sh, what);
+    return v2_fail(d->err, 400, input_names[k], "input \"%s\": shape %s, expected %s",
+                   input_names[k], sh, what);
 }
 
 /* *out = a*b*c*e; -1 on size_t overflow. */
@@ -373,27 +367,27 @@ static int check_limits(v2dec *d)
 {
     const attnd_decode_limits *l = &d->lim;
     if (l->max_seq_len > 0 && (d->t > l->max_seq_len || d->s > l->max_seq_len))
-        return fail(d->err, 413, d->t > l->max_seq_len ? "query" : "key",
-                    "sequence length %d exceeds max_seq_len %d", d->t > d->s ? d->t : d->s,
-                    l->max_seq_len);
+        return v2_fail(d->err, 413, d->t > l->max_seq_len ? "query" : "key",
+                       "sequence length %d exceeds max_seq_len %d", d->t > d->s ? d->t : d->s,
+                       l->max_seq_len);
     if (l->max_batch_seqs > 0 && d->b > l->max_batch_seqs)
-        return fail(d->err, 413, "query", "%d sequences exceed max_batch_seqs %d", d->b,
-                    l->max_batch_seqs);
+        return v2_fail(d->err, 413, "query", "%d sequences exceed max_batch_seqs %d", d->b,
+                       l->max_batch_seqs);
     size_t n = d->in[IN_QUERY].count + d->in[IN_KEY].count + d->in[IN_VALUE].count;
     if (l->max_request_elems > 0 && n > l->max_request_elems)
-        return fail(d->err, 413, "query",
-                    "request holds %zu input numbers, max_request_elems is %zu", n,
-                    l->max_request_elems);
+        return v2_fail(d->err, 413, "query",
+                       "request holds %zu input numbers, max_request_elems is %zu", n,
+                       l->max_request_elems);
     size_t w;
     if (mul4(&w, (size_t)d->b, (size_t)(d->average ? 1 : d->info->num_heads), (size_t)d->t,
              (size_t)d->s) ||
         mul4(&n, (size_t)d->b, (size_t)d->t, (size_t)d->info->embed_out, 1) ||
         w > SIZE_MAX / 16 || n > SIZE_MAX / 16)
-        return fail(d->err, 413, "", "request too large (size overflows)");
+        return v2_fail(d->err, 413, "", "request too large (size overflows)");
     if (d->need_weights && l->max_weights_elems > 0 && w > l->max_weights_elems)
-        return fail(d->err, 413, "attn_weights",
-                    "attn_weights would hold %zu numbers, max_weights_elems is %zu", w,
-                    l->max_weights_elems);
+        return v2_fail(d->err, 413, "attn_weights",
+                       "attn_weights would hold %zu numbers, max_weights_elems is %zu", w,
+                       l->max_weights_elems);
     return 0;
 }
 
@@ -403,7 +397,7 @@ static int check_shapes(v2dec *d)
     tensor *q = &d->in[IN_QUERY], *k = &d->in[IN_KEY], *v = &d->in[IN_VALUE];
     char what[96];
     if (!q->present)
-        return fail(d->err, 400, "query", "missing input \"query\" [B,T,%d] FP32", in->embed_q);
+        return v2_fail(d->err, 400, "query", "missing input \"query\" [B,T,%d] FP32", in->embed_q);
     if (want_type(d, IN_QUERY, 0, 1))
         return -1;
     snprintf(what, sizeof what, "[B,T,%d]", in->embed_q);
@@ -413,10 +407,10 @@ static int check_shapes(v2dec *d)
     d->t = (int)q->dim[1];
     d->s = d->t;
     if (v->present && !k->present)
-        return fail(d->err, 400, "value", "input \"value\" given without \"key\"");
+        return v2_fail(d->err, 400, "value", "input \"value\" given without \"key\"");
     if (!k->present && (in->embed_k != in->embed_q || in->embed_v != in->embed_q))
-        return fail(d->err, 400, "key", "this model needs input \"key\" (and \"value\"): "
-                    "E_q=%d, E_k=%d, E_v=%d", in->embed_q, in->embed_k, in->embed_v);
+        return v2_fail(d->err, 400, "key", "this model needs input \"key\" (and \"value\"): "
+                       "E_q=%d, E_k=%d, E_v=%d", in->embed_q, in->embed_k, in->embed_v);
     if (k->present) {
         if (want_type(d, IN_KEY, 0, 1))
             return -1;
@@ -425,8 +419,8 @@ static int check_shapes(v2dec *d)
             return -1;
         d->s = (int)k->dim[1];
         if (!v->present && in->embed_k != in->embed_v)
-            return fail(d->err, 400, "value", "input \"value\" is required: the model's E_k=%d "
-                        "differs from E_v=%d", in->embed_k, in->embed_v);
+            return v2_fail(d->err, 400, "value", "input \"value\" is required: the model's E_k=%d "
+                           "differs from E_v=%d", in->embed_k, in->embed_v);
     }
     if (v->present) {
         snprintf(what, sizeof what, "[%d,%d,%d]", d->b, d->s, in->embed_v);
@@ -481,14 +475,14 @@ static int copy_raw(v2dec *d, int k, void *dst)
     if (k == IN_MASK) /* a float mask may hold -inf */
         for (size_t i = 0; i < x->count; i++) {
             if (isnan(o[i]))
-                return fail(d->err, 400, input_names[k], "input \"%s\": element %zu is NaN",
-                            input_names[k], i);
+                return v2_fail(d->err, 400, input_names[k], "input \"%s\": element %zu is NaN",
+                               input_names[k], i);
         }
     else
         for (size_t i = 0; i < x->count; i++)
             if (!isfinite(o[i]))
-                return fail(d->err, 400, input_names[k],
-                            "input \"%s\": element %zu is not finite", input_names[k], i);
+                return v2_fail(d->err, 400, input_names[k],
+                               "input \"%s\": element %zu is not finite", input_names[k], i);
     return 0;
 }
 
@@ -497,8 +491,8 @@ static int copy_leaf(v2dec *d, int k, const json_t *v, void *dst, size_t i)
     const tensor *x = &d->in[k];
     if (x->type == DT_BOOL) {
         if (!json_is_boolean(v))
-            return fail(d->err, 400, input_names[k],
-                        "input \"%s\": element %zu must be true or false", input_names[k], i);
+            return v2_fail(d->err, 400, input_names[k],
+                           "input \"%s\": element %zu must be true or false", input_names[k], i);
         ((uint8_t *)dst)[i] = (uint8_t)json_is_true(v);
         return 0;
     }
@@ -509,8 +503,8 @@ static int copy_leaf(v2dec *d, int k, const json_t *v, void *dst, size_t i)
     }
     if (json_is_real(v) && attnd_json_double_to_float(json_real_value(v), o) == 0)
         return 0;
-    return fail(d->err, 400, input_names[k], "input \"%s\": element %zu is not a float32 number",
-                input_names[k], i);
+    return v2_fail(d->err, 400, input_names[k], "input \"%s\": element %zu is not a float32 number",
+                   input_names[k], i);
 }
 
 /* Nested data: level `lvl` of the shape; *i counts leaves written. */
@@ -518,10 +512,10 @@ static int copy_nested(v2dec *d, int k, const json_t *a, int lvl, void *dst, siz
 {
     const tensor *x = &d->in[k];
     if (!json_is_array(a) || json_array_size(a) != (size_t)x->dim[lvl])
-        return fail(d->err, 400, input_names[k],
-                    "input \"%s\": nested data does not match the shape at dimension %d "
-                    "(expected %lld entries, near element %zu)",
-                    input_names[k], lvl, (long long)x->dim[lvl], *i);
+        return v2_fail(d->err, 400, input_names[k],
+                       "input \"%s\": nested data does not match the shape at dimension %d "
+                       "(expected %lld entries, near element %zu)",
+                       input_names[k], lvl, (long long)x->dim[lvl], *i);
     for (size_t j = 0; j < json_array_size(a); j++) {
         const json_t *e = json_array_get(a, j);
         int rc = lvl + 1 < x->rank ? copy_nested(d, k, e, lvl + 1, dst, i)
@@ -542,9 +536,9 @@ static int copy_json(v2dec *d, int k, void *dst)
         return copy_nested(d, k, a, 0, dst, &i);
     }
     if (json_array_size(a) != x->count)
-        return fail(d->err, 400, input_names[k],
-                    "input \"%s\": data has %zu values, its shape holds %zu", input_names[k],
-                    json_array_size(a), x->count);
+        return v2_fail(d->err, 400, input_names[k],
+                       "input \"%s\": data has %zu values, its shape holds %zu", input_names[k],
+                       json_array_size(a), x->count);
     for (size_t i = 0; i < x->count; i++)
         if (copy_leaf(d, k, json_array_get(a, i), dst, i))
             return -1;
@@ -556,9 +550,7 @@ static int copy_input(v2dec *d, int k, void *dst)
     return d->in[k].raw ? copy_raw(d, k, dst) : copy_json(d, k, dst);
 }
 
-static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
-/* One allocation, request first (attnd_request_free frees the block):
+/* One request (attnd_request_alloc):
  *   [request][seqs x B][floats: query, key, value, float mask, output, weights]
  *   [bytes: key_padding_mask, bool mask] */
 static int build(v2dec *d, attnd_request **out)
@@ -572,20 +564,11 @@ static int build(v2dec *d, attnd_request **out)
     size_t n_floats = d->in[IN_QUERY].count + d->in[IN_KEY].count + d->in[IN_VALUE].count +
                       n_fmask + n_out + n_w;
     size_t n_bytes = d->in[IN_KPM].count + (mask->present ? mask->count - n_fmask : 0);
-    const size_t seqs_off = align_up(sizeof(attnd_request), _Alignof(max_align_t));
-    const size_t floats_off = align_up(seqs_off + B * sizeof(attn_seq), _Alignof(max_align_t));
-    size_t total;
-    if (__builtin_mul_overflow(n_floats, sizeof(float), &total) ||
-        __builtin_add_overflow(total, floats_off + n_bytes, &total))
-        return fail(d->err, 413, "", "request too large (size overflows)");
-    char *block = calloc(1, total);
-    if (!block)
-        return fail(d->err, 500, "", "out of memory (%zu bytes for the request)", total);
-    attnd_request *req = (attnd_request *)(void *)block;
-    req->storage = block;
-    req->seqs = (attn_seq *)(void *)(block + seqs_off);
-    float *f = (float *)(void *)(block + floats_off);
-    uint8_t *u8 = (uint8_t *)(f + n_floats);
+    float *f;
+    uint8_t *u8;
+    attnd_request *req = attnd_request_alloc(d->b, n_floats, n_bytes, &f, &u8, d->err);
+    if (!req)
+        return -1;
     float *q = f, *k = q + d->in[IN_QUERY].count, *v = k + d->in[IN_KEY].count;
     float *fm = v + d->in[IN_VALUE].count, *o = fm + n_fmask, *w = o + n_out;
     uint8_t *kpm = u8, *bm = u8 + d->in[IN_KPM].count;
@@ -618,22 +601,19 @@ static int build(v2dec *d, attnd_request **out)
                                            : ATTN_WEIGHTS_PER_HEAD;
         s->weights = d->need_weights ? w + b * heads * T * S : NULL;
     }
-    req->n_seqs = d->b;
     req->batched = 1;
     req->need_weights = d->need_weights;
     req->average_attn_weights = d->average;
     req->timeout_ms = d->timeout_ms;
     req->n_tokens = B * (T + (d->in[IN_KEY].present ? S : 0));
-    req->bytes = total;
     if (d->id)
-        memcpy(req->id, d->id, d->id_len); /* NUL from calloc; id_len <= 127 */
+        memcpy(req->id, d->id, d->id_len); /* NUL: the block is zeroed; id_len <= 127 */
     req->embed_out = in->embed_out;
     req->num_heads = in->num_heads;
-    req->outcome = ATTND_PENDING;
     *out = req;
     return 0;
 fail:
-    free(block);
+    attnd_request_free(req);
     return -1;
 }
 
@@ -648,7 +628,7 @@ int attnd_codec_v2_decode(const char *body, size_t len, long long header_len,
     if (out)
         *out = NULL;
     if (!out || !info || (!body && len > 0))
-        return fail(d.err, 500, "", "attnd_codec_v2_decode: bad arguments");
+        return v2_fail(d.err, 500, "", "attnd_codec_v2_decode: bad arguments");
     if (!body)
         body = ""; /* len == 0 */
     if (limits)
@@ -657,16 +637,16 @@ int attnd_codec_v2_decode(const char *body, size_t len, long long header_len,
     size_t json_len = len;
     if (header_len >= 0) {
         if ((unsigned long long)header_len > len)
-            return fail(d.err, 400, "Inference-Header-Content-Length",
-                        "Inference-Header-Content-Length %lld is beyond the body (%zu bytes)",
-                        header_len, len);
+            return v2_fail(d.err, 400, "Inference-Header-Content-Length",
+                           "Inference-Header-Content-Length %lld is beyond the body (%zu bytes)",
+                           header_len, len);
         json_len = (size_t)header_len;
     }
     json_error_t je;
     json_t *root = json_loadb(body, json_len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return fail(d.err, 400, "", "invalid JSON at line %d, column %d (byte %d): %s", je.line,
-                    je.column, je.position, je.text);
+        return v2_fail(d.err, 400, "", "invalid JSON at line %d, column %d (byte %d): %s", je.line,
+                       je.column, je.position, je.text);
     int rc = -1;
     if (read_top(&d, root, body + json_len, len - json_len) == 0 && check_shapes(&d) == 0 &&
         build(&d, out) == 0) {

@@ -1,10 +1,17 @@
 /* http.c — libmicrohttpd glue for attnd: listening socket, thread pool, the
- * access handler's per-connection state machine (route -> body -> decode ->
- * suspend -> scheduler -> resume -> encode -> respond), completion cleanup.
- * What each route answers lives in routes.c.
+ * access handler's per-request state machine, the in-flight byte budget, the
+ * read-timeout reaper, completion cleanup. It knows no protocol: the route
+ * table (route.c) names the handler for a URL, and this file drives any
+ * handler through its callbacks (handler.h):
+ *   headers: auth, attnd_route_resolve, handler->check_headers (POST)
+ *   body:    accumulated under max_body_bytes and max_inflight_bytes
+ *   then:    handler->answer, or handler->decode -> suspend -> scheduler ->
+ *            on_done resumes -> handler->finish
+ *   end:     handler->end, the model reference released, the request freed.
  */
 #include "http.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -21,8 +28,7 @@
 
 #include "auth.h"
 #include "log.h"
-#include "session_routes.h"
-#include "v2.h"
+#include "route.h"
 
 struct attnd_http {
     attnd_app *app;              /* borrowed                                    */
@@ -58,7 +64,9 @@ typedef struct conn {
     struct MHD_Connection *mc;
     const char *method, *url;    /* MHD's, valid for the request's lifetime     */
     int64_t start_ns;
-    attnd_target target;
+    const attnd_route_def *route;/* the matched row, or NULL (no route)         */
+    attnd_route route_id;        /* for metrics: route->id, or ATTND_ROUTE_OTHER */
+    attnd_exchange x;            /* what the handler sees                       */
     int has_err;                 /* err is the answer; any body is discarded    */
     size_t discarded;            /* body bytes thrown away since               */
     attnd_http_error err;
@@ -72,8 +80,6 @@ typedef struct conn {
     int status;
     int64_t reserved;            /* bytes counted in http->inflight_bytes       */
     sock_state *sock;            /* the connection's socket state, or NULL      */
-    attnd_v2_call v2;            /* v2 infer: the outputs asked for             */
-    attnd_session_call session;  /* session append: its slot and weights        */
 } conn;
 
 static const char internal_body[] =
@@ -109,11 +115,8 @@ static int queue_reply(conn *c, attnd_reply *r)
     if (r->status == 401)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
                                 "Bearer realm=\"attnd\"");
-    if (r->inference_header_length) { /* v2 binary tensors follow a JSON header */
-        char hl[24];
-        snprintf(hl, sizeof hl, "%zu", r->inference_header_length);
-        MHD_add_response_header(resp, "Inference-Header-Content-Length", hl);
-    }
+    if (r->header_name)
+        MHD_add_response_header(resp, r->header_name, r->header_value);
     if (r->retry_after > 0) {
         char ra[16];
         snprintf(ra, sizeof ra, "%d", r->retry_after);
@@ -142,13 +145,16 @@ static enum MHD_Result send_reply(conn *c, attnd_reply *r)
     return queue_reply(c, r) == 0 ? MHD_YES : MHD_NO;
 }
 
-/* The error body in the form of the request's protocol (a v2 route, or the rest). */
+/* The handler that speaks for c: its route's, or the fallback's. */
+static const attnd_handler *handler_of(const conn *c)
+{
+    return c->route ? c->route->handler : attnd_route_fallback();
+}
+
+/* The error body in the form of the request's protocol. */
 static void error_reply(const conn *c, attnd_reply *r, const attnd_http_error *e)
 {
-    if (attnd_v2_route(c->target.route))
-        attnd_v2_reply_error(r, e);
-    else
-        attnd_reply_error(r, e);
+    handler_of(c)->error(r, e);
 }
 
 static enum MHD_Result send_error(conn *c, const attnd_http_error *e)
@@ -164,6 +170,12 @@ static enum MHD_Result send_error(conn *c, const attnd_http_error *e)
 static const char *header(conn *c, const char *name)
 {
     return MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, name);
+}
+
+/* attnd_exchange.header: the handlers' view of the request headers. */
+static const char *exchange_header(const attnd_exchange *x, const char *name)
+{
+    return header(x->transport, name);
 }
 
 /* Counts n more bytes against max_inflight_bytes for c. Returns 0, or -1 (and
@@ -211,24 +223,24 @@ static enum MHD_Result begin(conn *c)
                              "valid key");
         return send_error(c, &c->err);
     }
-    if (attnd_route_resolve(app, c->method, c->url, &c->target, &c->err, &c->allow) != 0) {
+    c->x.header = exchange_header;
+    c->x.transport = c;
+    int rc = attnd_route_resolve(app, c->method, c->url, &c->x, &c->route, &c->err, &c->allow);
+    c->route_id = c->route ? c->route->id : ATTND_ROUTE_OTHER;
+    if (rc != 0) {
         c->has_err = 1;
         return MHD_YES;
     }
-    if (!c->target.is_post)
+    if (strcmp(c->method, MHD_HTTP_METHOD_POST) != 0)
         return MHD_YES;
-    const char *cl = header(c, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    const char *te = header(c, MHD_HTTP_HEADER_TRANSFER_ENCODING);
-    const char *ct = header(c, MHD_HTTP_HEADER_CONTENT_TYPE);
-    if (attnd_v2_route(c->target.route)
-            ? attnd_v2_check_post(app, cl, te, ct, header(c, "Inference-Header-Content-Length"),
-                                  &c->err) != 0
-            : attnd_route_check_post(app, cl, te, ct, &c->err) != 0) {
+    const attnd_handler *hd = c->route->handler;
+    if (hd->check_headers && hd->check_headers(&c->x, &c->err) != 0) {
         if (c->err.status == 413)
             return send_error(c, &c->err);
         c->has_err = 1;
         return MHD_YES;
     }
+    const char *cl = header(c, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) { /* exact allocation up front; the check above bounded it */
         size_t n = (size_t)strtoull(cl, NULL, 10);
         if (budget_take(c, (int64_t)n + 1) != 0) /* at once, as for 413 */
@@ -308,31 +320,24 @@ static void on_done(attnd_request *req, void *ctx)
     MHD_resume_connection(mc); /* c may be gone once this returns */
 }
 
-/* The body is complete: decode, then hand to the scheduler and suspend. */
+/* The body is complete: the handler decodes it, then it goes to the scheduler
+ * of the exchange's model and the connection is suspended. */
 static enum MHD_Result submit(conn *c)
 {
     attnd_app *app = c->http->app;
-    attnd_model *m = c->target.model;
+    const attnd_handler *hd = c->route->handler;
     attnd_http_error e;
-    if (atomic_load_explicit(&app->state, memory_order_acquire) == ATTND_STATE_DRAINING)
+    if (attnd_app_state(app) == ATTND_STATE_DRAINING)
         return send_error(c, attnd_http_error_set(&e, 503, "draining", "",
                                                   "attnd is shutting down"));
     attnd_request *req = NULL;
-    int append = c->target.route == ATTND_ROUTE_SESSION_APPEND;
-    int rc = append ? attnd_session_append_begin(app, &c->target, c->body, c->len, &c->session,
-                                                 &req, &e)
-             : attnd_v2_route(c->target.route)
-                 ? attnd_codec_v2_decode(c->body, c->len,
-                                         attnd_v2_header_length(
-                                             header(c, "Inference-Header-Content-Length")),
-                                         &m->info, &app->limits, &req, &c->v2, &e)
-                 : attnd_codec_decode_request(c->body ? c->body : "", c->len, &m->info,
-                                              &app->limits, &req, &e);
-    if (rc != 0)
+    if (hd->decode(&c->x, &req, &e) != 0)
         return send_error(c, &e);
-    m = c->target.model; /* an append runs on its session's model version */
+    attnd_model *m = c->x.model; /* decode may have picked it (a session's version) */
+    assert(m && req);
     free(c->body); /* the request owns native copies now */
     c->body = NULL;
+    c->x.body = NULL;
     budget_give(c, c->reserved);
     if (budget_take(c, (int64_t)req->bytes) != 0) {
         attnd_request_free(req);
@@ -354,7 +359,8 @@ static enum MHD_Result submit(conn *c)
     atomic_fetch_sub(&c->http->pending, 1);
     c->req = NULL;
     attnd_request_free(req);
-    attnd_session_call_end(app, &c->session); /* the slot is free for a retry now */
+    if (hd->end)
+        hd->end(&c->x); /* e.g. a session's append slot is free for a retry now */
     if (sr == ATTND_SUBMIT_FULL)
         attnd_http_error_set(&c->err, 503, "queue_full", "",
                              "model %s has %d requests waiting (max_queue); retry later",
@@ -366,19 +372,34 @@ static enum MHD_Result submit(conn *c)
     return MHD_YES;
 }
 
-/* Resumed after the scheduler finished c->req: encode and answer. */
+/* Resumed after the scheduler finished c->req: the handler answers. */
 static enum MHD_Result finish(conn *c)
 {
-    if (!atomic_load_explicit(&c->done, memory_order_acquire))
-        return MHD_YES; /* not ours to answer yet (cannot happen: we were suspended) */
+    int done = atomic_load_explicit(&c->done, memory_order_acquire);
+    assert(done); /* we were suspended until on_done resumed us */
+    if (!done)
+        return MHD_YES; /* release builds: not ours to answer yet */
     attnd_reply r = {0};
-    if (c->target.route == ATTND_ROUTE_SESSION_APPEND)
-        attnd_session_append_finish(c->http->app, c->target.model, &c->session, c->req, &r);
-    else if (attnd_v2_route(c->target.route))
-        attnd_v2_finish(c->http->app, c->target.model, c->req, &c->v2, &r);
-    else
-        attnd_route_finish(c->http->app, c->target.model, c->req, &r);
+    c->route->handler->finish(&c->x, c->req, &r);
     return send_reply(c, &r);
+}
+
+/* The request is complete (headers, and the body if any): answer it. */
+static enum MHD_Result respond(conn *c)
+{
+    if (c->has_err)
+        return send_error(c, &c->err);
+    if (c->req)
+        return finish(c);
+    c->x.body = c->body ? c->body : "";
+    c->x.body_len = c->len;
+    const attnd_handler *hd = c->route->handler;
+    if (hd->answer) { /* reads, session create and delete: answered now */
+        attnd_reply r = {0};
+        hd->answer(&c->x, &r);
+        return send_reply(c, &r);
+    }
+    return submit(c);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url,
@@ -397,6 +418,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         c->method = method;
         c->url = url;
         c->start_ns = attnd_now_ns();
+        c->route_id = ATTND_ROUTE_OTHER;
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         c->sock = ci ? ci->socket_context : NULL;
@@ -410,19 +432,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     }
     if (*upload_size)
         return take_body(c, upload_data, upload_size);
-    if (c->has_err)
-        return send_error(c, &c->err);
-    if (c->req)
-        return finish(c);
-    if (!c->target.is_post || c->target.route == ATTND_ROUTE_SESSIONS) {
-        attnd_reply r = {0};
-        if (attnd_session_route(c->target.route)) /* create, GET, DELETE: answered now */
-            attnd_session_answer(h->app, &c->target, c->method, c->body, c->len, &r);
-        else
-            attnd_route_get(h->app, &c->target, &r);
-        return send_reply(c, &r);
-    }
-    return submit(c);
+    return respond(c);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
@@ -435,9 +445,10 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
         return;
     *con_cls = NULL;
     attnd_app *app = h->app;
-    int model = c->target.model ? c->target.model->index : -1;
+    int model = c->x.model ? c->x.model->index : -1;
     if (c->responded)
-        attnd_metrics_request_done(app->metrics, model, c->target.route, c->status,
+        attnd_metrics_request_done(app->metrics, model, (int)c->route_id,
+                                   attnd_route_is_attention(c->route_id), c->status,
                                    attnd_now_ns() - c->start_ns);
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         attnd_log(ATTND_LOG_DEBUG, "%s %s: connection ended early (code %d)", c->method,
@@ -447,9 +458,11 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
         atomic_store_explicit(&c->sock->phase_ns, attnd_now_ns(), memory_order_relaxed);
         atomic_store_explicit(&c->sock->busy, 0, memory_order_relaxed);
     }
-    if (c->submitted && !atomic_load_explicit(&c->done, memory_order_acquire)) {
-        /* Cannot happen (suspended connections are not closed), but a request
-         * still in a scheduler must not be freed under a worker: leak it. */
+    int computing = c->submitted && !atomic_load_explicit(&c->done, memory_order_acquire);
+    assert(!computing); /* libmicrohttpd never closes a suspended connection */
+    if (computing) {
+        /* Release builds: a request still in a scheduler must not be freed
+         * under a worker: leak it. */
         attnd_log(ATTND_LOG_ERROR, "%s %s: connection closed while computing", c->method,
                   c->url);
         free(c->body);
@@ -457,9 +470,10 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     }
     if (c->submitted)
         atomic_fetch_sub(&h->pending, 1);
-    attnd_session_call_end(app, &c->session);
+    if (c->route && c->route->handler->end)
+        c->route->handler->end(&c->x);
     budget_give(c, c->reserved);
-    attnd_model_release(c->target.model);
+    attnd_model_release(c->x.model);
     attnd_request_free(c->req);
     free(c->body);
     free(c);

@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "routes.h"
+#include "app.h"
 
 typedef struct attnd_http attnd_http;
 

@@ -24,8 +24,8 @@
 #include "log.h"
 #include "metrics.h"
 #include "models.h"
-#include "routes.h"
-#include "session_routes.h"
+#include "handler_session.h"
+#include "route.h"
 
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
@@ -188,7 +188,8 @@ int main(int argc, char **argv)
     names = calloc((size_t)cfg.n_models, sizeof *names);
     for (int i = 0; names && i < cfg.n_models; i++)
         names[i] = cfg.models[i].name;
-    metrics = names ? attnd_metrics_create(cfg.n_models, names) : NULL;
+    metrics = names ? attnd_metrics_create(cfg.n_models, names, ATTND_ROUTE_COUNT,
+                                                   attnd_route_labels()) : NULL;
     if (!metrics) {
         attnd_log(ATTND_LOG_ERROR, "out of memory at start-up");
         goto done;

@@ -72,12 +72,6 @@ static const int statuses[] = {200, 400, 401, 403, 404, 405, 408, 411, 413,
                                415, 422, 429, 500, 501, 503, 504, 201, 204, 409, 410};
 #define N_STATUS (sizeof statuses / sizeof statuses[0] + 1)
 
-static const char *const route_names[ATTND_ROUTE_COUNT] = {
-    "/v1/models/{name}/attention", "/v1/attention", "/v1/models", "/v1/models/{name}",
-    "/healthz", "/readyz", "/metrics", "other", "/ui",
-    "/v2", "/v2/health/live", "/v2/health/ready", "/v2/models/{name}",
-    "/v2/models/{name}/ready", "/v2/models/{name}/infer",
-    "/v1/models/{name}/sessions", "/v1/sessions/{id}", "/v1/sessions/{id}/append"};
 
 typedef struct model_slot {
     char name[80];
@@ -88,8 +82,10 @@ typedef struct model_slot {
 
 struct attnd_metrics {
     int n_models;
+    int n_routes;
+    const char *const *route_labels; /* n_routes, borrowed (static)            */
     model_slot *models;           /* n_models                                   */
-    _Atomic uint64_t *requests;   /* [(n_models+1) * ROUTE_COUNT * N_STATUS]    */
+    _Atomic uint64_t *requests;   /* [(n_models+1) * n_routes * N_STATUS]       */
     _Atomic int64_t in_flight;
     _Atomic uint64_t reloads[2];  /* [0] error, [1] ok                          */
     _Atomic int64_t sessions;     /* streaming sessions held                    */
@@ -98,12 +94,8 @@ struct attnd_metrics {
     double start_time_s;
 };
 
-const char *attnd_route_name(attnd_route route)
-{
-    return (unsigned)route < ATTND_ROUTE_COUNT ? route_names[route] : "other";
-}
-
-attnd_metrics *attnd_metrics_create(int n_models, const char *const *names)
+attnd_metrics *attnd_metrics_create(int n_models, const char *const *names, int n_routes,
+                                    const char *const *route_labels)
 {
     static pthread_once_t defs_once = PTHREAD_ONCE_INIT;
     pthread_once(&defs_once, init_defs);
@@ -111,9 +103,11 @@ attnd_metrics *attnd_metrics_create(int n_models, const char *const *names)
     if (!m)
         return NULL;
     m->n_models = n_models;
+    m->n_routes = n_routes > 0 ? n_routes : 0;
+    m->route_labels = route_labels;
     m->models = calloc((size_t)(n_models > 0 ? n_models : 1), sizeof *m->models);
-    m->requests = calloc((size_t)(n_models + 1) * ATTND_ROUTE_COUNT * N_STATUS,
-                         sizeof *m->requests);
+    m->requests = calloc((size_t)(n_models + 1) * (size_t)(m->n_routes ? m->n_routes : 1) *
+                             N_STATUS, sizeof *m->requests);
     if (!m->models || !m->requests)
         goto fail;
     for (int i = 0; i < n_models; i++)
@@ -163,17 +157,15 @@ static int status_slot(int status)
     return (int)N_STATUS - 1;
 }
 
-void attnd_metrics_request_done(attnd_metrics *m, int model, attnd_route route, int status,
-                                int64_t duration_ns)
+void attnd_metrics_request_done(attnd_metrics *m, int model, int route, int attention,
+                                int status, int64_t duration_ns)
 {
-    if (model < -1 || model >= m->n_models || (unsigned)route >= ATTND_ROUTE_COUNT)
+    if (model < -1 || model >= m->n_models || route < 0 || route >= m->n_routes)
         return;
-    size_t i = ((size_t)(model + 1) * ATTND_ROUTE_COUNT + route) * N_STATUS +
+    size_t i = ((size_t)(model + 1) * (size_t)m->n_routes + (size_t)route) * N_STATUS +
                (size_t)status_slot(status);
     atomic_fetch_add_explicit(&m->requests[i], 1, memory_order_relaxed);
-    if (model >= 0 &&
-        (route == ATTND_ROUTE_MODEL_ATTENTION || route == ATTND_ROUTE_ATTENTION ||
-         route == ATTND_ROUTE_V2_INFER))
+    if (model >= 0 && attention)
         observe(&m->models[model].h[H_REQUEST], &hist_defs[H_REQUEST], duration_ns);
 }
 
@@ -293,9 +285,9 @@ static void render_requests(buf *b, attnd_metrics *m)
            "template and status code.");
     for (int mi = -1; mi < m->n_models; mi++) {
         const char *model = mi < 0 ? "" : m->models[mi].name;
-        for (int r = 0; r < ATTND_ROUTE_COUNT; r++) {
+        for (int r = 0; r < m->n_routes; r++) {
             for (size_t s = 0; s < N_STATUS; s++) {
-                size_t i = ((size_t)(mi + 1) * ATTND_ROUTE_COUNT + (size_t)r) * N_STATUS + s;
+                size_t i = ((size_t)(mi + 1) * (size_t)m->n_routes + (size_t)r) * N_STATUS + s;
                 uint64_t v = atomic_load_explicit(&m->requests[i], memory_order_relaxed);
                 if (!v)
                     continue;
@@ -305,7 +297,7 @@ static void render_requests(buf *b, attnd_metrics *m)
                 else
                     snprintf(status, sizeof status, "other");
                 put(b, "attnd_requests_total{model=\"%s\",route=\"%s\",status=\"%s\"} %llu\n",
-                    model, route_names[r], status, (unsigned long long)v);
+                    model, m->route_labels[r], status, (unsigned long long)v);
             }
         }
     }

@@ -10,47 +10,24 @@
 
 #include "attn.h"
 
-/* The route label: path templates, never raw paths (bounded cardinality). */
-typedef enum attnd_route {
-    ATTND_ROUTE_MODEL_ATTENTION = 0, /* POST /v1/models/{name}/attention */
-    ATTND_ROUTE_ATTENTION,           /* POST /v1/attention               */
-    ATTND_ROUTE_MODELS,              /* GET /v1/models                   */
-    ATTND_ROUTE_MODEL,               /* GET /v1/models/{name}            */
-    ATTND_ROUTE_HEALTHZ,
-    ATTND_ROUTE_READYZ,
-    ATTND_ROUTE_METRICS,
-    ATTND_ROUTE_OTHER,               /* anything unknown (404)           */
-    ATTND_ROUTE_UI,                  /* GET /, /ui/... (the playground)  */
-    ATTND_ROUTE_V2_SERVER,           /* GET /v2 (server metadata)        */
-    ATTND_ROUTE_V2_LIVE,             /* GET /v2/health/live              */
-    ATTND_ROUTE_V2_READY,            /* GET /v2/health/ready             */
-    ATTND_ROUTE_V2_MODEL,            /* GET /v2/models/{name}            */
-    ATTND_ROUTE_V2_MODEL_READY,      /* GET /v2/models/{name}/ready      */
-    ATTND_ROUTE_V2_INFER,            /* POST /v2/models/{name}/infer     */
-    ATTND_ROUTE_SESSIONS,            /* POST /v1/models/{name}/sessions  */
-    ATTND_ROUTE_SESSION,             /* GET, DELETE /v1/sessions/{id}    */
-    ATTND_ROUTE_SESSION_APPEND,      /* POST /v1/sessions/{id}/append    */
-    ATTND_ROUTE_COUNT
-} attnd_route;
-
-/* The path template of a route ("/v1/models/{name}/attention", ...). */
-const char *attnd_route_name(attnd_route route);
-
 typedef struct attnd_metrics attnd_metrics;
 
-/* A registry for n_models models named names[i] (copied). model index -1 below
- * means "no model" (label model=""). Returns NULL on allocation failure.
- * Free with attnd_metrics_free. */
-attnd_metrics *attnd_metrics_create(int n_models, const char *const *names);
+/* A registry for n_models models named names[i] (copied) and n_routes routes
+ * labelled route_labels[i] (borrowed: static strings, e.g. the route table's
+ * path templates). model index -1 below means "no model" (label model="").
+ * Returns NULL on allocation failure. Free with attnd_metrics_free. */
+attnd_metrics *attnd_metrics_create(int n_models, const char *const *names, int n_routes,
+                                    const char *const *route_labels);
 void attnd_metrics_free(attnd_metrics *m);
 
 /* Publishes model i's attnd_model_info series (after it loaded). */
 void attnd_metrics_set_model_info(attnd_metrics *m, int model, const attn_layer_info *info);
 
-/* A finished HTTP request: counts attnd_requests_total{model,route,status} and,
- * for attention routes with a model, attnd_request_duration_seconds. */
-void attnd_metrics_request_done(attnd_metrics *m, int model, attnd_route route, int status,
-                                int64_t duration_ns);
+/* A finished HTTP request on route (an index into the labels): counts
+ * attnd_requests_total{model,route,status} and, when attention is 1 and a model
+ * is known, attnd_request_duration_seconds. */
+void attnd_metrics_request_done(attnd_metrics *m, int model, int route, int attention,
+                                int status, int64_t duration_ns);
 
 /* Per computed request: its queue wait and its batch's compute time. */
 void attnd_metrics_request_timing(attnd_metrics *m, int model, int64_t queue_us,

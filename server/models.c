@@ -72,7 +72,7 @@ static attnd_model *version_load(int index, const attnd_model_spec *spec,
                                  size_t errlen)
 {
     attn_error lerr = {0};
-    attnd_http_error serr = {0};
+    char serr[256] = "";
     attnd_model *m = calloc(1, sizeof *m);
     if (!m || !(m->path = strdup(spec->path))) {
         snprintf(err, errlen, "out of memory");
@@ -106,10 +106,10 @@ static attnd_model *version_load(int index, const attnd_model_spec *spec,
         .max_queue = cfg->max_queue,
         .workers = cfg->workers,
     };
-    m->sched = attnd_scheduler_create(m->layer, &sc, on_batch, m, &serr);
+    m->sched = attnd_scheduler_create(m->layer, &sc, on_batch, m, serr, sizeof serr);
     if (!m->sched) {
         snprintf(err, errlen, "model '%s': cannot start its scheduler: %s", spec->name,
-                 serr.message[0] ? serr.message : "unknown error");
+                 serr[0] ? serr : "unknown error");
         goto fail;
     }
     const attn_layer_info *in = &m->info;

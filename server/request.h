@@ -1,16 +1,22 @@
-/* request.h — the native form of one inference request inside attnd, and the
- * HTTP-level error every server module reports.
+/* request.h — the native form of one inference request inside attnd, the one
+ * allocator every codec builds it with, and the wire-level error that codecs
+ * and protocol handlers report (attnd_http_error).
  *
- * Life of a request: the codec (codec.c) decodes a JSON body into an
- * attnd_request that owns all its arrays (inputs AND output buffers, sized from
- * the model); the HTTP layer hands it to the scheduler; a worker thread fills
- * the outputs and the result fields and calls on_done exactly once; the HTTP
- * layer encodes the response (codec.c again) and frees the request with
+ * Life of a request: a protocol handler's codec (codec.c for /v1 and sessions,
+ * codec_v2.c for v2) decodes a body into an attnd_request made by
+ * attnd_request_alloc, owning all its arrays (inputs AND output buffers, sized
+ * from the model); http.c hands it to the model's scheduler; a worker thread
+ * fills the outputs and the result fields and calls on_done exactly once; the
+ * handler encodes the response and http.c frees the request with
  * attnd_request_free. Nobody else frees it.
+ *
+ * attnd_http_error is for the edge only (codecs, handlers, http.c): inner
+ * modules (scheduler, sessions, models) return their own result enums.
  */
 #ifndef ATTND_REQUEST_H
 #define ATTND_REQUEST_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,10 +32,19 @@ typedef struct attnd_http_error {
     char message[320];  /* human sentence, e.g. "expected 64 numbers, got 63"  */
 } attnd_http_error;
 
-/* Fills *e (snprintf-style message). Returns e for chaining. */
+/* Fills *e (snprintf-style message; e NULL allowed). Returns e for chaining. */
 attnd_http_error *attnd_http_error_set(attnd_http_error *e, int status, const char *code,
                                        const char *field, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+
+/* The same with a va_list. */
+attnd_http_error *attnd_http_error_setv(attnd_http_error *e, int status, const char *code,
+                                        const char *field, const char *fmt, va_list ap)
+    __attribute__((format(printf, 5, 0)));
+
+/* attnd_http_error_set, returning -1, so decoders can `return attnd_http_fail(...)`. */
+int attnd_http_fail(attnd_http_error *e, int status, const char *code, const char *field,
+                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 /* How a request ended, set by the scheduler before on_done. */
 typedef enum attnd_outcome {
@@ -72,11 +87,21 @@ struct attnd_request {
     int64_t deadline_ns;
     attnd_request *next;
 
-    /* ---- codec-private: the single allocation owning every array above ---- */
+    /* ---- the single allocation owning every array above (attnd_request_alloc) ---- */
     void *storage;
     int embed_out;             /* the model's E_out and h, for encoding the result */
     int num_heads;
 };
+
+/* A zero-filled request in ONE allocation, laid out as
+ *   [attnd_request][attn_seq x n_seqs][float x n_floats][uint8_t x n_bytes]
+ * (each part aligned for max_align_t), with req->seqs, *floats and *bytes
+ * pointing at their parts, req->storage at the block, req->bytes its size and
+ * req->n_seqs = n_seqs. The codec fills the rest. Returns the request (free with
+ * attnd_request_free), or NULL with *err: 413 limit_exceeded when the sizes
+ * overflow, 500 internal on no memory. */
+attnd_request *attnd_request_alloc(int n_seqs, size_t n_floats, size_t n_bytes, float **floats,
+                                   uint8_t **bytes, attnd_http_error *err);
 
 /* Frees a request and every array it owns. NULL allowed. */
 void attnd_request_free(attnd_request *req);

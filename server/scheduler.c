@@ -303,7 +303,7 @@ static void *worker_main(void *arg)
 
 /* ------------------------------------------------------------ public API */
 
-static int check_config(const attnd_sched_config *c, attnd_http_error *err)
+static int check_config(const attnd_sched_config *c, char *err, size_t errlen)
 {
     const char *field = NULL, *rule = NULL;
     long long v = 0;
@@ -321,8 +321,7 @@ static int check_config(const attnd_sched_config *c, attnd_http_error *err)
     }
     if (field == NULL) return 0;
     if (err)
-        attnd_http_error_set(err, 500, "invalid_config", field,
-                             "scheduler: %s must be %s, got %lld", field, rule, v);
+        snprintf(err, errlen, "scheduler: %s must be %s, got %lld", field, rule, v);
     return -1;
 }
 
@@ -374,14 +373,14 @@ static void destroy_sync(attnd_scheduler *s)
 }
 
 attnd_scheduler *attnd_scheduler_create(const attn_layer *layer, const attnd_sched_config *cfg,
-                                        attnd_batch_hook hook, void *hook_ctx,
-                                        attnd_http_error *err)
+                                        attnd_batch_hook hook, void *hook_ctx, char *err,
+                                        size_t errlen)
 {
     if (layer == NULL || cfg == NULL) {
-        if (err) attnd_http_error_set(err, 500, "invalid_config", "", "scheduler: no layer or config");
+        if (err) snprintf(err, errlen, "scheduler: no layer or config");
         return NULL;
     }
-    if (check_config(cfg, err) != 0) return NULL;
+    if (check_config(cfg, err, errlen) != 0) return NULL;
 
     char why[128] = "out of memory";
     attnd_scheduler *s = calloc(1, sizeof *s);
@@ -418,7 +417,7 @@ fail:
         if (s->sync_ready) destroy_sync(s);
         free(s);
     }
-    if (err) attnd_http_error_set(err, 500, "internal", "", "scheduler: %s", why);
+    if (err) snprintf(err, errlen, "scheduler: %s", why);
     return NULL;
 }
 

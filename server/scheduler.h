@@ -33,16 +33,17 @@ typedef struct attnd_scheduler attnd_scheduler;
 
 typedef enum attnd_submit_result {
     ATTND_SUBMIT_OK = 0,     /* queued: on_done will be called exactly once   */
-    ATTND_SUBMIT_FULL = 1,   /* queue full: answer 503 + Retry-After          */
-    ATTND_SUBMIT_CLOSED = 2  /* shutting down: answer 503                     */
+    ATTND_SUBMIT_FULL = 1,   /* max_queue requests are waiting                */
+    ATTND_SUBMIT_CLOSED = 2  /* draining: accepts nothing more                */
 } attnd_submit_result;
 
 /* Starts the workers. The layer is borrowed and must outlive the scheduler.
  * Returns NULL on failure (bad config, allocation, thread creation) with a
- * message in err when err is non-NULL. */
+ * sentence naming the problem in err[errlen] when err is non-NULL (the
+ * start-up convention). */
 attnd_scheduler *attnd_scheduler_create(const attn_layer *layer, const attnd_sched_config *cfg,
-                                        attnd_batch_hook hook, void *hook_ctx,
-                                        attnd_http_error *err);
+                                        attnd_batch_hook hook, void *hook_ctx, char *err,
+                                        size_t errlen);
 
 /* Queues req (which must have on_done set). On anything but ATTND_SUBMIT_OK the
  * request is untouched and still the caller's. Thread-safe. */

@@ -13,11 +13,14 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+
+#include "request.h" /* attnd_now_ns */
 
 #define DEFAULT_TOMBSTONES 1024
 
@@ -44,6 +47,28 @@ struct attnd_sessions {
 typedef enum unlink_reason { GONE_DELETE, GONE_LRU, GONE_TTL } unlink_reason;
 
 /* ------------------------------------------------------------ small helpers */
+
+/* Fills *err (which may be NULL) and returns r. */
+__attribute__((format(printf, 4, 5))) static attnd_session_result
+session_fail(attnd_session_error *err, attnd_session_result r, const char *field,
+             const char *fmt, ...)
+{
+    if (!err)
+        return r;
+    err->result = r;
+    snprintf(err->field, sizeof err->field, "%s", field);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+/* The result a public function returns for rc (0 or -1 with *err filled). */
+static attnd_session_result result_of(int rc, const attnd_session_error *err)
+{
+    return rc == 0 ? ATTND_SESSION_OK : err->result;
+}
 
 static int64_t now_ns(const attnd_sessions *st)
 {
@@ -205,23 +230,23 @@ static int make_room(attnd_sessions *st, size_t more, const attnd_session *keep,
 /* The live session id, or NULL with *err (404, or 410 for a tombstoned or now
  * expired one, which is unlinked into *freelist). */
 static attnd_session *lookup(attnd_sessions *st, const char *id, int64_t now,
-                             attnd_session **freelist, attnd_http_error *err)
+                             attnd_session **freelist, attnd_session_error *err)
 {
     attnd_session *s = id_valid(id) ? table_find(st, id) : NULL;
     if (s && expired(s, now)) {
         push_free(freelist, unlink_session(st, s, GONE_TTL));
         s = NULL;
-        attnd_http_error_set(err, 410, "session_expired", "id",
-                             "session %.32s expired (idle longer than its ttl_s)", id);
+        session_fail(err, ATTND_SESSION_EXPIRED, "id",
+                     "session %.32s expired (idle longer than its ttl_s)", id);
         return NULL;
     }
     if (s) return s;
     if (id_valid(id) && tomb_has(st, id))
-        attnd_http_error_set(err, 410, "session_expired", "id",
-                             "session %.32s was evicted (idle past its ttl_s, or least recently "
-                             "used when the KV cache budget or max_sessions was reached)", id);
+        session_fail(err, ATTND_SESSION_EXPIRED, "id",
+                     "session %.32s was evicted (idle past its ttl_s, or least recently "
+                     "used when the KV cache budget or max_sessions was reached)", id);
     else
-        attnd_http_error_set(err, 404, "session_not_found", "id", "no session %.40s", id);
+        session_fail(err, ATTND_SESSION_NOT_FOUND, "id", "no session %.40s", id);
     return NULL;
 }
 
@@ -329,27 +354,27 @@ static int new_id(char out[ATTND_SESSION_ID_LEN + 1])
 }
 
 static int check_params(const attnd_sessions *st, const attnd_session_params *p,
-                        attnd_http_error *err)
+                        attnd_session_error *err)
 {
     if (p->row_k < 1 || p->row_v < 1)
-        return attnd_http_error_set(err, 500, "internal", "", "session rows need widths"), -1;
+        return session_fail(err, ATTND_SESSION_INTERNAL, "", "session rows need widths"), -1;
     if (p->ttl_s < 0)
-        return attnd_http_error_set(err, 400, "invalid_value", "ttl_s",
-                                    "ttl_s must be >= 1, got %d", p->ttl_s), -1;
+        return session_fail(err, ATTND_SESSION_INVALID, "ttl_s",
+                            "ttl_s must be >= 1, got %d", p->ttl_s), -1;
     if (p->kind == ATTND_SESSION_SELF && (p->window < 0 || p->window > st->cfg.max_length))
-        return attnd_http_error_set(err, 400, "invalid_value", "window",
-                                    "window must be in 0..%d (max_seq_len), got %d",
-                                    st->cfg.max_length, p->window), -1;
+        return session_fail(err, ATTND_SESSION_INVALID, "window",
+                            "window must be in 0..%d (max_seq_len), got %d",
+                            st->cfg.max_length, p->window), -1;
     if (p->kind == ATTND_SESSION_CROSS && (p->rows < 1 || p->rows > st->cfg.max_length))
-        return attnd_http_error_set(err, 413, "limit_exceeded", "key",
-                                    "a cross session's memory holds 1..%d rows (max_seq_len), "
-                                    "got %d", st->cfg.max_length, p->rows), -1;
+        return session_fail(err, ATTND_SESSION_TOO_LARGE, "key",
+                            "a cross session's memory holds 1..%d rows (max_seq_len), "
+                            "got %d", st->cfg.max_length, p->rows), -1;
     return 0;
 }
 
 /* A new session (not yet registered) with its buffers. NULL + *err on no memory. */
 static attnd_session *new_session(const attnd_sessions *st, const attnd_session_params *p,
-                                  attnd_http_error *err)
+                                  attnd_session_error *err)
 {
     attnd_session *s = calloc(1, sizeof *s);
     int rows = p->kind == ATTND_SESSION_CROSS ? p->rows : 0;
@@ -363,7 +388,7 @@ static attnd_session *new_session(const attnd_sessions *st, const attnd_session_
             free(s->cache_v);
         }
         free(s);
-        attnd_http_error_set(err, 500, "internal", "", "out of memory for a session");
+        session_fail(err, ATTND_SESSION_INTERNAL, "", "out of memory for a session");
         return NULL;
     }
     snprintf(s->model_name, sizeof s->model_name, "%s", p->model_name ? p->model_name : "");
@@ -379,41 +404,44 @@ static attnd_session *new_session(const attnd_sessions *st, const attnd_session_
     return s;
 }
 
-int attnd_sessions_open(attnd_sessions *st, const attnd_session_params *p, attnd_session **out,
-                        attnd_http_error *err)
+attnd_session_result attnd_sessions_open(attnd_sessions *st, const attnd_session_params *p,
+                                         attnd_session **out, attnd_session_error *err)
 {
+    attnd_session_error local;
+    if (!err)
+        err = &local;
     *out = NULL;
-    if (check_params(st, p, err) != 0) return -1;
+    if (check_params(st, p, err) != 0) return err->result;
     int rows = p->kind == ATTND_SESSION_CROSS ? p->rows : 0;
     if (session_bytes(rows, p->row_k, p->row_v) > st->cfg.budget_bytes) {
-        attnd_http_error_set(err, 413, "limit_exceeded", "key",
-                             "the session's memory (%zu bytes) is over kv_cache_bytes (%zu)",
-                             session_bytes(rows, p->row_k, p->row_v), st->cfg.budget_bytes);
-        return -1;
+        session_fail(err, ATTND_SESSION_TOO_LARGE, "key",
+                     "the session's memory (%zu bytes) is over kv_cache_bytes (%zu)",
+                     session_bytes(rows, p->row_k, p->row_v), st->cfg.budget_bytes);
+        return err->result;
     }
     attnd_session *s = new_session(st, p, err), *freelist = NULL;
-    if (!s) return -1;
+    if (!s) return err->result;
     int rc = -1;
     pthread_mutex_lock(&st->mu);
     do { /* ids are 128 random bits: a collision would mean a broken RNG */
         if (new_id(s->id) != 0) {
-            attnd_http_error_set(err, 500, "internal", "", "getrandom failed: %s",
-                                 strerror(errno));
+            session_fail(err, ATTND_SESSION_INTERNAL, "", "getrandom failed: %s",
+                         strerror(errno));
             goto unlock;
         }
     } while (table_find(st, s->id));
     while (st->count >= st->cfg.max_sessions) {
         if (evict_one(st, NULL, &freelist) != 0) {
-            attnd_http_error_set(err, 503, "too_many_sessions", "",
-                                 "%d sessions exist (max_sessions) and every one has an append "
-                                 "in flight: retry later", st->count);
+            session_fail(err, ATTND_SESSION_TOO_MANY, "",
+                         "%d sessions exist (max_sessions) and every one has an append "
+                         "in flight: retry later", st->count);
             goto unlock;
         }
     }
     if (make_room(st, s->bytes, NULL, &freelist) != 0) {
-        attnd_http_error_set(err, 503, "kv_cache_full", "",
-                             "the KV cache budget (%zu bytes) is held by sessions with appends "
-                             "in flight: retry later", st->cfg.budget_bytes);
+        session_fail(err, ATTND_SESSION_CACHE_FULL, "",
+                     "the KV cache budget (%zu bytes) is held by sessions with appends "
+                     "in flight: retry later", st->cfg.budget_bytes);
         goto unlock;
     }
     size_t b = id_hash(st, s->id);
@@ -434,21 +462,24 @@ unlock:
         s->model = NULL; /* still the caller's */
         destroy(st, s);
     }
-    return rc;
+    return result_of(rc, err);
 }
 
-int attnd_sessions_acquire(attnd_sessions *st, const char *id, attnd_session **out,
-                           attnd_http_error *err)
+attnd_session_result attnd_sessions_acquire(attnd_sessions *st, const char *id,
+                                            attnd_session **out, attnd_session_error *err)
 {
+    attnd_session_error local;
+    if (!err)
+        err = &local;
     attnd_session *freelist = NULL;
     *out = NULL;
     pthread_mutex_lock(&st->mu);
     int64_t now = now_ns(st);
     attnd_session *s = lookup(st, id, now, &freelist, err);
     if (s && s->busy) {
-        attnd_http_error_set(err, 409, "session_busy", "id",
-                             "session %s has an append in flight; appends to one session run "
-                             "one at a time: wait for its answer", s->id);
+        session_fail(err, ATTND_SESSION_BUSY, "id",
+                     "session %s has an append in flight; appends to one session run "
+                     "one at a time: wait for its answer", s->id);
         s = NULL;
     }
     if (s) {
@@ -460,7 +491,7 @@ int attnd_sessions_acquire(attnd_sessions *st, const char *id, attnd_session **o
     }
     pthread_mutex_unlock(&st->mu);
     destroy_list(st, freelist);
-    return s ? 0 : -1;
+    return s ? ATTND_SESSION_OK : err->result;
 }
 
 /* Windowed self session: when t more rows would not fit, keeps only the last
@@ -498,22 +529,22 @@ static int grown_cap(const attnd_sessions *st, const attnd_session *s, int need)
 /* Counts s at `bytes` (its size after growing) against the budget, evicting
  * other idle sessions as needed. Returns 0, or -1 with *err. */
 static int account_growth(attnd_sessions *st, attnd_session *s, size_t bytes,
-                          attnd_http_error *err)
+                          attnd_session_error *err)
 {
     attnd_session *freelist = NULL;
     int rc = -1;
     pthread_mutex_lock(&st->mu);
     if (s->removed) {
-        attnd_http_error_set(err, 404, "session_not_found", "id", "session %s was deleted",
-                             s->id);
+        session_fail(err, ATTND_SESSION_NOT_FOUND, "id", "session %s was deleted",
+                     s->id);
     } else if (bytes > st->cfg.budget_bytes) {
-        attnd_http_error_set(err, 413, "limit_exceeded", "query",
-                             "the session would need %zu bytes of KV cache, over "
-                             "kv_cache_bytes (%zu)", bytes, st->cfg.budget_bytes);
+        session_fail(err, ATTND_SESSION_TOO_LARGE, "query",
+                     "the session would need %zu bytes of KV cache, over "
+                     "kv_cache_bytes (%zu)", bytes, st->cfg.budget_bytes);
     } else if (make_room(st, bytes - s->bytes, s, &freelist) != 0) {
-        attnd_http_error_set(err, 503, "kv_cache_full", "",
-                             "the KV cache budget (%zu bytes) is held by sessions with appends "
-                             "in flight: retry later", st->cfg.budget_bytes);
+        session_fail(err, ATTND_SESSION_CACHE_FULL, "",
+                     "the KV cache budget (%zu bytes) is held by sessions with appends "
+                     "in flight: retry later", st->cfg.budget_bytes);
     } else {
         st->bytes += bytes - s->bytes;
         s->bytes = bytes;
@@ -527,7 +558,7 @@ static int account_growth(attnd_sessions *st, attnd_session *s, size_t bytes,
 
 /* Grows s's buffers to cap rows (slot held, growth already counted). On no
  * memory the cache keeps its old capacity and the count goes back: -1 + *err. */
-static int grow_buffers(attnd_sessions *st, attnd_session *s, int cap, attnd_http_error *err)
+static int grow_buffers(attnd_sessions *st, attnd_session *s, int cap, attnd_session_error *err)
 {
     float *k = realloc(s->cache_k, (size_t)cap * (size_t)s->row_k * sizeof(float));
     if (k) s->cache_k = k;
@@ -544,27 +575,32 @@ static int grow_buffers(attnd_sessions *st, attnd_session *s, int cap, attnd_htt
     }
     pthread_mutex_unlock(&st->mu);
     if (k && v) return 0;
-    attnd_http_error_set(err, 500, "internal", "",
-                         "out of memory growing the session's KV cache to %d rows", cap);
+    session_fail(err, ATTND_SESSION_INTERNAL, "",
+                 "out of memory growing the session's KV cache to %d rows", cap);
     return -1;
 }
 
-int attnd_sessions_reserve(attnd_sessions *st, attnd_session *s, int t, attnd_http_error *err)
+attnd_session_result attnd_sessions_reserve(attnd_sessions *st, attnd_session *s, int t,
+                                            attnd_session_error *err)
 {
-    if (s->kind == ATTND_SESSION_CROSS) return 0;
+    attnd_session_error local;
+    if (!err)
+        err = &local;
+    if (s->kind == ATTND_SESSION_CROSS) return ATTND_SESSION_OK;
     if (s->window == 0 && s->length + t > st->cfg.max_length) {
-        attnd_http_error_set(err, 413, "limit_exceeded", "query",
-                             "the session would hold %lld positions; an unbounded session "
-                             "holds at most max_seq_len = %d (create it with a window to "
-                             "stream further)", (long long)(s->length + t), st->cfg.max_length);
-        return -1;
+        session_fail(err, ATTND_SESSION_TOO_LARGE, "query",
+                     "the session would hold %lld positions; an unbounded session "
+                     "holds at most max_seq_len = %d (create it with a window to "
+                     "stream further)", (long long)(s->length + t), st->cfg.max_length);
+        return err->result;
     }
     compact_window(st, s, t);
     int need = s->rows + t;
-    if (need <= s->cap) return 0;
+    if (need <= s->cap) return ATTND_SESSION_OK;
     int cap = grown_cap(st, s, need);
-    if (account_growth(st, s, session_bytes(cap, s->row_k, s->row_v), err) != 0) return -1;
-    return grow_buffers(st, s, cap, err);
+    if (account_growth(st, s, session_bytes(cap, s->row_k, s->row_v), err) != 0)
+        return err->result;
+    return result_of(grow_buffers(st, s, cap, err), err);
 }
 
 void attnd_sessions_release(attnd_sessions *st, attnd_session *s, int committed,
@@ -588,9 +624,12 @@ void attnd_sessions_release(attnd_sessions *st, attnd_session *s, int committed,
     if (gone) destroy(st, s);
 }
 
-int attnd_sessions_get(attnd_sessions *st, const char *id, attnd_session_info *out,
-                       attnd_http_error *err)
+attnd_session_result attnd_sessions_get(attnd_sessions *st, const char *id,
+                                        attnd_session_info *out, attnd_session_error *err)
 {
+    attnd_session_error local;
+    if (!err)
+        err = &local;
     attnd_session *freelist = NULL;
     pthread_mutex_lock(&st->mu);
     int64_t now = now_ns(st);
@@ -611,18 +650,22 @@ int attnd_sessions_get(attnd_sessions *st, const char *id, attnd_session_info *o
     }
     pthread_mutex_unlock(&st->mu);
     destroy_list(st, freelist);
-    return s ? 0 : -1;
+    return s ? ATTND_SESSION_OK : err->result;
 }
 
-int attnd_sessions_delete(attnd_sessions *st, const char *id, attnd_http_error *err)
+attnd_session_result attnd_sessions_delete(attnd_sessions *st, const char *id,
+                                           attnd_session_error *err)
 {
+    attnd_session_error local;
+    if (!err)
+        err = &local;
     attnd_session *freelist = NULL;
     pthread_mutex_lock(&st->mu);
     attnd_session *s = lookup(st, id, now_ns(st), &freelist, err);
     if (s) push_free(&freelist, unlink_session(st, s, GONE_DELETE));
     pthread_mutex_unlock(&st->mu);
     destroy_list(st, freelist);
-    return s ? 0 : -1;
+    return s ? ATTND_SESSION_OK : err->result;
 }
 
 int attnd_sessions_sweep(attnd_sessions *st)

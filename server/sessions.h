@@ -1,12 +1,13 @@
 /* sessions.h — the streaming-session store: 128-bit random ids, the KV cache each
  * session owns, one append slot per session, LRU eviction under a global byte
  * budget and a session count cap, TTL expiry (on access and by a sweep thread),
- * and tombstones that let a request for an evicted id answer 410 rather than 404.
- * No HTTP and no JSON here (session_routes.c is the wire side). Thread-safe.
+ * and tombstones that tell an evicted id (EXPIRED) from an unknown one
+ * (NOT_FOUND). No HTTP and no JSON here: functions return attnd_session_result,
+ * and handler_session.c, the wire side, maps results to statuses. Thread-safe.
  *
  * Life of a session: attnd_sessions_open registers it with its append slot held
  * by the caller (who fills a cross-attention memory, then releases). Each append
- * acquires the slot (attnd_sessions_acquire: 409 when taken), makes room
+ * acquires the slot (attnd_sessions_acquire: BUSY when taken), makes room
  * (attnd_sessions_reserve), computes into the cache outside any lock, and
  * releases with the number of positions to commit (0 when the compute failed).
  * A session whose slot is held is never evicted or expired; deleting it unlinks
@@ -19,7 +20,6 @@
 #include <stdint.h>
 
 #include "metrics.h"
-#include "request.h"
 
 #define ATTND_SESSION_ID_LEN 32 /* hex digits of a 128-bit id */
 
@@ -71,6 +71,28 @@ typedef struct attnd_sessions_config {
 
 typedef struct attnd_sessions attnd_sessions;
 
+/* What a store call answered. Append-only. */
+typedef enum attnd_session_result {
+    ATTND_SESSION_OK = 0,
+    ATTND_SESSION_NOT_FOUND,   /* no session with this id (or it was deleted)        */
+    ATTND_SESSION_EXPIRED,     /* evicted, or idle past its TTL                      */
+    ATTND_SESSION_BUSY,        /* its append slot is held by another append          */
+    ATTND_SESSION_INVALID,     /* a parameter out of range (err->field names it)     */
+    ATTND_SESSION_TOO_LARGE,   /* more than the whole budget or max_length alone     */
+    ATTND_SESSION_CACHE_FULL,  /* no room now: the budget is held by busy sessions   */
+    ATTND_SESSION_TOO_MANY,    /* max_sessions exist and every one is busy           */
+    ATTND_SESSION_INTERNAL     /* out of memory, no entropy, or a caller's bug       */
+} attnd_session_result;
+
+/* The detail of a result other than OK: the parameter to blame ("id", "ttl_s",
+ * "window", "key" for a memory, "query" for an append; "" when none) and a
+ * sentence for the client. Functions taking one fill it on failure (NULL ok). */
+typedef struct attnd_session_error {
+    attnd_session_result result;
+    char field[32];
+    char message[320];
+} attnd_session_error;
+
 /* What open needs. */
 typedef struct attnd_session_params {
     attnd_session_kind kind;
@@ -109,28 +131,29 @@ int attnd_sessions_start_sweeper(attnd_sessions *st, int interval_ms);
 /* Registers a new session with a fresh id (getrandom), its append slot held by
  * the caller, evicting least recently used idle sessions to fit the budget and
  * the count cap. A cross session's memory (p->rows rows) is allocated,
- * uninitialised: fill it, then release with 0. Returns 0 and *out; or -1 with
- * *err (400 invalid_value for bad params, 413 limit_exceeded when the session
- * alone is over the budget, 503 kv_cache_full / too_many_sessions when every
- * other session is busy, 500 on no memory or no entropy). On failure p->model is
- * NOT released (still the caller's). */
-int attnd_sessions_open(attnd_sessions *st, const attnd_session_params *p, attnd_session **out,
-                        attnd_http_error *err);
+ * uninitialised: fill it, then release with 0. Returns OK and *out; or INVALID
+ * (bad params), TOO_LARGE (the session alone is over the budget, or a memory
+ * over max_length), CACHE_FULL / TOO_MANY (every other session is busy),
+ * INTERNAL (no memory or no entropy), with *err. On failure p->model is NOT
+ * released (still the caller's). */
+attnd_session_result attnd_sessions_open(attnd_sessions *st, const attnd_session_params *p,
+                                         attnd_session **out, attnd_session_error *err);
 
-/* Takes the append slot of session id. Returns 0 and *out; or -1 with *err:
- * 404 session_not_found, 410 session_expired (evicted or expired; an idle
- * session past its TTL is expired here), 409 session_busy. */
-int attnd_sessions_acquire(attnd_sessions *st, const char *id, attnd_session **out,
-                           attnd_http_error *err);
+/* Takes the append slot of session id. Returns OK and *out; or NOT_FOUND,
+ * EXPIRED (evicted or expired; an idle session past its TTL is expired here),
+ * BUSY, with *err. */
+attnd_session_result attnd_sessions_acquire(attnd_sessions *st, const char *id,
+                                            attnd_session **out, attnd_session_error *err);
 
 /* Makes room for t more rows (slot held). Self windowed sessions first drop all
  * but the last window-1 rows when the buffer would overflow (moved to the front;
  * positions are relative, so causal + window stay right); unbounded ones grow,
  * up to max_length positions in total. Growth counts against the budget and may
- * evict other idle sessions. Cross sessions need no room. Returns 0, or -1 with
- * *err (413 limit_exceeded, 503 kv_cache_full, 500 no memory); the cache is
- * still valid either way. */
-int attnd_sessions_reserve(attnd_sessions *st, attnd_session *s, int t, attnd_http_error *err);
+ * evict other idle sessions. Cross sessions need no room. Returns OK, or
+ * TOO_LARGE, CACHE_FULL, NOT_FOUND (deleted meanwhile), INTERNAL (no memory)
+ * with *err; the cache is still valid either way. */
+attnd_session_result attnd_sessions_reserve(attnd_sessions *st, attnd_session *s, int t,
+                                            attnd_session_error *err);
 
 /* Gives the append slot back. committed > 0: the compute succeeded and wrote t
  * = committed new rows (self: rows and length advance; cross: length advances).
@@ -139,14 +162,15 @@ int attnd_sessions_reserve(attnd_sessions *st, attnd_session *s, int t, attnd_ht
 void attnd_sessions_release(attnd_sessions *st, attnd_session *s, int committed,
                             int64_t *length, int *rows);
 
-/* Snapshot of session id. Returns 0, or -1 with *err (404 / 410 as acquire; an
+/* Snapshot of session id. Returns OK, or NOT_FOUND / EXPIRED as acquire (an
  * expired idle session is expired here too). Does not count as use. */
-int attnd_sessions_get(attnd_sessions *st, const char *id, attnd_session_info *out,
-                       attnd_http_error *err);
+attnd_session_result attnd_sessions_get(attnd_sessions *st, const char *id,
+                                        attnd_session_info *out, attnd_session_error *err);
 
 /* Deletes session id (a busy one is unlinked now and freed by its slot holder).
- * Returns 0, or -1 with *err (404 / 410). */
-int attnd_sessions_delete(attnd_sessions *st, const char *id, attnd_http_error *err);
+ * Returns OK, or NOT_FOUND / EXPIRED. */
+attnd_session_result attnd_sessions_delete(attnd_sessions *st, const char *id,
+                                           attnd_session_error *err);
 
 /* Expires every idle session past its TTL. Returns how many. */
 int attnd_sessions_sweep(attnd_sessions *st);

@@ -1,6 +1,6 @@
 /* test_sessions.c — the session store (server/sessions.c) on its own, with an
  * injected clock: ids, LRU eviction under the byte budget and the count cap, busy
- * sessions never evicted, tombstones (410) and their bound, TTL on access and by
+ * sessions never evicted, tombstones (EXPIRED) and their bound, TTL on access and by
  * sweep, delete while an append is in flight, the length limit, and the
  * windowed cache keeping the last window-1 rows in order when it wraps.
  */
@@ -48,26 +48,26 @@ static int open_with(attnd_sessions *st, int w, int t, char id[ATTND_SESSION_ID_
     attnd_session_params p = {.kind = ATTND_SESSION_SELF, .window = w, .row_k = ROW,
                               .row_v = ROW, .model_name = "m", .model = &model_token};
     attnd_session *s;
-    attnd_http_error e;
+    attnd_session_error e;
     if (attnd_sessions_open(st, &p, &s, &e) != 0) {
-        fprintf(stderr, "open: %d %s %s\n", e.status, e.code, e.message);
-        return e.status;
+        fprintf(stderr, "open: %d %s %s\n", (int)e.result, e.field, e.message);
+        return (int)e.result;
     }
     memcpy(id, s->id, ATTND_SESSION_ID_LEN + 1);
     int rc = t ? attnd_sessions_reserve(st, s, t, &e) : 0;
     attnd_sessions_release(st, s, rc == 0 ? t : 0, NULL, NULL);
-    return rc == 0 ? 0 : e.status;
+    return rc == 0 ? 0 : (int)e.result;
 }
 
-/* Acquires and releases id (one append of t rows). Returns 0 or the error status. */
+/* Acquires and releases id (one append of t rows). Returns 0 (OK) or the store's result. */
 static int touch(attnd_sessions *st, const char *id, int t)
 {
     attnd_session *s;
-    attnd_http_error e;
-    if (attnd_sessions_acquire(st, id, &s, &e) != 0) return e.status;
+    attnd_session_error e;
+    if (attnd_sessions_acquire(st, id, &s, &e) != 0) return (int)e.result;
     int rc = t ? attnd_sessions_reserve(st, s, t, &e) : 0;
     attnd_sessions_release(st, s, rc == 0 ? t : 0, NULL, NULL);
-    return rc == 0 ? 0 : e.status;
+    return rc == 0 ? 0 : (int)e.result;
 }
 
 TEST(ids)
@@ -80,12 +80,13 @@ TEST(ids)
     CHECK_INT_EQ(strspn(a, "0123456789abcdef"), ATTND_SESSION_ID_LEN);
     CHECK(strcmp(a, b) != 0);
     attnd_session_info info;
-    attnd_http_error e;
-    CHECK_INT_EQ(attnd_sessions_get(st, "not-an-id", &info, &e), -1);
-    CHECK_INT_EQ(e.status, 404);
-    CHECK_STR_EQ(e.code, "session_not_found");
-    CHECK_INT_EQ(attnd_sessions_get(st, "0123456789abcdef0123456789abcdef", &info, &e), -1);
-    CHECK_INT_EQ(e.status, 404);
+    attnd_session_error e;
+    CHECK_INT_EQ(attnd_sessions_get(st, "not-an-id", &info, &e), ATTND_SESSION_NOT_FOUND);
+    CHECK_INT_EQ(e.result, ATTND_SESSION_NOT_FOUND);
+    CHECK_STR_EQ(e.field, "id");
+    CHECK_INT_EQ(attnd_sessions_get(st, "0123456789abcdef0123456789abcdef", &info, &e),
+                 ATTND_SESSION_NOT_FOUND);
+    CHECK_INT_EQ(e.result, ATTND_SESSION_NOT_FOUND);
     attnd_sessions_free(st);
     CHECK_INT_EQ(released, 2);
     released = 0;
@@ -108,7 +109,7 @@ TEST(lru_and_busy)
     CHECK_INT_EQ(bytes, 2 * bytes_for(16));
     CHECK_INT_EQ(touch(st, a, 0), 0); /* a becomes the most recently used */
     CHECK_INT_EQ(open_with(st, 0, 16, c), 0); /* room for c: b goes */
-    CHECK_INT_EQ(touch(st, b, 0), 410);
+    CHECK_INT_EQ(touch(st, b, 0), ATTND_SESSION_EXPIRED);
     CHECK_INT_EQ(touch(st, a, 0), 0);
     CHECK_INT_EQ(touch(st, c, 0), 0);
     CHECK_INT_EQ(released, 1);
@@ -118,23 +119,23 @@ TEST(lru_and_busy)
 
     /* a is least recently used but busy: c goes instead. */
     attnd_session *sa;
-    attnd_http_error e;
+    attnd_session_error e;
     CHECK_INT_EQ(attnd_sessions_acquire(st, a, &sa, &e), 0);
-    CHECK_INT_EQ(touch(st, a, 0), 409);
+    CHECK_INT_EQ(touch(st, a, 0), ATTND_SESSION_BUSY);
     CHECK_INT_EQ(open_with(st, 0, 16, d), 0);
-    CHECK_INT_EQ(touch(st, c, 0), 410);
+    CHECK_INT_EQ(touch(st, c, 0), ATTND_SESSION_EXPIRED);
     /* Now a is busy and d is the only other: hold d too, and nothing can be evicted. */
     attnd_session *sd;
     CHECK_INT_EQ(attnd_sessions_acquire(st, d, &sd, &e), 0);
-    CHECK_INT_EQ(open_with(st, 0, 16, x), 503);
+    CHECK_INT_EQ(open_with(st, 0, 16, x), ATTND_SESSION_CACHE_FULL);
     CHECK_INT_EQ(touch(st, x, 0), 0); /* x exists (its header fitted), just holds no rows */
     attnd_sessions_release(st, sd, 0, NULL, NULL);
     attnd_sessions_release(st, sa, 0, NULL, NULL);
     CHECK_INT_EQ(touch(st, a, 0), 0);
     CHECK_INT_EQ(touch(st, d, 0), 0);
 
-    /* One session alone over the budget: 413, nobody evicted. */
-    CHECK_INT_EQ(touch(st, x, 1000), 413);
+    /* One session alone over the budget: TOO_LARGE, nobody evicted. */
+    CHECK_INT_EQ(touch(st, x, 1000), ATTND_SESSION_TOO_LARGE);
     CHECK_INT_EQ(touch(st, a, 0), 0);
     CHECK_INT_EQ(touch(st, d, 0), 0);
     attnd_sessions_free(st);
@@ -155,9 +156,9 @@ TEST(max_sessions_and_tombstones)
     CHECK_INT_EQ(touch(st, id[4], 0), 0);
     CHECK_INT_EQ(touch(st, id[3], 0), 0);
     /* id[0..2] were evicted in that order; only the last 2 are remembered. */
-    CHECK_INT_EQ(touch(st, id[2], 0), 410);
-    CHECK_INT_EQ(touch(st, id[1], 0), 410);
-    CHECK_INT_EQ(touch(st, id[0], 0), 404);
+    CHECK_INT_EQ(touch(st, id[2], 0), ATTND_SESSION_EXPIRED);
+    CHECK_INT_EQ(touch(st, id[1], 0), ATTND_SESSION_EXPIRED);
+    CHECK_INT_EQ(touch(st, id[0], 0), ATTND_SESSION_NOT_FOUND);
     attnd_sessions_free(st);
     released = 0;
 }
@@ -168,7 +169,7 @@ TEST(ttl)
     attnd_session_params p = {.kind = ATTND_SESSION_SELF, .ttl_s = 5, .row_k = ROW,
                               .row_v = ROW, .model = &model_token};
     attnd_session *s;
-    attnd_http_error e;
+    attnd_session_error e;
     char a[40], b[40], c[40];
     CHECK_INT_EQ(attnd_sessions_open(st, &p, &s, &e), 0);
     CHECK_INT_EQ(s->ttl_s, 5);
@@ -187,14 +188,14 @@ TEST(ttl)
     CHECK_NEAR(info.idle_s, 4.0, 1e-9);
     CHECK_INT_EQ(touch(st, a, 0), 0); /* use resets the idle clock */
     fake_now += INT64_C(5) * 1000000000 + 1;
-    CHECK_INT_EQ(touch(st, a, 0), 410); /* expired on access */
+    CHECK_INT_EQ(touch(st, a, 0), ATTND_SESSION_EXPIRED); /* expired on access */
     /* A busy session never expires, however long its append takes. */
     CHECK_INT_EQ(attnd_sessions_acquire(st, b, &s, &e), 0);
     fake_now += INT64_C(120) * 1000000000;
     CHECK_INT_EQ(attnd_sessions_sweep(st), 1); /* c, not b */
     attnd_sessions_release(st, s, 0, NULL, NULL);
     CHECK_INT_EQ(touch(st, b, 0), 0);
-    CHECK_INT_EQ(touch(st, c, 0), 410);
+    CHECK_INT_EQ(touch(st, c, 0), ATTND_SESSION_EXPIRED);
     fake_now += INT64_C(61) * 1000000000;
     CHECK_INT_EQ(attnd_sessions_sweep(st), 1);
     int count;
@@ -211,15 +212,15 @@ TEST(delete_while_busy)
     char a[40];
     CHECK_INT_EQ(open_with(st, 0, 4, a), 0);
     attnd_session *s;
-    attnd_http_error e;
+    attnd_session_error e;
     CHECK_INT_EQ(attnd_sessions_acquire(st, a, &s, &e), 0);
     CHECK_INT_EQ(attnd_sessions_delete(st, a, &e), 0);
     CHECK_INT_EQ(released, 0); /* the append still runs on it */
-    CHECK_INT_EQ(attnd_sessions_reserve(st, s, 50, &e), -1); /* growing a deleted one: no */
-    CHECK_INT_EQ(e.status, 404);
+    CHECK_INT_EQ(attnd_sessions_reserve(st, s, 50, &e), ATTND_SESSION_NOT_FOUND); /* deleted */
+    CHECK_INT_EQ(e.result, ATTND_SESSION_NOT_FOUND);
     attnd_session_info info;
-    CHECK_INT_EQ(attnd_sessions_get(st, a, &info, &e), -1);
-    CHECK_INT_EQ(e.status, 404); /* deleted, not evicted: no tombstone */
+    CHECK_INT_EQ(attnd_sessions_get(st, a, &info, &e), ATTND_SESSION_NOT_FOUND);
+    CHECK_INT_EQ(e.result, ATTND_SESSION_NOT_FOUND); /* deleted, not evicted: no tombstone */
     attnd_sessions_release(st, s, 1, NULL, NULL);
     CHECK_INT_EQ(released, 1);
     size_t bytes;
@@ -234,18 +235,18 @@ TEST(length_limit)
     attnd_sessions *st = make(1 << 20, 16, 20, 0);
     char a[40];
     CHECK_INT_EQ(open_with(st, 0, 15, a), 0);
-    CHECK_INT_EQ(touch(st, a, 6), 413);
+    CHECK_INT_EQ(touch(st, a, 6), ATTND_SESSION_TOO_LARGE);
     CHECK_INT_EQ(touch(st, a, 5), 0);
-    CHECK_INT_EQ(touch(st, a, 1), 413);
+    CHECK_INT_EQ(touch(st, a, 1), ATTND_SESSION_TOO_LARGE);
     attnd_session_info info;
-    attnd_http_error e;
+    attnd_session_error e;
     CHECK_INT_EQ(attnd_sessions_get(st, a, &info, &e), 0);
     CHECK_INT_EQ(info.length, 20);
     CHECK_INT_EQ(info.rows, 20);
     attnd_session_params p = {.kind = ATTND_SESSION_SELF, .window = 21, .row_k = ROW,
                               .row_v = ROW};
     attnd_session *s;
-    CHECK_INT_EQ(attnd_sessions_open(st, &p, &s, &e), -1);
+    CHECK_INT_EQ(attnd_sessions_open(st, &p, &s, &e), ATTND_SESSION_INVALID);
     CHECK_STR_EQ(e.field, "window");
     attnd_sessions_free(st);
     released = 0;
@@ -260,7 +261,7 @@ TEST(window_wrap)
     attnd_session_params p = {.kind = ATTND_SESSION_SELF, .window = 3, .row_k = ROW,
                               .row_v = ROW};
     attnd_session *s;
-    attnd_http_error e;
+    attnd_session_error e;
     CHECK_INT_EQ(attnd_sessions_open(st, &p, &s, &e), 0);
     char id[40];
     memcpy(id, s->id, sizeof id);
@@ -299,7 +300,7 @@ TEST(cross)
     attnd_session_params p = {.kind = ATTND_SESSION_CROSS, .rows = 10, .row_k = ROW,
                               .row_v = ROW};
     attnd_session *s;
-    attnd_http_error e;
+    attnd_session_error e;
     CHECK_INT_EQ(attnd_sessions_open(st, &p, &s, &e), 0);
     CHECK(s->cache_k && s->cache_v);
     CHECK_INT_EQ(s->rows, 10);
@@ -310,8 +311,8 @@ TEST(cross)
     CHECK_INT_EQ(length, 7);
     CHECK_INT_EQ(rows, 10);
     p.rows = 11; /* alone over the budget */
-    CHECK_INT_EQ(attnd_sessions_open(st, &p, &s, &e), -1);
-    CHECK_INT_EQ(e.status, 413);
+    CHECK_INT_EQ(attnd_sessions_open(st, &p, &s, &e), ATTND_SESSION_TOO_LARGE);
+    CHECK_INT_EQ(e.result, ATTND_SESSION_TOO_LARGE);
     attnd_sessions_free(st);
 }
 

@@ -1,14 +1,17 @@
-/* session_routes.c — the streaming-session routes (session_routes.h): the create
- * body (jansson: it is read once per session), GET/DELETE answers, and the
- * append's two halves around the scheduler. Every session keeps a reference to
- * the model version it was created on, so a SIGHUP reload never changes the
- * layer under a cache.
+/* handler_session.c — the streaming-session routes (handler_session.h): the
+ * create body (jansson: it is read once per session), GET/DELETE answers, the
+ * append's two halves around the scheduler, and the one table that turns the
+ * store's results into statuses. Every session keeps a reference to the model
+ * version it was created on, so a SIGHUP reload never changes the layer under
+ * a cache.
  */
-#include "session_routes.h"
+#include "handler_session.h"
 
+#include <assert.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,11 +19,40 @@
 #include "jsonbuf.h"
 #include "jsonnum.h"
 
-static const char json_media[] = "application/json";
-static const char sessions_prefix[] = "/v1/sessions/";
-static const char append_suffix[] = "/append";
+/* An append's state from decode to end (the exchange's state). */
+typedef struct attnd_session_call {
+    attnd_session *sess;  /* the append slot, held from decode until finish/end */
+    float *weights;       /* owned: (h or 1, T, S) when need_weights            */
+    int t;                /* positions this append adds                         */
+    int64_t start_ns;
+} attnd_session_call;
 
-/* ------------------------------------------------------------ store and paths */
+/* ------------------------------------------------------------ results and store */
+
+/* The store's results on the wire. */
+static const struct {
+    int status;
+    const char *code;
+} wire[] = {
+    [ATTND_SESSION_OK] = {200, ""},
+    [ATTND_SESSION_NOT_FOUND] = {404, "session_not_found"},
+    [ATTND_SESSION_EXPIRED] = {410, "session_expired"},
+    [ATTND_SESSION_BUSY] = {409, "session_busy"},
+    [ATTND_SESSION_INVALID] = {400, "invalid_value"},
+    [ATTND_SESSION_TOO_LARGE] = {413, "limit_exceeded"},
+    [ATTND_SESSION_CACHE_FULL] = {503, "kv_cache_full"},
+    [ATTND_SESSION_TOO_MANY] = {503, "too_many_sessions"},
+    [ATTND_SESSION_INTERNAL] = {500, "internal"},
+};
+
+/* *e for a store result other than OK. Returns -1. */
+static int store_error(const attnd_session_error *se, attnd_http_error *e)
+{
+    unsigned r = (unsigned)se->result;
+    if (r >= sizeof wire / sizeof wire[0] || r == ATTND_SESSION_OK)
+        return attnd_http_fail(e, 500, "internal", "", "session store: result %u", r);
+    return attnd_http_fail(e, wire[r].status, wire[r].code, se->field, "%s", se->message);
+}
 
 static void release_model(void *m) { attnd_model_release(m); }
 
@@ -44,37 +76,11 @@ attnd_sessions *attnd_session_store_create(const attnd_config *cfg, attnd_metric
     return st;
 }
 
-int attnd_session_route(attnd_route route)
+/* The {id} of a /v1/sessions/{id}[/append] path, copied (at most cap - 1 bytes). */
+static void path_id(const attnd_exchange *x, char *id, size_t cap)
 {
-    return route == ATTND_ROUTE_SESSIONS || route == ATTND_ROUTE_SESSION ||
-           route == ATTND_ROUTE_SESSION_APPEND;
-}
-
-int attnd_session_match(const char *url, attnd_target *t)
-{
-    if (strncmp(url, sessions_prefix, sizeof sessions_prefix - 1) != 0)
-        return 0;
-    const char *id = url + sizeof sessions_prefix - 1, *slash = strchr(id, '/');
-    if (slash == id || *id == '\0')
-        return 0;
-    if (!slash) {
-        t->route = ATTND_ROUTE_SESSION;
-        t->is_post = 0;
-        return 1;
-    }
-    if (strcmp(slash, append_suffix) != 0)
-        return 0;
-    t->route = ATTND_ROUTE_SESSION_APPEND;
-    t->is_post = 1;
-    return 1;
-}
-
-/* The {id} of a /v1/sessions/{id}[/append] path, copied (at most 63 bytes). */
-static void path_id(const attnd_target *t, char *id, size_t cap)
-{
-    const char *p = t->path + sizeof sessions_prefix - 1;
-    size_t n = strcspn(p, "/");
-    snprintf(id, cap, "%.*s", (int)(n < cap ? n : cap - 1), p);
+    size_t n = x->param_len;
+    snprintf(id, cap, "%.*s", (int)(n < cap ? n : cap - 1), x->param ? x->param : "");
 }
 
 static const char *kind_name(attnd_session_kind k)
@@ -84,9 +90,9 @@ static const char *kind_name(attnd_session_kind k)
 
 static void reply_json(attnd_reply *out, int status, attnd_jsonbuf *b)
 {
-    out->status = status;
-    out->content_type = json_media;
-    out->body = attnd_jb_finish(b, &out->len);
+    size_t len = 0;
+    char *body = attnd_jb_finish(b, &len);
+    attnd_reply_body(out, status, attnd_json_type, body, len);
 }
 
 /* ------------------------------------------------------------ create */
@@ -102,12 +108,12 @@ static int get_int(const char *name, const json_t *v, long long min, long long m
                    long long *out, attnd_http_error *e)
 {
     if (!json_is_integer(v))
-        return attnd_http_error_set(e, 400, "invalid_type", name, "%s must be an integer",
-                                    name), -1;
+        return attnd_http_fail(e, 400, "invalid_type", name, "%s must be an integer",
+                               name);
     long long x = json_integer_value(v);
     if (x < min || x > max)
-        return attnd_http_error_set(e, 400, "invalid_value", name,
-                                    "%s must be in %lld..%lld, got %lld", name, min, max, x), -1;
+        return attnd_http_fail(e, 400, "invalid_value", name,
+                               "%s must be in %lld..%lld, got %lld", name, min, max, x);
     *out = x;
     return 0;
 }
@@ -117,15 +123,15 @@ static int get_matrix(const char *name, const json_t *v, int width, int max_rows
                       int *rows, attnd_http_error *e)
 {
     if (!json_is_array(v) || json_array_size(v) == 0)
-        return attnd_http_error_set(e, 400, json_is_array(v) ? "invalid_shape" : "invalid_type",
-                                    name, "%s must be a non-empty array of rows", name), -1;
+        return attnd_http_fail(e, 400, json_is_array(v) ? "invalid_shape" : "invalid_type",
+                               name, "%s must be a non-empty array of rows", name);
     size_t n = json_array_size(v);
     if (n > (size_t)max_rows)
-        return attnd_http_error_set(e, 413, "limit_exceeded", name,
-                                    "%s has %zu rows, max_seq_len is %d", name, n, max_rows), -1;
+        return attnd_http_fail(e, 413, "limit_exceeded", name,
+                               "%s has %zu rows, max_seq_len is %d", name, n, max_rows);
     float *m = malloc(n * (size_t)width * sizeof *m);
     if (!m)
-        return attnd_http_error_set(e, 500, "internal", "", "out of memory"), -1;
+        return attnd_http_fail(e, 500, "internal", "", "out of memory");
     char field[64];
     for (size_t i = 0; i < n; i++) {
         const json_t *row = json_array_get(v, i);
@@ -172,9 +178,9 @@ static int create_field(attnd_app *app, const attn_layer_info *in, const char *k
         return get_matrix(k, v, in->embed_k, max, &cb->key, &cb->key_rows, e);
     if (strcmp(k, "value") == 0)
         return get_matrix(k, v, in->embed_v, max, &cb->value, &cb->value_rows, e);
-    return attnd_http_error_set(e, 400, "unknown_field", k,
-                                "unknown field \"%s\": a session takes window, ttl_s, key and "
-                                "value", k), -1;
+    return attnd_http_fail(e, 400, "unknown_field", k,
+                           "unknown field \"%s\": a session takes window, ttl_s, key and "
+                           "value", k);
 }
 
 /* Parses and checks the create body. Returns 0, or -1 with *e. */
@@ -184,9 +190,9 @@ static int decode_create(attnd_app *app, const attn_layer_info *in, const char *
     json_error_t je;
     json_t *root = len ? json_loadb(body, len, JSON_REJECT_DUPLICATES, &je) : json_object();
     if (!root)
-        return attnd_http_error_set(e, 400, "invalid_json", "",
-                                    "invalid JSON at line %d, column %d: %s", je.line, je.column,
-                                    je.text), -1;
+        return attnd_http_fail(e, 400, "invalid_json", "",
+                               "invalid JSON at line %d, column %d: %s", je.line, je.column,
+                               je.text);
     int rc = 0;
     const char *k;
     json_t *v;
@@ -202,25 +208,24 @@ static int decode_create(attnd_app *app, const attn_layer_info *in, const char *
     if (rc != 0)
         return -1;
     if (cb->value && !cb->key)
-        return attnd_http_error_set(e, 400, "invalid_value", "value", "value given without key"),
-               -1;
+        return attnd_http_fail(e, 400, "invalid_value", "value", "value given without key");
     if (cb->key && !cb->value && in->embed_k != in->embed_v)
-        return attnd_http_error_set(e, 400, "invalid_value", "value",
-                                    "value is required: the model's E_k=%d differs from E_v=%d",
-                                    in->embed_k, in->embed_v), -1;
+        return attnd_http_fail(e, 400, "invalid_value", "value",
+                               "value is required: the model's E_k=%d differs from E_v=%d",
+                               in->embed_k, in->embed_v);
     if (cb->value && cb->value_rows != cb->key_rows)
-        return attnd_http_error_set(e, 400, "invalid_shape", "value",
-                                    "value has %d rows, key has %d", cb->value_rows,
-                                    cb->key_rows), -1;
+        return attnd_http_fail(e, 400, "invalid_shape", "value",
+                               "value has %d rows, key has %d", cb->value_rows,
+                               cb->key_rows);
     if (cb->key && cb->window)
-        return attnd_http_error_set(e, 400, "invalid_value", "window",
-                                    "window applies to self sessions; a cross session (key "
-                                    "given) attends to its whole memory"), -1;
+        return attnd_http_fail(e, 400, "invalid_value", "window",
+                               "window applies to self sessions; a cross session (key "
+                               "given) attends to its whole memory");
     if (!cb->key && (in->embed_k != in->embed_q || in->embed_v != in->embed_q))
-        return attnd_http_error_set(e, 400, "invalid_value", "key",
-                                    "this model needs key (and value): E_q=%d, E_k=%d, E_v=%d, "
-                                    "so only cross sessions work with it", in->embed_q,
-                                    in->embed_k, in->embed_v), -1;
+        return attnd_http_fail(e, 400, "invalid_value", "key",
+                               "this model needs key (and value): E_q=%d, E_k=%d, E_v=%d, "
+                               "so only cross sessions work with it", in->embed_q,
+                               in->embed_k, in->embed_v);
     return 0;
 }
 
@@ -239,15 +244,16 @@ static void put_session_head(attnd_jsonbuf *b, const char *id, const char *model
     attnd_jb_i64(b, ttl_s);
 }
 
-static void create(attnd_app *app, const attnd_target *t, const char *body, size_t len,
-                   attnd_reply *out)
+static void create(attnd_exchange *x, attnd_reply *out)
 {
-    attnd_model *m = t->model;
+    attnd_app *app = x->app;
+    attnd_model *m = x->model;
     const attn_layer_info *in = &m->info;
     create_body cb = {0};
     attnd_http_error e;
+    attnd_session_error se;
     attnd_session *s = NULL;
-    if (decode_create(app, in, body, len, &cb, &e) != 0)
+    if (decode_create(app, in, x->body, x->body_len, &cb, &e) != 0)
         goto fail;
     attnd_session_params p = {
         .kind = cb.key ? ATTND_SESSION_CROSS : ATTND_SESSION_SELF,
@@ -260,8 +266,9 @@ static void create(attnd_app *app, const attnd_target *t, const char *body, size
         .model = m,
     };
     attnd_model_retain(m);
-    if (attnd_sessions_open(app->sessions, &p, &s, &e) != 0) {
+    if (attnd_sessions_open(app->sessions, &p, &s, &se) != ATTND_SESSION_OK) {
         attnd_model_release(m);
+        store_error(&se, &e);
         goto fail;
     }
     if (cb.key) { /* once, here on the HTTP thread: creation is rare, appends are many */
@@ -306,8 +313,10 @@ fail:
 static void get_info(attnd_app *app, const char *id, attnd_reply *out)
 {
     attnd_session_info si;
+    attnd_session_error se;
     attnd_http_error e;
-    if (attnd_sessions_get(app->sessions, id, &si, &e) != 0) {
+    if (attnd_sessions_get(app->sessions, id, &si, &se) != ATTND_SESSION_OK) {
+        store_error(&se, &e);
         attnd_reply_error(out, &e);
         return;
     }
@@ -323,26 +332,24 @@ static void get_info(attnd_app *app, const char *id, attnd_reply *out)
     reply_json(out, 200, &b);
 }
 
-void attnd_session_answer(attnd_app *app, const attnd_target *t, const char *method,
-                          const char *body, size_t len, attnd_reply *out)
+/* GET, HEAD or DELETE /v1/sessions/{id}. */
+static void resource(attnd_exchange *x, attnd_reply *out)
 {
     char id[64];
+    attnd_session_error se;
     attnd_http_error e;
-    if (t->route == ATTND_ROUTE_SESSIONS) {
-        create(app, t, body ? body : "", body ? len : 0, out);
+    path_id(x, id, sizeof id);
+    if (strcmp(x->method, "DELETE") != 0) {
+        get_info(x->app, id, out);
         return;
     }
-    path_id(t, id, sizeof id);
-    if (strcmp(method, "DELETE") != 0) {
-        get_info(app, id, out);
-        return;
-    }
-    if (attnd_sessions_delete(app->sessions, id, &e) != 0) {
+    if (attnd_sessions_delete(x->app->sessions, id, &se) != ATTND_SESSION_OK) {
+        store_error(&se, &e);
         attnd_reply_error(out, &e);
         return;
     }
     out->status = 204;
-    out->content_type = json_media;
+    out->content_type = attnd_json_type;
     out->body = (char *)(uintptr_t)""; /* static: never freed or written */
     out->body_static = 1;
     out->len = 0;
@@ -352,6 +359,8 @@ void attnd_session_answer(attnd_app *app, const attnd_target *t, const char *met
 
 /* Points the request's one sequence at the session's cache and attaches the
  * weights buffer (S known now). Returns 0, or -1 with *e. */
+static void append_end(attnd_exchange *x);
+
 static int attach_cache(attnd_app *app, const attnd_model *m, attnd_session *s,
                         attnd_session_call *call, attnd_request *req, attnd_http_error *e)
 {
@@ -362,12 +371,12 @@ static int attach_cache(attnd_app *app, const attnd_model *m, attnd_session *s,
         size_t n = (req->average_attn_weights ? 1 : (size_t)m->info.num_heads) * (size_t)t *
                    (size_t)keys;
         if (app->limits.max_weights_elems && n > app->limits.max_weights_elems)
-            return attnd_http_error_set(e, 413, "limit_exceeded", "need_weights",
-                                        "weights would hold %zu numbers, max_weights_elems is "
-                                        "%zu", n, app->limits.max_weights_elems), -1;
+            return attnd_http_fail(e, 413, "limit_exceeded", "need_weights",
+                                   "weights would hold %zu numbers, max_weights_elems is %zu",
+                                   n, app->limits.max_weights_elems);
         call->weights = malloc(n * sizeof(float));
         if (!call->weights)
-            return attnd_http_error_set(e, 500, "internal", "", "out of memory for weights"), -1;
+            return attnd_http_fail(e, 500, "internal", "", "out of memory for weights");
         q->weights = call->weights;
         req->bytes += n * sizeof(float);
     }
@@ -383,55 +392,71 @@ static int attach_cache(attnd_app *app, const attnd_model *m, attnd_session *s,
     return 0;
 }
 
-int attnd_session_append_begin(attnd_app *app, attnd_target *t, const char *body, size_t len,
-                               attnd_session_call *call, attnd_request **out,
-                               attnd_http_error *err)
+/* Append, part 1: takes the session's append slot, decodes the body against the
+ * session's model, makes room in the cache and builds the request whose one
+ * sequence reads and writes the cache; x->model becomes a reference to the
+ * session's model version, x->state the call. On failure nothing is held. */
+static int append_decode(attnd_exchange *x, attnd_request **out, attnd_http_error *err)
 {
     static const attnd_decode_opts opts = {.query_only = 1, .caller_weights = 1};
+    attnd_app *app = x->app;
     char id[64];
     attnd_request *req = NULL;
-    *out = NULL;
-    path_id(t, id, sizeof id);
-    if (attnd_sessions_acquire(app->sessions, id, &call->sess, err) != 0)
-        return -1;
+    attnd_session_error se;
+    attnd_session_call *call = calloc(1, sizeof *call);
+    if (!call)
+        return attnd_http_fail(err, 500, "internal", "", "out of memory");
+    x->state = call;
+    path_id(x, id, sizeof id);
+    if (attnd_sessions_acquire(app->sessions, id, &call->sess, &se) != ATTND_SESSION_OK) {
+        store_error(&se, err);
+        goto fail;
+    }
     call->start_ns = attnd_now_ns();
     attnd_session *s = call->sess;
     attnd_model *m = s->model;
-    if (attnd_codec_decode_request_ex(body ? body : "", body ? len : 0, &m->info, &app->limits,
-                                      &opts, &req, err) != 0 ||
-        attnd_sessions_reserve(app->sessions, s, req->seqs[0].t, err) != 0 ||
-        attach_cache(app, m, s, call, req, err) != 0) {
-        attnd_request_free(req);
-        attnd_session_call_end(app, call);
-        return -1;
+    if (attnd_codec_decode_request_ex(x->body, x->body_len, &m->info, &app->limits, &opts, &req,
+                                      err) != 0)
+        goto fail;
+    if (attnd_sessions_reserve(app->sessions, s, req->seqs[0].t, &se) != ATTND_SESSION_OK) {
+        store_error(&se, err);
+        goto fail;
     }
+    if (attach_cache(app, m, s, call, req, err) != 0)
+        goto fail;
+    assert(!x->model); /* the append route names no model: the session does */
     attnd_model_retain(m);
-    t->model = m;
+    x->model = m;
     *out = req;
     return 0;
+fail:
+    attnd_request_free(req);
+    append_end(x);
+    return -1;
 }
 
-/* The /v1 response body (ending in '}') with ,"session":{...} spliced in. */
-static char *with_session(char *body, size_t blen, const char *id, int64_t length, int rows,
-                          size_t *len)
+/* The session's state after this append, as response members. */
+static char *session_members(const char *id, int64_t length, int rows)
 {
     attnd_jsonbuf b = {0};
-    attnd_jb_put(&b, body, blen - 1);
-    free(body);
-    attnd_jb_puts(&b, ",\"session\":{\"id\":");
+    attnd_jb_puts(&b, "\"session\":{\"id\":");
     attnd_jb_string(&b, id);
     attnd_jb_puts(&b, ",\"length\":");
     attnd_jb_i64(&b, (long long)length);
     attnd_jb_puts(&b, ",\"cached\":");
     attnd_jb_i64(&b, rows);
-    attnd_jb_puts(&b, "}}");
-    return attnd_jb_finish(&b, len);
+    attnd_jb_putc(&b, '}');
+    return attnd_jb_finish(&b, NULL);
 }
 
-void attnd_session_append_finish(attnd_app *app, const attnd_model *model,
-                                 attnd_session_call *call, const attnd_request *req,
-                                 attnd_reply *out)
+/* Append, part 2, once the scheduler finished req: commits the new positions if
+ * the compute succeeded (else the cache is as before), gives the slot back,
+ * and answers with the /v1 attention response plus "session". */
+static void append_finish(attnd_exchange *x, const attnd_request *req, attnd_reply *out)
 {
+    attnd_app *app = x->app;
+    const attnd_model *model = x->model;
+    attnd_session_call *call = x->state;
     char id[ATTND_SESSION_ID_LEN + 1];
     int64_t length = 0;
     int rows = 0;
@@ -442,26 +467,43 @@ void attnd_session_append_finish(attnd_app *app, const attnd_model *model,
     if (app->metrics)
         attnd_metrics_session_append(app->metrics, model->index,
                                      attnd_now_ns() - call->start_ns);
-    if (!ok) {
-        attnd_http_error e;
-        attnd_route_outcome_error(req, &e);
-        attnd_reply_error(out, &e);
+    if (!attnd_handler_succeeded(x, req, attnd_reply_error, out))
         return;
-    }
-    size_t blen = 0;
-    char *body = attnd_codec_encode_response(req, model->name, &blen);
-    out->status = 200;
-    out->content_type = json_media;
-    out->body = body ? with_session(body, blen, id, length, rows, &out->len) : NULL;
-    if (app->metrics)
-        attnd_metrics_request_timing(app->metrics, model->index, req->queue_us, req->compute_us);
+    char *members = session_members(id, length, rows);
+    size_t len = 0;
+    char *body = members ? attnd_codec_encode_response_with(req, model->name, members, &len)
+                         : NULL;
+    free(members);
+    attnd_reply_body(out, 200, attnd_json_type, body, len);
 }
 
-void attnd_session_call_end(attnd_app *app, attnd_session_call *call)
+/* Gives back whatever the call still holds (the slot without committing, the
+ * weights). Idempotent. */
+static void append_end(attnd_exchange *x)
 {
+    attnd_session_call *call = x->state;
+    if (!call)
+        return;
     if (call->sess)
-        attnd_sessions_release(app->sessions, call->sess, 0, NULL, NULL);
-    call->sess = NULL;
+        attnd_sessions_release(x->app->sessions, call->sess, 0, NULL, NULL);
     free(call->weights);
-    call->weights = NULL;
+    free(call);
+    x->state = NULL;
 }
+
+const attnd_handler attnd_handler_session_create = {
+    .protocol = "session",
+    .check_headers = attnd_handler_check_json,
+    .answer = create,
+    .error = attnd_reply_error,
+};
+const attnd_handler attnd_handler_session = {
+    .protocol = "session", .answer = resource, .error = attnd_reply_error};
+const attnd_handler attnd_handler_session_append = {
+    .protocol = "session",
+    .check_headers = attnd_handler_check_json,
+    .decode = append_decode,
+    .finish = append_finish,
+    .end = append_end,
+    .error = attnd_reply_error,
+};

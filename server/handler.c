@@ -1,0 +1,25 @@
+/* handler.c — what the protocol handlers share that needs an exchange. */
+#include "handler.h"
+
+int attnd_handler_check_json(attnd_exchange *x, attnd_http_error *err)
+{
+    return attnd_check_json_post(x->app->cfg->max_body_bytes, x->header(x, "Content-Length"),
+                                 x->header(x, "Transfer-Encoding"),
+                                 x->header(x, "Content-Type"), err);
+}
+
+int attnd_handler_succeeded(attnd_exchange *x, const attnd_request *req,
+                            void (*error)(attnd_reply *out, const attnd_http_error *err),
+                            attnd_reply *out)
+{
+    if (req->outcome != ATTND_DONE_OK) {
+        attnd_http_error e;
+        attnd_outcome_error(req, &e);
+        error(out, &e);
+        return 0;
+    }
+    if (x->app->metrics)
+        attnd_metrics_request_timing(x->app->metrics, x->model->index, req->queue_us,
+                                     req->compute_us);
+    return 1;
+}

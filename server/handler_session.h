@@ -1,0 +1,23 @@
+/* handler_session.h — the streaming-session routes on the wire:
+ * POST /v1/models/{name}/sessions (create), GET and DELETE /v1/sessions/{id},
+ * and POST /v1/sessions/{id}/append, which goes through the model's scheduler
+ * like any attention request with its attn_seq pointing into the session's KV
+ * cache. The store itself (ids, budget, eviction) is sessions.c; bodies are
+ * decoded here (create) or by codec.c (append); errors are in the /v1 form.
+ */
+#ifndef ATTND_HANDLER_SESSION_H
+#define ATTND_HANDLER_SESSION_H
+
+#include "handler.h"
+#include "sessions.h"
+
+extern const attnd_handler attnd_handler_session_create; /* POST /v1/models/{name}/sessions */
+extern const attnd_handler attnd_handler_session;        /* GET, DELETE /v1/sessions/{id}   */
+extern const attnd_handler attnd_handler_session_append; /* POST /v1/sessions/{id}/append   */
+
+/* Creates the store from cfg's kv_cache_bytes / max_sessions / session_ttl_s /
+ * max_seq_len, releasing model versions with attnd_model_release, and starts its
+ * 1 s TTL sweep. Returns NULL on failure. Free with attnd_sessions_free. */
+attnd_sessions *attnd_session_store_create(const attnd_config *cfg, attnd_metrics *metrics);
+
+#endif

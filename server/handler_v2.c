@@ -1,0 +1,140 @@
+/* handler_v2.c — the Open Inference Protocol routes (handler_v2.h): the GET
+ * answers, the infer POST's header check, decode and reply. An infer keeps the
+ * outputs its caller asked for (attnd_v2_call) in the exchange's state.
+ */
+#include "handler_v2.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "codec_v2.h"
+
+static const char binary_type[] = "application/octet-stream";
+static const char ihcl_header[] = "Inference-Header-Content-Length";
+
+static void v2_error(attnd_reply *out, const attnd_http_error *err)
+{
+    size_t len = 0;
+    char *body = attnd_codec_v2_encode_error(err, &len);
+    attnd_reply_error_body(out, err, body, len);
+}
+
+/* The Inference-Header-Content-Length value: -1 when absent, -2 when malformed. */
+static long long header_length(const char *ihcl)
+{
+    if (!ihcl)
+        return -1;
+    errno = 0;
+    char *end;
+    long long n = strtoll(ihcl, &end, 10);
+    if (errno || end == ihcl || *end != '\0' || n < 0)
+        return -2;
+    return n;
+}
+
+/* As the JSON check, except that the body may be application/octet-stream (or
+ * any type) when Inference-Header-Content-Length is given, which must then be a
+ * decimal integer. */
+static int check_infer(attnd_exchange *x, attnd_http_error *err)
+{
+    const char *ihcl = x->header(x, ihcl_header);
+    const char *content_type = x->header(x, "Content-Type");
+    long long hl = header_length(ihcl);
+    if (hl == -2)
+        return attnd_http_fail(err, 400, "invalid_request", ihcl_header,
+                               "Inference-Header-Content-Length must be a non-negative "
+                               "integer, not %.40s", ihcl);
+    if (hl >= 0) /* binary tensors follow the JSON header: any media type will do */
+        content_type = attnd_json_type;
+    else if (content_type && strncasecmp(content_type, binary_type, sizeof binary_type - 1) == 0)
+        content_type = attnd_json_type; /* then the body must be all JSON: the decoder says so */
+    return attnd_check_json_post(x->app->cfg->max_body_bytes, x->header(x, "Content-Length"),
+                                 x->header(x, "Transfer-Encoding"), content_type, err);
+}
+
+static int decode_infer(attnd_exchange *x, attnd_request **out, attnd_http_error *err)
+{
+    attnd_v2_call *call = calloc(1, sizeof *call);
+    if (!call)
+        return attnd_http_fail(err, 500, "internal", "", "out of memory");
+    if (attnd_codec_v2_decode(x->body, x->body_len, header_length(x->header(x, ihcl_header)),
+                              &x->model->info, &x->app->limits, out, call, err) != 0) {
+        free(call);
+        return -1;
+    }
+    x->state = call;
+    return 0;
+}
+
+static void finish_infer(attnd_exchange *x, const attnd_request *req, attnd_reply *out)
+{
+    if (!attnd_handler_succeeded(x, req, v2_error, out))
+        return;
+    size_t header_len = 0;
+    out->status = 200;
+    out->body =
+        attnd_codec_v2_encode_response(req, x->state, x->model->name, &out->len, &header_len);
+    out->content_type = header_len ? binary_type : attnd_json_type;
+    if (header_len) { /* binary tensors follow a JSON header of this many bytes */
+        out->header_name = ihcl_header;
+        snprintf(out->header_value, sizeof out->header_value, "%zu", header_len);
+    }
+}
+
+static void end_infer(attnd_exchange *x)
+{
+    free(x->state);
+    x->state = NULL;
+}
+
+static void server_metadata(attnd_exchange *x, attnd_reply *out)
+{
+    size_t len = 0;
+    (void)x;
+    char *body = attnd_codec_v2_server_metadata(&len);
+    attnd_reply_body(out, 200, attnd_json_type, body, len);
+}
+
+static void model_metadata(attnd_exchange *x, attnd_reply *out)
+{
+    size_t len = 0;
+    char *body = attnd_codec_v2_model_metadata(x->model->name, &x->model->info, &len);
+    attnd_reply_body(out, 200, attnd_json_type, body, len);
+}
+
+static void live(attnd_exchange *x, attnd_reply *out)
+{
+    (void)x;
+    attnd_reply_text(out, 200, attnd_json_type, "{\"live\":true}");
+}
+
+/* Server and model readiness alike: resolution answered 503 while models load
+ * (model routes); a draining server is not ready. */
+static void ready(attnd_exchange *x, attnd_reply *out)
+{
+    int ok = attnd_app_state(x->app) == ATTND_STATE_READY;
+    attnd_reply_text(out, ok ? 200 : 503, attnd_json_type,
+                     ok ? "{\"ready\":true}" : "{\"ready\":false}");
+    out->retry_after = ok ? 0 : 1;
+}
+
+const attnd_handler attnd_handler_v2_server = {
+    .protocol = "v2", .answer = server_metadata, .error = v2_error};
+const attnd_handler attnd_handler_v2_live = {.protocol = "v2", .answer = live, .error = v2_error};
+const attnd_handler attnd_handler_v2_ready = {
+    .protocol = "v2", .answer = ready, .error = v2_error};
+const attnd_handler attnd_handler_v2_model = {
+    .protocol = "v2", .answer = model_metadata, .error = v2_error};
+const attnd_handler attnd_handler_v2_model_ready = {
+    .protocol = "v2", .answer = ready, .error = v2_error};
+const attnd_handler attnd_handler_v2_infer = {
+    .protocol = "v2",
+    .check_headers = check_infer,
+    .decode = decode_infer,
+    .finish = finish_infer,
+    .end = end_infer,
+    .error = v2_error,
+};
