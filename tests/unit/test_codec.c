@@ -185,7 +185,7 @@ static int disjoint(const void *a, size_t na, const void *b, size_t nb)
 
 /* ------------------------------------------------------------ decode: good bodies */
 
-static void test_single(void)
+TEST(single)
 {
     attn_layer_info in = self_model();
     attnd_request *r = decode_ok(fmt("{\"query\":%s}", mat(3, 64, 7)), &in);
@@ -220,7 +220,7 @@ static void test_single(void)
     attnd_request_free(r);
 }
 
-static void test_batch_ragged(void)
+TEST(batch_ragged)
 {
     attn_layer_info in = self_model();
     int ts[3] = {2, 5, 1};
@@ -270,7 +270,7 @@ static void test_batch_ragged(void)
     }
 }
 
-static void test_cross(void)
+TEST(cross)
 {
     attn_layer_info in = cross_model();
     attnd_request *r = decode_ok(
@@ -342,7 +342,7 @@ static int mask_ok(const void *m, attn_mask_kind kind, int rows, int cols, unsig
     return 1;
 }
 
-static void test_masks_single(void)
+TEST(masks_single)
 {
     attn_layer_info in = self_model();
     const char *q = mat(3, 64, 1);
@@ -396,7 +396,7 @@ static void test_masks_single(void)
     }
 }
 
-static void test_masks_batch(void)
+TEST(masks_batch)
 {
     attn_layer_info in = self_model();
     int ts[2] = {2, 3};
@@ -501,7 +501,7 @@ static int same_request(const attnd_request *a, const attnd_request *b, const at
     return 1;
 }
 
-static void test_fast_matches_jansson(void)
+TEST(fast_matches_jansson)
 {
     attn_layer_info in = cross_model();
     int ts[2] = {3, 1}, ss[2] = {2, 4};
@@ -642,7 +642,7 @@ static char *deep(int n)
     return keep(s);
 }
 
-static void test_bad_bodies(void)
+TEST(bad_bodies)
 {
     static attn_layer_info self, cross;
     self = self_model();
@@ -873,7 +873,7 @@ static int json_matches(const json_t *a, const float *x, size_t *k, size_t n, in
     return 1;
 }
 
-static void test_encode_roundtrip(void)
+TEST(encode_roundtrip)
 {
     attn_layer_info in = self_model();
     int ts[2] = {2, 3};
@@ -984,7 +984,7 @@ static void test_encode_roundtrip(void)
     }
 }
 
-static void test_encode_error(void)
+TEST(encode_error)
 {
     attnd_http_error e;
     attnd_http_error_set(&e, 400, "invalid_shape", "query[1][3]", "expected %d numbers, got %d",
@@ -1024,7 +1024,7 @@ static void test_encode_error(void)
     free(body);
 }
 
-static void test_misc(void)
+TEST(misc)
 {
     attnd_request_free(NULL);
     /* A hand-built request with separate storage frees both. */
@@ -1047,16 +1047,16 @@ static void test_misc(void)
 
 int main(void)
 {
-    test_single();
-    test_batch_ragged();
-    test_cross();
-    test_masks_single();
-    test_masks_batch();
-    test_fast_matches_jansson();
-    test_bad_bodies();
-    test_encode_roundtrip();
-    test_encode_error();
-    test_misc();
+    RUN(single);
+    RUN(batch_ragged);
+    RUN(cross);
+    RUN(masks_single);
+    RUN(masks_batch);
+    RUN(fast_matches_jansson);
+    RUN(bad_bodies);
+    RUN(encode_roundtrip);
+    RUN(encode_error);
+    RUN(misc);
     for (int i = 0; i < n_kept; i++)
         free(kept[i]);
     return check_summary();

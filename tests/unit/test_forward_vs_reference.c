@@ -130,7 +130,8 @@ static int run_case(test_rng *r, int big, diff_tally *tally)
     return bad;
 }
 
-int main(void)
+/* N_CASES small random shapes, then 12 large ones, from one seed. */
+TEST(random_shapes)
 {
     test_rng r = {20240601};
     diff_tally small = {0}, big = {0};
@@ -140,5 +141,10 @@ int main(void)
            small.cases, small.out, small.out_rel, small.w);
     printf("large shapes (%d cases): max |blas - ref| output %.3g (relative %.3g), weights %.3g\n",
            big.cases, big.out, big.out_rel, big.w);
+}
+
+int main(void)
+{
+    RUN(random_shapes);
     return check_summary();
 }

@@ -143,7 +143,7 @@ static void run_case(test_rng *r, int combo, tally *ty)
 
 /* Causal with T much larger than the tiles: most key blocks are skipped and
  * the last query blocks see every key; window leaves a band. */
-static void test_long_causal_window(void)
+TEST(long_causal_window)
 {
     test_rng r = {77};
     layer_shape sh = {4, 16, 16, 64, 64, 64, 64, 1, 1};
@@ -175,7 +175,7 @@ static void test_long_causal_window(void)
 
 /* Every key blocked for some rows / blocks: zero mixture (no W_O: exact zeros
  * in the output), never NaN. key_length cuts whole tiles. */
-static void test_fully_masked(void)
+TEST(fully_masked)
 {
     test_rng r = {78};
     layer_shape sh = {2, 4, 4, 8, 8, 8, 8, 0, 0};
@@ -208,7 +208,7 @@ static void test_fully_masked(void)
 }
 
 /* The fused path's scratch does not hold T x S scores; stats say so. */
-static void test_scratch(void)
+TEST(scratch)
 {
     test_rng r = {79};
     layer_shape sh = {2, 8, 8, 16, 16, 16, 16, 1, 1};
@@ -235,7 +235,7 @@ static void test_scratch(void)
 }
 
 /* Options are checked; a workspace reports what it runs. */
-static void test_options(void)
+TEST(options)
 {
     attn_workspace *ws = (attn_workspace *)1;
     attn_error err = {0};
@@ -256,7 +256,8 @@ static void test_options(void)
     attn_workspace_free(ws);
 }
 
-int main(void)
+/* Three random batches under each of the 80 mask combinations. */
+TEST(mask_combinations)
 {
     test_rng r = {20240602};
     tally ty = {0};
@@ -268,9 +269,14 @@ int main(void)
            "%.3g (relative to max(1, |out|)); %d fully masked rows checked\n",
            ty.cases, ty.vs_ref, ty.vs_blas, ty.rows_zero);
     CHECK(ty.rows_zero > 0);
-    test_long_causal_window();
-    test_fully_masked();
-    test_scratch();
-    test_options();
+}
+
+int main(void)
+{
+    RUN(mask_combinations);
+    RUN(long_causal_window);
+    RUN(fully_masked);
+    RUN(scratch);
+    RUN(options);
     return check_summary();
 }

@@ -97,7 +97,7 @@ static void replay_safetensors(const char *path, void *arg)
     n_safetensors++;
 }
 
-static void test_safetensors(void)
+TEST(safetensors)
 {
     enum st_expect loads = ST_LOADS, refused = ST_REFUSED, any = ST_ANY, both = ST_LOADS_BOTH;
     CHECK(for_each_file("tests/fixtures/good", ".safetensors", replay_safetensors, &loads) >= 5);
@@ -179,7 +179,7 @@ static void check_example(fuzz_decode_ctx *c, const json_t *ex)
     free(data);
 }
 
-static void test_decode(void)
+TEST(decode)
 {
     fuzz_decode_ctx c;
     char why[FUZZ_BUG_MAX] = "";
@@ -205,8 +205,8 @@ static void test_decode(void)
 
 int main(void)
 {
-    test_safetensors();
-    test_decode();
+    RUN(safetensors);
+    RUN(decode);
     printf("replayed %d safetensors and %d decode inputs\n", n_safetensors, n_decode);
     return check_summary();
 }

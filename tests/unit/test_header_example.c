@@ -104,7 +104,7 @@ static int own_copy(const char *path, text *t)
     return ok && done && t->n > 0;
 }
 
-static void test_example_matches_header(void)
+TEST(example_matches_header)
 {
     static text h, c;
     CHECK_MSG(header_example("lib/attn.h", &h), "no example found in lib/attn.h (run from the repo root)");
@@ -117,7 +117,7 @@ static void test_example_matches_header(void)
 
 /* The example's output equals the reference oracle's on the same layer and
  * input, to float rounding; and it is not trivially zero. */
-static void test_example_output(void)
+TEST(example_output)
 {
     attn_layer *l = NULL;
     attn_error err = {0};
@@ -160,7 +160,7 @@ static void test_example_output(void)
 
 int main(void)
 {
-    test_example_matches_header();
-    test_example_output();
+    RUN(example_matches_header);
+    RUN(example_output);
     return check_summary();
 }

@@ -100,7 +100,7 @@ static void check_one(float v, int with_oracle)
     }
 }
 
-static void test_edges(void)
+TEST(edges)
 {
     const float edges[] = {0.0f, 1.0f, -1.0f, 0.1f, 0.2f, 0.3f, 1e-7f, 1e-5f, 1e-3f, 0.5f, 2.0f,
                            10.0f, 100.0f, 1e6f, 1e7f, 1e8f, 1e9f, 1e10f, 1e20f, 1e30f, 1e38f,
@@ -122,7 +122,7 @@ static void test_edges(void)
 }
 
 /* Exact texts for values whose shortest form is known. */
-static void test_exact_texts(void)
+TEST(exact_texts)
 {
     static const struct {
         float v;
@@ -150,7 +150,7 @@ static void test_exact_texts(void)
     CHECK_STR_EQ(buf, "1e-45");
 }
 
-static void test_non_finite(void)
+TEST(non_finite)
 {
     char buf[ATTND_FLOAT_TEXT_MAX] = "untouched";
     CHECK_INT_EQ(attnd_json_print_float(NAN, buf), -1);
@@ -159,7 +159,7 @@ static void test_non_finite(void)
     CHECK_STR_EQ(buf, "untouched");
 }
 
-static void test_double_to_float(void)
+TEST(double_to_float)
 {
     float f = 7.0f;
     CHECK_INT_EQ(attnd_json_double_to_float(1e39, &f), -1);
@@ -194,7 +194,7 @@ static void check_parse_text(const char *text)
     }
 }
 
-static void test_parse_known(void)
+TEST(parse_known)
 {
     static const char *const texts[] = {
         "0", "-0", "-0.0", "0.0e10", "1", "-1", "0.1", "1.5e3", "1E3", "1e+3", "1e-3",
@@ -239,7 +239,7 @@ static void test_parse_known(void)
 }
 
 /* Random texts of every shape against strtof. */
-static void test_parse_random(int n)
+TEST_WITH(parse_random, int n)
 {
     char buf[96];
     for (int i = 0; i < n; i++) {
@@ -272,7 +272,7 @@ static void test_parse_random(int n)
     }
 }
 
-static void test_nest(void)
+TEST(nest)
 {
     attnd_float_nest n;
     memset(&n, 0, sizeof n);
@@ -334,7 +334,7 @@ static void test_nest(void)
 
 /* Every biased exponent (so every table entry) with assorted mantissas, then
  * random bit patterns. */
-static void test_random(int n_random)
+TEST_WITH(random, int n_random)
 {
     for (uint32_t e = 0; e < 255; e++) {
         const uint32_t fracs[] = {0, 1, 2, 0x7fffff, 0x400000, rng32() & 0x7fffff,
@@ -353,13 +353,13 @@ static void test_random(int n_random)
 int main(int argc, char **argv)
 {
     int n_random = argc > 1 ? atoi(argv[1]) : 1000000;
-    test_exact_texts();
-    test_non_finite();
-    test_double_to_float();
-    test_edges();
-    test_random(n_random);
-    test_parse_known();
-    test_parse_random(n_random / 4);
-    test_nest();
+    RUN(exact_texts);
+    RUN(non_finite);
+    RUN(double_to_float);
+    RUN(edges);
+    RUN_WITH(random, n_random);
+    RUN(parse_known);
+    RUN_WITH(parse_random, n_random / 4);
+    RUN(nest);
     return check_summary();
 }

@@ -19,7 +19,7 @@ static int sweep(const char *s, int integer, double *out, size_t max)
     return (int)n;
 }
 
-static void test_sweeps(void)
+TEST(sweeps)
 {
     double v[64];
     CHECK_INT_EQ(sweep("1,8,64", 1, v, 64), 3);
@@ -44,7 +44,7 @@ static void test_sweeps(void)
     CHECK_INT_EQ(sweep("1:1000000:+1", 1, v, 64), -1); /* too many levels */
 }
 
-static void test_ranges_durations(void)
+TEST(ranges_durations)
 {
     int lo, hi;
     char err[256];
@@ -76,7 +76,7 @@ static int parse(load_opts *o, const char *const *args, char *err, size_t el)
     return load_opts_parse(o, argc, argv, err, el);
 }
 
-static void test_command_lines(void)
+TEST(command_lines)
 {
     load_opts o;
     char err[256] = "";
@@ -138,7 +138,7 @@ static void test_command_lines(void)
     }
 }
 
-static void test_seq_len_dist(void)
+TEST(seq_len_dist)
 {
     char path[] = "/tmp/test_load_args.XXXXXX";
     int fd = mkstemp(path);
@@ -165,7 +165,7 @@ static void test_seq_len_dist(void)
 }
 
 /* --protocol v2 / --binary: accepted combinations and the usage errors. */
-static void test_protocol(void)
+TEST(protocol)
 {
     load_opts o;
     char err[256] = "";
@@ -208,10 +208,10 @@ static void test_protocol(void)
 
 int main(void)
 {
-    test_protocol();
-    test_sweeps();
-    test_ranges_durations();
-    test_command_lines();
-    test_seq_len_dist();
+    RUN(protocol);
+    RUN(sweeps);
+    RUN(ranges_durations);
+    RUN(command_lines);
+    RUN(seq_len_dist);
     return check_summary();
 }

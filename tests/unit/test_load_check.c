@@ -24,7 +24,7 @@ static load_kind check_str(long status, const char *body, const load_expect *w, 
 #define GOOD_2x3 "[[0.5,-1,2e-3],[1,2,3]]"
 #define TIMING ",\"timing\":{\"queue_us\":412,\"compute_us\":180,\"batch_size\":6}"
 
-static void test_single(void)
+TEST(single)
 {
     load_shape out = {0}, w = {0};
     load_timing t;
@@ -94,7 +94,7 @@ static void test_single(void)
     load_shape_free(&w);
 }
 
-static void test_batch_ragged(void)
+TEST(batch_ragged)
 {
     load_shape out = {0};
     load_timing t;
@@ -110,7 +110,7 @@ static void test_batch_ragged(void)
     load_shape_free(&out);
 }
 
-static void test_kinds(void)
+TEST(kinds)
 {
     CHECK_INT_EQ(load_kind_from_curl(CURLE_OK), LOAD_OK);
     CHECK_INT_EQ(load_kind_from_curl(CURLE_OPERATION_TIMEDOUT), LOAD_ERR_TIMEOUT);
@@ -155,7 +155,7 @@ static char *fake_response(const char *body, int e_out, int *nseq_out)
     return s;
 }
 
-static void test_pool_roundtrip(const char *const *args)
+static void pool_roundtrip(const char *const *args)
 {
     char *argv[32];
     int argc = 0;
@@ -207,7 +207,7 @@ static load_kind check_v2(long status, const char *body, size_t len, long long h
 #define V2_TIMING "\"parameters\":{\"queue_us\":412,\"compute_us\":180,\"batch_size\":6}"
 #define V2_DATA12 "[1,2,3,4,5,6,7,8,9,10,11,-1.5e-3]"
 
-static void test_v2_json(void)
+TEST(v2_json)
 {
     load_expect_v2 w = {.b = 2, .t = 2, .s = 3, .e_out = 3, .id = "r1"};
     load_expect_v2 ww = {.weights = 1, .b = 2, .t = 2, .s = 3, .e_out = 3};
@@ -280,7 +280,7 @@ static size_t binary_body(char *buf, size_t cap, const char *header, size_t n_by
     return h + n_bytes;
 }
 
-static void test_v2_binary(void)
+TEST(v2_binary)
 {
     load_expect_v2 w = {.binary = 1, .b = 1, .t = 2, .s = 5, .e_out = 3};   /* 24 bytes */
     load_expect_v2 ww = {.binary = 1, .weights = 1, .b = 1, .t = 2, .s = 5, .e_out = 3};
@@ -367,7 +367,7 @@ static json_t *v2_input(json_t *req, const char *name, int64_t *dim, int *rank)
 
 /* Every v2 pool body is a valid infer request (JSON, or JSON header + exactly the binary bytes
  * announced) with one T per request, and its expectation accepts attnd's answer. */
-static void test_v2_pool(const char *const *args)
+static void v2_pool(const char *const *args)
 {
     char *argv[32];
     int argc = 0;
@@ -428,7 +428,7 @@ static void test_v2_pool(const char *const *args)
 }
 
 /* A request file is sent verbatim; its expected shapes come from its own query/key and flags. */
-static void test_request_file(void)
+TEST(request_file)
 {
     char path[] = "/tmp/test_load_check.XXXXXX";
     int fd = mkstemp(path);
@@ -478,22 +478,22 @@ static void test_request_file(void)
     unlink(path);
 }
 
-int main(void)
+/* /v1 request pools: plain, cross with every option, ragged batches. */
+TEST(pool_roundtrips)
 {
-    test_single();
-    test_batch_ragged();
-    test_kinds();
-    test_request_file();
     const char *plain[] = {"--pool", "8", "--seq-len", "1:9", NULL};
     const char *cross[] = {"--pool", "8", "--seq-len", "3:5", "--cross", "--key-len", "2:11",
                            "--need-weights", "--key-padding", "0.5", "--causal", NULL};
     const char *batch[] = {"--pool", "8", "--seq-len", "1:6", "--batch", "3", "--need-weights",
                            "--cross", "--window", "2", NULL};
-    test_pool_roundtrip(plain);
-    test_pool_roundtrip(cross);
-    test_pool_roundtrip(batch);
-    test_v2_json();
-    test_v2_binary();
+    pool_roundtrip(plain);
+    pool_roundtrip(cross);
+    pool_roundtrip(batch);
+}
+
+/* v2 request pools: JSON with every option, binary, binary cross with weights. */
+TEST(v2_pools)
+{
     const char *v2_json[] = {"--pool", "8", "--model", "m", "--protocol", "v2", "--seq-len", "1:9",
                              "--batch", "3", "--cross", "--key-len", "2:6", "--need-weights",
                              "--key-padding", "0.5", "--causal", NULL};
@@ -502,8 +502,20 @@ int main(void)
     const char *v2_bin_cross[] = {"--pool", "8", "--model", "m", "--protocol", "v2", "--binary",
                                   "--seq-len", "1:5", "--batch", "2", "--cross", "--need-weights",
                                   NULL};
-    test_v2_pool(v2_json);
-    test_v2_pool(v2_bin);
-    test_v2_pool(v2_bin_cross);
+    v2_pool(v2_json);
+    v2_pool(v2_bin);
+    v2_pool(v2_bin_cross);
+}
+
+int main(void)
+{
+    RUN(single);
+    RUN(batch_ragged);
+    RUN(kinds);
+    RUN(request_file);
+    RUN(pool_roundtrips);
+    RUN(v2_json);
+    RUN(v2_binary);
+    RUN(v2_pools);
     return check_summary();
 }

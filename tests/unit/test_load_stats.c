@@ -5,7 +5,7 @@
 #include "check.h"
 #include "load_stats.h"
 
-static void test_one_to_hundred(void)
+TEST(one_to_hundred)
 {
     double v[100];
     for (int i = 0; i < 100; i++) v[i] = i + 1;
@@ -20,7 +20,7 @@ static void test_one_to_hundred(void)
     CHECK_NEAR(load_percentile(v, 100, 0.5), 1, 0);
 }
 
-static void test_small_odd_sets(void)
+TEST(small_odd_sets)
 {
     double five[] = {15, 20, 35, 40, 50}; /* the textbook nearest-rank example */
     CHECK_NEAR(load_percentile(five, 5, 5), 15, 0);   /* ceil(0.25) = 1 */
@@ -37,7 +37,7 @@ static void test_small_odd_sets(void)
     CHECK_NEAR(load_percentile(three, 0, 50), 0, 0);  /* empty -> 0 */
 }
 
-static void test_ties(void)
+TEST(ties)
 {
     double v[] = {1, 2, 2, 2, 2, 2, 2, 2, 2, 9};
     CHECK_NEAR(load_percentile(v, 10, 10), 1, 0);
@@ -47,7 +47,7 @@ static void test_ties(void)
     CHECK_NEAR(load_percentile(v, 10, 91), 9, 0);
 }
 
-static void test_level_tally(void)
+TEST(level_tally)
 {
     load_stats s = {0};
     load_timing t = {1, 2000, 3000, 4}; /* 2 ms queue, 3 ms compute, batch 4 */
@@ -93,9 +93,9 @@ static void test_level_tally(void)
 
 int main(void)
 {
-    test_one_to_hundred();
-    test_small_odd_sets();
-    test_ties();
-    test_level_tally();
+    RUN(one_to_hundred);
+    RUN(small_odd_sets);
+    RUN(ties);
+    RUN(level_tally);
     return check_summary();
 }

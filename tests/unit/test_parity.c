@@ -243,7 +243,7 @@ static int run_case(const char *name)
 
 /* A query row whose keys are all masked: torch 1.13 gives NaN, attnd gives a zero
  * mixture (so the output row is out_proj.bias) and zero weights. */
-static void test_fully_masked_rows(void)
+TEST(fully_masked_rows)
 {
     fixture fx;
     if (fixture_load(&fx, "self_h2") != 0) {
@@ -316,11 +316,12 @@ static int count_io_files(void)
     return n;
 }
 
-int main(void)
+/* Every fixture the MANIFEST lists, each compared tensor by tensor. */
+TEST(fixtures)
 {
     FILE *m = fopen(FIXDIR "/MANIFEST", "r");
     CHECK_MSG(m != NULL, "cannot open " FIXDIR "/MANIFEST (run from the repository root)");
-    if (m == NULL) return check_summary();
+    if (m == NULL) return;
     char line[128];
     int listed = 0, ran = 0;
     printf("tolerance: max|got - expected| <= %.0e * max(1, max|expected|) per tensor\n", TOL);
@@ -331,12 +332,17 @@ int main(void)
         if (run_case(line) == 0) ran++;
     }
     fclose(m);
-    test_fully_masked_rows();
     int files = count_io_files();
     printf("%d cases listed, %d ran, %d fixture files; worst relative error %.3g\n", listed, ran,
            files, worst_rel);
     CHECK_MSG(listed >= MIN_CASES, "MANIFEST lists %d cases, expected >= %d", listed, MIN_CASES);
     CHECK_INT_EQ(ran, listed);
     CHECK_INT_EQ(files, listed);
+}
+
+int main(void)
+{
+    RUN(fixtures);
+    RUN(fully_masked_rows);
     return check_summary();
 }

@@ -47,7 +47,7 @@ static int visible(const attn_seq *s, int head, int t, int j)
 
 /* Every mask kind at once; per-head weights: masked weights are exactly 0, rows
  * with a visible key sum to 1, rows without one are all 0. */
-static void test_rows_and_masked_zeros(void)
+TEST(rows_and_masked_zeros)
 {
     test_rng r = {1};
     attn_layer *l = make_layer(&r, &SQUARE);
@@ -101,7 +101,7 @@ static void test_rows_and_masked_zeros(void)
 
 /* Causal: changing key/value rows j > t0 (and query rows > t0) leaves rows <= t0
  * of the output bit-identical. Self- and cross-attention. */
-static void test_causal_no_future(void)
+TEST(causal_no_future)
 {
     test_rng r = {2};
     attn_layer *l = make_layer(&r, &SQUARE);
@@ -137,7 +137,7 @@ static void test_causal_no_future(void)
 
 /* Cross-attention without masks: permuting key and value rows together leaves the
  * output unchanged and permutes the weights columns. */
-static void test_permutation_invariance(void)
+TEST(permutation_invariance)
 {
     test_rng r = {3};
     layer_shape sh = {.h = 3, .d_k = 5, .d_v = 7, .e_q = 16, .e_k = 12, .e_v = 20, .e_out = 10,
@@ -180,7 +180,7 @@ static void test_permutation_invariance(void)
 
 /* A ragged batch (self and cross mixed, masks, both weight modes) gives what each
  * sequence gives alone. */
-static void test_ragged_batch(void)
+TEST(ragged_batch)
 {
     test_rng r = {4};
     attn_layer *l = make_layer(&r, &SQUARE);
@@ -226,7 +226,7 @@ static void test_ragged_batch(void)
 
 /* A row that sees no key: zero weights and zero mixture (output = b_o with W_O,
  * exactly 0 without), never NaN; other rows unaffected. */
-static void test_fully_masked_row(void)
+TEST(fully_masked_row)
 {
     test_rng r = {5};
     for (int with_o = 0; with_o < 2; with_o++) {
@@ -271,7 +271,7 @@ static void test_fully_masked_row(void)
 
 /* Non-finite inputs: ATTN_ERR_NONFINITE naming the sequence and index; no
  * output (of any sequence) or weights written. */
-static void test_nonfinite_rejected(void)
+TEST(nonfinite_rejected)
 {
     test_rng r = {6};
     attn_layer *l = make_layer(&r, &SQUARE);
@@ -322,7 +322,7 @@ static attn_status run1(const attn_layer *l, const attn_seq *s, attn_error *err)
 }
 
 /* Bad arguments give the documented codes and touch nothing. */
-static void test_bad_args(void)
+TEST(bad_args)
 {
     test_rng r = {7};
     attn_layer *l = make_layer(&r, &SQUARE);
@@ -399,7 +399,7 @@ static void test_bad_args(void)
 }
 
 /* attn_layer_create: dimension, pointer, finiteness and overflow checks. */
-static void test_layer_create(void)
+TEST(layer_create)
 {
     float w[64], b[8];
     for (int i = 0; i < 64; i++) w[i] = 0.01f * (float)i;
@@ -461,7 +461,7 @@ static void test_layer_create(void)
 
 /* PER_HEAD and AVERAGE agree (mean over heads) and give identical outputs; NONE
  * too (bit for bit on the materialised kernel, to rounding on the fused one). */
-static void test_weights_modes(void)
+TEST(weights_modes)
 {
     test_rng r = {8};
     attn_layer *l = make_layer(&r, &SQUARE);
@@ -504,7 +504,7 @@ static void test_weights_modes(void)
 
 /* window and key_length give the same result as the equivalent explicit masks,
  * and weights vanish exactly where they should. */
-static void test_window_and_key_length(void)
+TEST(window_and_key_length)
 {
     test_rng r = {9};
     attn_layer *l = make_layer(&r, &SQUARE);
@@ -549,7 +549,7 @@ static void test_window_and_key_length(void)
 
 /* One workspace reused across growing and shrinking batches gives the same bits
  * as a fresh one; stats are filled. */
-static void test_workspace_reuse(void)
+TEST(workspace_reuse)
 {
     test_rng r = {10};
     attn_layer *l = make_layer(&r, &SQUARE);
@@ -591,7 +591,7 @@ static void *thread_main(void *p)
     return NULL;
 }
 
-static void test_concurrent(void)
+TEST(concurrent)
 {
     test_rng r = {11};
     attn_layer *l = make_layer(&r, &SQUARE);
@@ -619,17 +619,17 @@ static void test_concurrent(void)
 
 int main(void)
 {
-    test_rows_and_masked_zeros();
-    test_causal_no_future();
-    test_permutation_invariance();
-    test_ragged_batch();
-    test_fully_masked_row();
-    test_nonfinite_rejected();
-    test_bad_args();
-    test_layer_create();
-    test_weights_modes();
-    test_window_and_key_length();
-    test_workspace_reuse();
-    test_concurrent();
+    RUN(rows_and_masked_zeros);
+    RUN(causal_no_future);
+    RUN(permutation_invariance);
+    RUN(ragged_batch);
+    RUN(fully_masked_row);
+    RUN(nonfinite_rejected);
+    RUN(bad_args);
+    RUN(layer_create);
+    RUN(weights_modes);
+    RUN(window_and_key_length);
+    RUN(workspace_reuse);
+    RUN(concurrent);
     return check_summary();
 }

@@ -72,7 +72,7 @@ static double bf16_oracle(uint16_t b)
     return s ? -v : v;
 }
 
-static void test_half(void)
+TEST(half)
 {
     int bad16 = 0, badbf = 0;
     for (uint32_t u = 0; u <= 0xffff; u++) {
@@ -178,7 +178,7 @@ static void check_pt_layer(const char *file, const char *dtype)
     attn_layer_free(l);
 }
 
-static void test_good_files(void)
+TEST(good_files)
 {
     check_pt_layer("pt_f32.safetensors", "F32");
     check_pt_layer("pt_f16.safetensors", "F16");
@@ -241,7 +241,7 @@ static void test_good_files(void)
 }
 
 /* The fixtures' F16/BF16 weight files from torch, and the demo model. */
-static void test_torch_and_demo_files(void)
+TEST(torch_and_demo_files)
 {
     attn_error err = {0};
     attn_layer_info in;
@@ -370,7 +370,7 @@ static void expect_failure(const char *what, attn_status st, attn_layer *l, cons
     CHECK_MSG(l == NULL, "%s: *out not NULL on failure", what);
 }
 
-static void test_broken_files(void)
+TEST(broken_files)
 {
     for (size_t i = 0; i < N_BROKEN; i++) {
         char path[160], what[200];
@@ -413,7 +413,7 @@ static void test_broken_files(void)
 
 /* ------------------------------------------------------------ odds and ends */
 
-static void test_arguments_and_io(void)
+TEST(arguments_and_io)
 {
     attn_layer *l = NULL;
     attn_error err = {0};
@@ -444,7 +444,7 @@ static void test_arguments_and_io(void)
 
 /* Every truncation of a good file fails cleanly; every single-byte change either
  * loads or fails with a status — never a crash or leak (ASan/UBSan builds). */
-static void test_truncate_and_flip(void)
+TEST(truncate_and_flip)
 {
     size_t len = 0;
     unsigned char *buf = slurp(GOOD "kdim_vdim.safetensors", &len);
@@ -478,11 +478,11 @@ static void test_truncate_and_flip(void)
 
 int main(void)
 {
-    test_half();
-    test_good_files();
-    test_torch_and_demo_files();
-    test_broken_files();
-    test_arguments_and_io();
-    test_truncate_and_flip();
+    RUN(half);
+    RUN(good_files);
+    RUN(torch_and_demo_files);
+    RUN(broken_files);
+    RUN(arguments_and_io);
+    RUN(truncate_and_flip);
     return check_summary();
 }

@@ -33,7 +33,7 @@ static attn_layer *identity_layer(int h, int d_k, int d_v, int e_q, int e_k, int
 
 /* Softmax of raw logits [8, 4, 0] at d_k = 1 (no cooling) and the same dot
  * products at d_k = 64, divided by sqrt(64) = 8 into [1, 0.5, 0]. */
-static void test_softmax_numbers(void)
+TEST(softmax_numbers)
 {
     attn_layer *l1 = identity_layer(1, 1, 1, 1, 1, 1);
     CHECK(l1 != NULL);
@@ -63,7 +63,7 @@ static void test_softmax_numbers(void)
 
 /* d_k = 4, q = [1,0,1,0], three keys and 2-d values: alpha = [0.506, 0.186, 0.307],
  * z = [1.32, 0.68]. Checked on the BLAS path and the reference. */
-static void test_dk4_example(void)
+TEST(dk4_example)
 {
     attn_layer *l = identity_layer(1, 4, 2, 4, 4, 2);
     CHECK(l != NULL);
@@ -88,7 +88,7 @@ static void test_dk4_example(void)
 
 /* Scaling is by the per-head d_k (2 here), not by the model width (4):
  * each head sees dots [2, 0] / sqrt(2); scaling by sqrt(4) would give 0.731. */
-static void test_per_head_scaling(void)
+TEST(per_head_scaling)
 {
     attn_layer *l = identity_layer(2, 2, 2, 4, 4, 4);
     CHECK(l != NULL);
@@ -108,7 +108,7 @@ static void test_per_head_scaling(void)
 
 /* The seed's projections: d_model 64, d_k 16, d_v 64, one head, no biases, no
  * output projection; x (2, 6, 64) as a batch of two self-attention sequences. */
-static void test_seed_layer_shape(void)
+TEST(seed_layer_shape)
 {
     test_rng r = {42};
     layer_shape sh = {.h = 1, .d_k = 16, .d_v = 64, .e_q = 64, .e_k = 64, .e_v = 64};
@@ -151,9 +151,9 @@ static void test_seed_layer_shape(void)
 
 int main(void)
 {
-    test_softmax_numbers();
-    test_dk4_example();
-    test_per_head_scaling();
-    test_seed_layer_shape();
+    RUN(softmax_numbers);
+    RUN(dk4_example);
+    RUN(per_head_scaling);
+    RUN(seed_layer_shape);
     return check_summary();
 }

@@ -9,7 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-static void test_exp_accuracy(void)
+TEST(exp_accuracy)
 {
     enum { N = 100003 }; /* odd: exercises the vector tail */
     float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
@@ -40,7 +40,7 @@ static void test_exp_accuracy(void)
     free(y);
 }
 
-static void test_softmax_rows(void)
+TEST(softmax_rows)
 {
     /* range [2, 7) of 9, one blocked key inside */
     float row[9] = {5, 5, 1, 2, -INFINITY, 3, 0, 9, 9};
@@ -66,7 +66,7 @@ static void test_softmax_rows(void)
 
 int main(void)
 {
-    test_exp_accuracy();
-    test_softmax_rows();
+    RUN(exp_accuracy);
+    RUN(softmax_rows);
     return check_summary();
 }

@@ -12,7 +12,7 @@
  * until this (and the expected names below) are updated. */
 #define LAST_STATUS ATTN_ERR_INTERNAL
 
-static void test_names_spelled_like_enumerators(void)
+TEST(names_spelled_like_enumerators)
 {
     CHECK_STR_EQ(attn_status_name(ATTN_OK), "ATTN_OK");
     CHECK_STR_EQ(attn_status_name(ATTN_ERR_INVALID_ARG), "ATTN_ERR_INVALID_ARG");
@@ -29,7 +29,7 @@ static void test_names_spelled_like_enumerators(void)
 
 /* Every value 0..LAST_STATUS: a non-empty "ATTN_" name distinct from every
  * other one and from the unknown name, and a non-empty description. */
-static void test_every_status_distinct(void)
+TEST(every_status_distinct)
 {
     const char *unknown = attn_status_name((attn_status)(LAST_STATUS + 1));
     for (int a = 0; a <= LAST_STATUS; a++) {
@@ -45,7 +45,7 @@ static void test_every_status_distinct(void)
     }
 }
 
-static void test_out_of_range(void)
+TEST(out_of_range)
 {
     const int bad[] = {LAST_STATUS + 1, LAST_STATUS + 100, -1, INT_MIN, INT_MAX};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -56,8 +56,8 @@ static void test_out_of_range(void)
 
 int main(void)
 {
-    test_names_spelled_like_enumerators();
-    test_every_status_distinct();
-    test_out_of_range();
+    RUN(names_spelled_like_enumerators);
+    RUN(every_status_distinct);
+    RUN(out_of_range);
     return check_summary();
 }

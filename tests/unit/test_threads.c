@@ -100,7 +100,7 @@ static void free_snap(float **s, int n)
 }
 
 /* Every kernel x weights mode x self/cross, threads 2..4: bit-identical. */
-static void test_identical(void)
+TEST(identical)
 {
     test_rng r = {31};
     layer_shape shapes[] = {{4, 16, 16, 64, 64, 64, 64, 1, 1},  /* Z reuses Q */
@@ -149,7 +149,7 @@ static void test_identical(void)
 }
 
 /* With OpenBLAS threaded the workspace must not add its own threads. */
-static void test_openblas_threaded(void)
+TEST(openblas_threaded)
 {
     test_rng r = {32};
     layer_shape sh = {4, 16, 16, 64, 64, 64, 64, 1, 1};
@@ -227,7 +227,7 @@ static void *race(void *arg)
     return NULL;
 }
 
-static void test_concurrent_workspaces(void)
+TEST(concurrent_workspaces)
 {
     test_rng r = {33};
     layer_shape sh = {4, 16, 16, 64, 64, 64, 64, 1, 1};
@@ -248,7 +248,7 @@ static void test_concurrent_workspaces(void)
 }
 
 /* Creating and freeing pools, used or not, leaks nothing and never hangs. */
-static void test_lifecycle(void)
+TEST(lifecycle)
 {
     for (int i = 0; i < 20; i++) {
         attn_workspace *ws = ws_threads(1 + i % 4);
@@ -271,9 +271,9 @@ static void test_lifecycle(void)
 int main(void)
 {
     openblas_set_num_threads(1); /* what an application using threaded workspaces does */
-    test_identical();
-    test_openblas_threaded();
-    test_concurrent_workspaces();
-    test_lifecycle();
+    RUN(identical);
+    RUN(openblas_threaded);
+    RUN(concurrent_workspaces);
+    RUN(lifecycle);
     return check_summary();
 }

@@ -121,16 +121,31 @@ static void check_misses(void)
     CHECK(len == 12345 && strcmp(type, "untouched") == 0);
 }
 
-int main(void)
+TEST(directory)
 {
     CHECK(check_directory() >= 3);
+}
+
+TEST(index_paths)
+{
     check_same("/", UI_DIR "/index.html", "text/html");
     check_same("/ui/", UI_DIR "/index.html", "text/html");
     check_same("/ui", UI_DIR "/index.html", "text/html");
-    check_no_stale();
-    check_misses();
+}
 
-    /* The page refers to its assets by the paths attnd serves, and nothing external. */
+TEST(no_stale)
+{
+    check_no_stale();
+}
+
+TEST(misses)
+{
+    check_misses();
+}
+
+/* The page refers to its assets by the paths attnd serves, and nothing external. */
+TEST(page_references)
+{
     const unsigned char *html;
     const char *type;
     size_t len;
@@ -141,5 +156,14 @@ int main(void)
         CHECK(strstr((const char *)html, "=\"http") == NULL);   /* no CDN: nothing loaded */
         CHECK(strstr((const char *)html, "=\"//") == NULL);     /* from another origin    */
     }
+}
+
+int main(void)
+{
+    RUN(directory);
+    RUN(index_paths);
+    RUN(no_stale);
+    RUN(misses);
+    RUN(page_references);
     return check_summary();
 }
