@@ -67,7 +67,7 @@ static void write_file(const char *path, const char *text, mode_t mode)
     chmod(path, mode);
 }
 
-static void test_keys(const char *key_file)
+TEST_WITH(keys, const char *key_file)
 {
     attnd_proc p;
     setenv("ATTND_API_KEYS", " " ENV_KEY " ,", 1);
@@ -127,7 +127,7 @@ static void test_keys(const char *key_file)
     free(out);
 }
 
-static void test_metrics_key(const char *key_file)
+TEST_WITH(metrics_key, const char *key_file)
 {
     attnd_proc p;
     const char *args[] = {"--api-key-file", key_file, "--metrics-require-key", "1", NULL};
@@ -143,7 +143,7 @@ static void test_metrics_key(const char *key_file)
 }
 
 /* A file anyone may write is refused at start-up, with the reason. */
-static void test_world_writable(const char *key_file, const char *cfg_file)
+TEST_WITH(world_writable, const char *key_file, const char *cfg_file)
 {
     char *out = NULL;
     chmod(key_file, 0666);
@@ -170,9 +170,9 @@ int main(void)
     close(fd);
     close(fd2);
     write_file(key_file, "# attnd API keys\n" FILE_KEY "\n\n  second-key-in-file  \n", 0600);
-    test_keys(key_file);
-    test_metrics_key(key_file);
-    test_world_writable(key_file, cfg_file);
+    RUN_WITH(keys, key_file);
+    RUN_WITH(metrics_key, key_file);
+    RUN_WITH(world_writable, key_file, cfg_file);
     unlink(key_file);
     unlink(cfg_file);
     return check_summary();

@@ -262,7 +262,7 @@ static void start(attnd_proc *p, const char *const *args, char *url, size_t cap)
 }
 
 /* Batching on: answers alone first, then all at once. */
-static void test_batching_on(void)
+TEST(batching_on)
 {
     const char *args[] = { "--workers", "2", "--max-batch-requests", "16",
                            "--max-batch-tokens", "4096", "--max-queue-delay-us", "20000",
@@ -302,7 +302,7 @@ static void test_batching_on(void)
 }
 
 /* Batching off: every request its own batch, same answers. */
-static void test_batching_off(void)
+TEST(batching_off)
 {
     const char *args[] = { "--workers", "2", "--max-batch-requests", "1",
                            "--max-queue-delay-us", "20000", "--max-queue", "256", NULL };
@@ -357,7 +357,7 @@ static req_case with_timeout(const req_case *c, int ms)
 /* A slow-forming batch (one worker, 300 ms collection delay, queue of 2):
  * timeout_ms 1 -> 504; a client that hangs up while queued harms nobody;
  * a burst over the queue bound -> some 503 with Retry-After, the rest 200. */
-static void test_queue_limits(void)
+TEST(queue_limits)
 {
     const char *args[] = { "--workers", "1", "--max-batch-requests", "64",
                            "--max-queue-delay-us", "300000", "--max-queue", "2", NULL };
@@ -415,9 +415,9 @@ int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     for (int i = 0; i < N_CLIENTS; i++) cases[i] = make_case(i, 24);
-    test_batching_on();
-    test_batching_off();
-    test_queue_limits();
+    RUN(batching_on);
+    RUN(batching_off);
+    RUN(queue_limits);
     for (int i = 0; i < N_CLIENTS; i++) {
         free(cases[i].body);
         reply_free(&alone[i]);

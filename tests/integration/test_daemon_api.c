@@ -307,7 +307,7 @@ static void run_case(const char *what, const char *path, tseq *ts, int n, int ba
 
 static const char *const model_path = "/v1/models/demo/attention";
 
-static void test_self_single(void)
+TEST(self_single)
 {
     tseq t;
     tseq_init(&t, 5, 0, 0);
@@ -318,7 +318,7 @@ static void test_self_single(void)
     tseq_free(&t);
 }
 
-static void test_cross(void)
+TEST(cross)
 {
     tseq t;
     tseq_init(&t, 3, 7, 1);
@@ -326,7 +326,7 @@ static void test_cross(void)
     tseq_free(&t);
 }
 
-static void test_ragged_batch(void)
+TEST(ragged_batch)
 {
     tseq ts[3];
     int lens[3] = {2, 6, 3};
@@ -343,7 +343,7 @@ static void test_ragged_batch(void)
         tseq_free(&ts[i]);
 }
 
-static void test_masks(void)
+TEST(masks)
 {
     tseq t;
     /* key padding: keys 1 and 4 of 5 are ignored */
@@ -386,7 +386,7 @@ static void test_masks(void)
     tseq_free(&t);
 }
 
-static void test_causal_window(void)
+TEST(causal_window)
 {
     tseq t;
     tseq_init(&t, 6, 0, 0);
@@ -409,7 +409,7 @@ static void test_causal_window(void)
     tseq_free(&t);
 }
 
-static void test_weights(void)
+TEST(weights)
 {
     tseq t;
     tseq_init(&t, 4, 6, 1);
@@ -459,7 +459,7 @@ static void *client(void *arg)
     return NULL;
 }
 
-static void test_concurrent_clients(void)
+TEST(concurrent_clients)
 {
     static tseq ts[CLIENTS][PER_CLIENT];
     pthread_t th[CLIENTS];
@@ -480,7 +480,7 @@ static void test_concurrent_clients(void)
 
 /* ------------------------------------------------------------ endpoints */
 
-static void test_endpoints(void)
+TEST(endpoints)
 {
     long status;
     json_t *j = get_json("/healthz", &status);
@@ -562,7 +562,7 @@ static char *scrape(void)
     return r.body; /* caller frees */
 }
 
-static void test_metrics(void)
+TEST(metrics)
 {
     static const char ok[] =
         "attnd_requests_total{model=\"demo\",route=\"/v1/models/{name}/attention\",status=\"200\"}";
@@ -625,15 +625,15 @@ int main(void)
         attn_layer_free(layer);
         return check_summary();
     }
-    test_endpoints();
-    test_self_single();
-    test_cross();
-    test_ragged_batch();
-    test_masks();
-    test_causal_window();
-    test_weights();
-    test_concurrent_clients();
-    test_metrics();
+    RUN(endpoints);
+    RUN(self_single);
+    RUN(cross);
+    RUN(ragged_batch);
+    RUN(masks);
+    RUN(causal_window);
+    RUN(weights);
+    RUN(concurrent_clients);
+    RUN(metrics);
     CHECK_INT_EQ(attnd_proc_stop(&proc), 0);
     unlink(proc.log_path);
     attn_layer_free(layer);

@@ -31,7 +31,7 @@ static int config_line(const char *out, const char *name, const char *value, con
     return strstr(out, want) != NULL || (strncmp(out, want + 1, strlen(want) - 1) == 0);
 }
 
-static void test_help_version(void)
+TEST(help_version)
 {
     char *out = NULL;
     const char *help[] = {"--help", NULL};
@@ -57,7 +57,7 @@ static void test_help_version(void)
     free(out);
 }
 
-static void test_startup_failures(void)
+TEST(startup_failures)
 {
     char *out = NULL;
     const char *missing[] = {"--model", "x=/nonexistent/dir/missing.safetensors", "--listen",
@@ -111,7 +111,7 @@ static char *write_config(const char *json)
     return path;
 }
 
-static void test_precedence(void)
+TEST(precedence)
 {
     char json[1024];
     snprintf(json, sizeof json,
@@ -206,7 +206,7 @@ static void *post_one(void *arg)
     return NULL;
 }
 
-static void test_sigterm_drain(void)
+TEST(sigterm_drain)
 {
     attnd_proc p;
     const char *args[] = {"--max-queue-delay-us", "3000000", "--max-batch-requests", "64", NULL};
@@ -282,7 +282,7 @@ static pid_t unblocked_thread(pid_t pid)
 
 /* SIGTERM delivered to whichever thread the kernel picks must still drain:
  * aim it at a thread that has not blocked it. */
-static void test_sigterm_any_thread(void)
+TEST(sigterm_any_thread)
 {
     attnd_proc p;
     if (attnd_proc_start(&p, NULL) != 0) {
@@ -298,7 +298,7 @@ static void test_sigterm_any_thread(void)
 
 /* --no-ui (and ATTND_UI=0) switch the playground off: / and /ui/ then 404,
  * while the API still answers. */
-static void test_no_ui(void)
+TEST(no_ui)
 {
     const char *args[] = {"--no-ui", NULL};
     attnd_proc p;
@@ -327,11 +327,11 @@ static void test_no_ui(void)
 
 int main(void)
 {
-    test_help_version();
-    test_startup_failures();
-    test_precedence();
-    test_sigterm_drain();
-    test_sigterm_any_thread();
-    test_no_ui();
+    RUN(help_version);
+    RUN(startup_failures);
+    RUN(precedence);
+    RUN(sigterm_drain);
+    RUN(sigterm_any_thread);
+    RUN(no_ui);
     return check_summary();
 }

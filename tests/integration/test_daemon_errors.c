@@ -87,7 +87,7 @@ static void still_serving(const char *after)
     free(body);
 }
 
-static void test_json_errors(void)
+TEST(json_errors)
 {
     const char *path = "/v1/models/demo/attention";
     json_t *j = expect("invalid_json", "POST", path, "{\n  \"query\": [\n    [1, 2,]\n}", NULL,
@@ -157,7 +157,7 @@ static void test_json_errors(void)
     still_serving("400s");
 }
 
-static void test_route_errors(void)
+TEST(route_errors)
 {
     char *b = query_body(2, NULL);
     json_decref(expect("unknown model", "POST", "/v1/models/nope/attention", b, NULL, 404,
@@ -215,7 +215,7 @@ static char *chunked_post(const char *body, size_t blen, size_t chunk, size_t *l
 }
 
 /* Raw HTTP for what curl will not send. */
-static void test_raw(void)
+TEST(raw)
 {
     static const char no_len[] = "POST /v1/models/demo/attention HTTP/1.1\r\nHost: t\r\n"
                                  "Content-Type: application/json\r\nConnection: close\r\n\r\n";
@@ -315,7 +315,7 @@ static void *fire(void *arg)
 /* A daemon whose batches wait 1 s and whose queue holds 2: of 5 concurrent
  * requests 2 are answered (200) and 3 refused at once (503 queue_full); a
  * request with timeout_ms 50 in such a queue gets 504. */
-static void test_overload(void)
+TEST(overload)
 {
     attnd_proc slow;
     const char *args[] = {"--max-queue", "2", "--max-queue-delay-us", "1000000",
@@ -362,7 +362,7 @@ static void test_overload(void)
 }
 
 /* Two models and no default: /v1/attention cannot choose. */
-static void test_ambiguous_default(void)
+TEST(ambiguous_default)
 {
     attnd_proc two;
     const char *model = getenv("ATTND_DEMO_MODEL") ? getenv("ATTND_DEMO_MODEL")
@@ -399,11 +399,11 @@ int main(void)
         CHECK_MSG(0, "attnd did not start");
         return check_summary();
     }
-    test_json_errors();
-    test_route_errors();
-    test_raw();
-    test_overload();
-    test_ambiguous_default();
+    RUN(json_errors);
+    RUN(route_errors);
+    RUN(raw);
+    RUN(overload);
+    RUN(ambiguous_default);
     CHECK_INT_EQ(attnd_proc_stop(&proc), 0);
     unlink(proc.log_path);
     return check_summary();

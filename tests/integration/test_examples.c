@@ -254,8 +254,18 @@ static void *client_main(void *p) {
     return NULL;
 }
 
+/* Every example, one after the other, compared with its PyTorch-computed response. */
+TEST_WITH(sequential, const char *base_url, const example *exs, size_t n, const cmp_state *st) {
+    for (size_t i = 0; i < n; i++) {
+        if (!exs[i].name) continue;
+        http_result r = send_example(base_url, &exs[i]);
+        check_response(&exs[i], &r, st, "sequential");
+        http_result_free(&r);
+    }
+}
+
 /* Every 200 attention example from its own thread at once: the daemon batches them. */
-static void concurrent_pass(const char *base_url, const example *exs, size_t n, const cmp_state *st) {
+TEST_WITH(concurrent, const char *base_url, const example *exs, size_t n, const cmp_state *st) {
     client_arg args[64];
     pthread_t th[64];
     size_t m = 0;
@@ -313,13 +323,8 @@ int main(void) {
     int started = attnd_proc_start(&proc, NULL);
     CHECK_MSG(started == 0, "attnd did not start (ATTND_BIN=%s)", getenv("ATTND_BIN"));
     if (started != 0) goto done;
-    for (size_t i = 0; i < n; i++) {
-        if (!exs[i].name) continue;
-        http_result r = send_example(proc.base_url, &exs[i]);
-        check_response(&exs[i], &r, &st, "sequential");
-        http_result_free(&r);
-    }
-    concurrent_pass(proc.base_url, exs, n, &st);
+    RUN_WITH(sequential, proc.base_url, exs, n, &st);
+    RUN_WITH(concurrent, proc.base_url, exs, n, &st);
     CHECK_INT_EQ(attnd_proc_stop(&proc), 0);
 
 done:

@@ -290,7 +290,7 @@ static void check_svg(const char *path)
 
 /* ---- the tests -------------------------------------------------------------------------------- */
 
-static void test_fake_good(void)
+TEST(fake_good)
 {
     fake f;
     char url[64];
@@ -328,7 +328,7 @@ static void test_fake_good(void)
     MHD_stop_daemon(f.d);
 }
 
-static void test_fake_bad(void)
+TEST(fake_bad)
 {
     fake f;
     char url[64];
@@ -373,7 +373,7 @@ static void test_fake_bad(void)
     json_decref(root);
 }
 
-static void test_open_loop_and_timeout(void)
+TEST(open_loop_and_timeout)
 {
     fake f;
     char url[64];
@@ -415,7 +415,7 @@ static void test_open_loop_and_timeout(void)
     MHD_stop_daemon(f.d);
 }
 
-static void test_usage(void)
+TEST(usage)
 {
     const char *bad[] = {"--concurrency", "1:64", NULL};
     CHECK_INT_EQ(run_load(bad), 2);
@@ -428,7 +428,7 @@ static void test_usage(void)
     free(out);
 }
 
-static void test_real_attnd(void)
+TEST(real_attnd)
 {
     attnd_proc p;
     int started = attnd_proc_start(&p, NULL) == 0;
@@ -496,11 +496,11 @@ int main(void)
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
-    test_usage();
-    test_fake_good();
-    test_fake_bad();
-    test_open_loop_and_timeout();
-    test_real_attnd();
+    RUN(usage);
+    RUN(fake_good);
+    RUN(fake_bad);
+    RUN(open_loop_and_timeout);
+    RUN(real_attnd);
     cleanup();
     return check_summary();
 }

@@ -127,7 +127,7 @@ static void still_serving(const char *after)
     free(b);
 }
 
-static void test_bad_json(void)
+TEST(bad_json)
 {
     char *ok = rows(2, 64, NULL);
     expect("truncated JSON", ok, strlen(ok) / 2, NULL, 400, "invalid_json");
@@ -203,7 +203,7 @@ static void test_bad_json(void)
 }
 
 /* need_weights at T = S = 4096 with 8 heads: 8 * 4096 * 4096 = 134M numbers. */
-static void test_weights_limit(void)
+TEST(weights_limit)
 {
     char *b = rows(4096, 64, ", \"need_weights\": true, \"average_attn_weights\": false");
     char url[128];
@@ -221,7 +221,7 @@ static void test_weights_limit(void)
 }
 
 /* A chunked body (valid) and a 100 MB body streamed: 413 long before the end. */
-static void test_transport(void)
+TEST(transport)
 {
     char *body = rows(2, 64, NULL);
     size_t blen = strlen(body), cap = blen * 2 + 512, n;
@@ -280,7 +280,7 @@ static void test_transport(void)
 
 /* One byte a second: the server closes the connection once
  * --request-read-timeout-s (2 here) has passed, though it is never idle. */
-static void test_slow_loris(void)
+TEST(slow_loris)
 {
     int fd = connect_port(proc.port);
     CHECK(fd >= 0);
@@ -309,7 +309,7 @@ static void test_slow_loris(void)
 }
 
 /* Clients that vanish: mid-body, and while their request waits for a batch. */
-static void test_disconnects(void)
+TEST(disconnects)
 {
     for (int i = 0; i < 20; i++) {
         int fd = connect_port(proc.port);
@@ -354,11 +354,11 @@ int main(void)
     for (int i = 0; i < 5; i++)
         still_serving("warm-up");
     long base = rss_kb(proc.pid);
-    test_bad_json();
-    test_weights_limit();
-    test_transport();
-    test_slow_loris();
-    test_disconnects();
+    RUN(bad_json);
+    RUN(weights_limit);
+    RUN(transport);
+    RUN(slow_loris);
+    RUN(disconnects);
     for (int i = 0; i < 5; i++)
         still_serving("everything");
     long after = rss_kb(proc.pid);

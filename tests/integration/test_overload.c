@@ -91,7 +91,7 @@ static void *run_client(void *arg)
     return NULL;
 }
 
-static void test_storm(void)
+TEST(storm)
 {
     /* A batch is cut after 1 s (or at 64 requests): the 16-slot queue fills and
      * stays full for a second, while /healthz and /metrics are probed. */
@@ -182,7 +182,7 @@ static void test_storm(void)
 
 /* --max-inflight-bytes 1M: a 1.5 MB body (JSON with leading blanks) is refused
  * with 503 overloaded + Retry-After before it is read; a small one passes. */
-static void test_budget(void)
+TEST(budget)
 {
     const char *args[] = {"--max-inflight-bytes", "1M", NULL};
     if (attnd_proc_start(&proc, args) != 0) {
@@ -219,8 +219,8 @@ int main(void)
         CHECK_MSG(0, "cannot load the demo layer: %s", err.message);
         return check_summary();
     }
-    test_storm();
-    test_budget();
+    RUN(storm);
+    RUN(budget);
     attn_layer_free(layer);
     return check_summary();
 }

@@ -153,7 +153,9 @@ static void *ask_thread(void *arg)
     return NULL;
 }
 
-int main(void)
+/* One daemon through a SIGHUP swap with a request in flight, then a truncated
+ * file and a NaN weight, both refused (the steps depend on each other). */
+TEST(reload_scenario)
 {
     size_t n = (size_t)snprintf(body, sizeof body, "{\"query\": [");
     for (int t = 0; t < T; t++)
@@ -173,7 +175,7 @@ int main(void)
     unsigned char *a = read_all("config/demo.safetensors", &len);
     CHECK(a != NULL && len > 8);
     if (!a)
-        return check_summary();
+        return;
     /* Layer B: every F32 of layer A's data times -0.75 (the header is kept). */
     uint64_t hlen = 0;
     memcpy(&hlen, a, 8);
@@ -196,7 +198,7 @@ int main(void)
                           "--max-batch-requests", "64", "--workers", "1", NULL};
     if (attnd_proc_start(&proc, args) != 0) {
         CHECK_MSG(0, "attnd did not start");
-        return check_summary();
+        return;
     }
     char *at0 = loaded_at();
     CHECK_INT_EQ(reloads("ok"), 0);
@@ -255,5 +257,10 @@ int main(void)
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0);
+}
+
+int main(void)
+{
+    RUN(reload_scenario);
     return check_summary();
 }

@@ -248,7 +248,7 @@ static void stream_self(const attnd_proc *p, int n, int window, int fixed_step, 
     free(q);
 }
 
-static void test_self_streams(const attnd_proc *p)
+TEST_WITH(self_streams, const attnd_proc *p)
 {
     stream_self(p, 48, 0, 1, 11);
     stream_self(p, 48, 0, 3, 12);
@@ -259,7 +259,7 @@ static void test_self_streams(const attnd_proc *p)
     stream_self(p, 40, 1, 2, 17); /* window 1: each position sees only itself */
 }
 
-static void test_cross(const attnd_proc *p)
+TEST_WITH(cross, const attnd_proc *p)
 {
     uint64_t s = 21;
     int mem = 9, n = 20;
@@ -304,7 +304,7 @@ static void test_cross(const attnd_proc *p)
 
 /* ------------------------------------------------------------ lifecycle and errors */
 
-static void test_get_delete(const attnd_proc *p)
+TEST_WITH(get_delete, const attnd_proc *p)
 {
     uint64_t s = 31;
     char id[64], url[200];
@@ -368,7 +368,7 @@ static void expect_400(const attnd_proc *p, const char *url, const char *body, c
     (void)p;
 }
 
-static void test_bad_bodies(const attnd_proc *p)
+TEST_WITH(bad_bodies, const attnd_proc *p)
 {
     char url[200], id[64];
     snprintf(url, sizeof url, "%s/v1/models/demo/sessions", p->base_url);
@@ -424,7 +424,7 @@ static void test_bad_bodies(const attnd_proc *p)
 }
 
 /* --max-seq-len 64 in this daemon: an unbounded session stops at 64 positions. */
-static void test_length_limit(const attnd_proc *p)
+TEST_WITH(length_limit, const attnd_proc *p)
 {
     uint64_t s = 51;
     char id[64];
@@ -452,7 +452,7 @@ static void test_length_limit(const attnd_proc *p)
     free(q);
 }
 
-static void test_ttl(const attnd_proc *p)
+TEST_WITH(ttl, const attnd_proc *p)
 {
     uint64_t s = 61;
     char id[64], id2[64], url[200];
@@ -502,7 +502,7 @@ static double metric(const attnd_proc *p, const char *prefix)
     return v;
 }
 
-static void test_metrics(const attnd_proc *p)
+TEST_WITH(metrics, const attnd_proc *p)
 {
     CHECK(metric(p, "attnd_sessions ") >= 1);
     CHECK(metric(p, "attnd_kv_cache_bytes ") > 0);
@@ -519,7 +519,7 @@ static void test_metrics(const attnd_proc *p)
 /* Budget 20 KiB: two sessions of 16 cached rows (8 KiB + a header each) fit, a
  * third does not. The least recently used one goes (410); the recent one stays
  * correct. */
-static void test_eviction(void)
+TEST(eviction)
 {
     const char *args[] = {"--kv-cache-bytes", "20K", NULL};
     attnd_proc p;
@@ -605,7 +605,7 @@ static void *busy_main(void *arg)
 
 /* With --max-queue-delay-us 500000 the first append waits in the queue while
  * the others arrive: exactly one is computed, the rest get 409 session_busy. */
-static void test_one_in_flight(const attnd_proc *p)
+TEST_WITH(one_in_flight, const attnd_proc *p)
 {
     enum { N = 6 };
     uint64_t s = 81;
@@ -640,7 +640,7 @@ static void test_one_in_flight(const attnd_proc *p)
 
 /* Same daemon (500 ms queue delay): an append whose timeout_ms passes in the
  * queue is never computed (504) and the session does not move. */
-static void test_timeout_keeps_length(const attnd_proc *p)
+TEST_WITH(timeout_keeps_length, const attnd_proc *p)
 {
     uint64_t s = 85;
     float *q = rand_rows(&s, 3);
@@ -671,7 +671,7 @@ static void test_timeout_keeps_length(const attnd_proc *p)
 }
 
 /* With API keys configured, session routes need one like every /v1 route. */
-static void test_auth(void)
+TEST(auth)
 {
     const char *args[] = {"--api-keys", "sekrit-key-1", NULL};
     attnd_proc p;
@@ -748,7 +748,7 @@ static void *many_main(void *arg)
     return NULL;
 }
 
-static void test_many_sessions(const attnd_proc *p)
+TEST_WITH(many_sessions, const attnd_proc *p)
 {
     enum { N = 8 };
     many_arg args[N];
@@ -793,7 +793,7 @@ static double max_diff(const float *a, const float *b, size_t n)
 /* A reload (SIGHUP) that swaps demo for a different model file: a live session
  * keeps the version it was created on (and its answers), new sessions and
  * one-shot requests get the new one. */
-static void test_reload_keeps_version(void)
+TEST(reload_keeps_version)
 {
     char dir[] = "/tmp/attnd-sessions-XXXXXX", cfg[128], other[128];
     uint64_t rng = 0x5eed5eed;
@@ -865,30 +865,30 @@ int main(void)
         CHECK(!"daemon started");
         return check_summary();
     }
-    test_self_streams(&p);
-    test_cross(&p);
-    test_get_delete(&p);
-    test_bad_bodies(&p);
-    test_length_limit(&p);
-    test_ttl(&p);
-    test_metrics(&p);
+    RUN_WITH(self_streams, &p);
+    RUN_WITH(cross, &p);
+    RUN_WITH(get_delete, &p);
+    RUN_WITH(bad_bodies, &p);
+    RUN_WITH(length_limit, &p);
+    RUN_WITH(ttl, &p);
+    RUN_WITH(metrics, &p);
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);
 
-    test_eviction();
-    test_auth();
-    test_reload_keeps_version();
+    RUN(eviction);
+    RUN(auth);
+    RUN(reload_keeps_version);
 
     const char *batching[] = {"--max-queue-delay-us", "500000", NULL};
     if (attnd_proc_start(&p, batching) == 0) {
-        test_one_in_flight(&p);
-        test_timeout_keeps_length(&p);
+        RUN_WITH(one_in_flight, &p);
+        RUN_WITH(timeout_keeps_length, &p);
         CHECK_INT_EQ(attnd_proc_stop(&p), 0);
     } else {
         CHECK(!"daemon with a queue delay started");
     }
     const char *many[] = {"--max-queue-delay-us", "20000", NULL};
     if (attnd_proc_start(&p, many) == 0) {
-        test_many_sessions(&p);
+        RUN_WITH(many_sessions, &p);
         CHECK_INT_EQ(attnd_proc_stop(&p), 0);
     } else {
         CHECK(!"daemon for many sessions started");

@@ -107,19 +107,21 @@ static int queue_depth(keep *k)
     return p ? atoi(p + sizeof pat - 1) : -1;
 }
 
-int main(void)
+/* SIGTERM with N requests queued: /readyz turns 503, every request is answered
+ * correctly, attnd exits 0 and logs that every response was sent. */
+TEST(sigterm_drain)
 {
     attn_error err;
     if (attn_layer_load_safetensors("config/demo.safetensors", 0, &layer, &err) != ATTN_OK) {
         CHECK_MSG(0, "cannot load the demo layer");
-        return check_summary();
+        return;
     }
     const char *args[] = {"--workers", "1", "--max-batch-requests", "64", "--max-queue", "64",
                           "--max-queue-delay-us", "10000000", "--max-batch-tokens", "1000000",
                           NULL};
     if (attnd_proc_start(&proc, args) != 0) {
         CHECK_MSG(0, "attnd did not start");
-        return check_summary();
+        return;
     }
     curl_global_init(CURL_GLOBAL_DEFAULT);
     keep k = {.c = curl_easy_init()};
@@ -193,5 +195,10 @@ int main(void)
     curl_easy_cleanup(k.c);
     curl_global_cleanup();
     attn_layer_free(layer);
+}
+
+int main(void)
+{
+    RUN(sigterm_drain);
     return check_summary();
 }

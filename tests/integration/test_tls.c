@@ -17,31 +17,18 @@ static const char body[] = "{\"query\": [[0.5, -0.25, 1, 0, 0.5, -0.25, 1, 0, 0.
                            " -0.25, 1, 0, 0.5, -0.25, 1, 0, 0.5, -0.25, 1, 0, 0.5, -0.25, 1, 0,"
                            " 0.5, -0.25, 1, 0, 0.5, -0.25, 1, 0]]}";
 
-int main(void)
+/* attnd with a certificate answers over TLS verified against it, and nothing
+ * over plain HTTP or to a client that does not trust the certificate. */
+TEST_WITH(https, const char *cert, const char *key)
 {
-    char dir[] = "/tmp/attnd-tls-XXXXXX";
-    CHECK(mkdtemp(dir) != NULL);
-    char cert[128], key[128], cmd[768];
-    snprintf(cert, sizeof cert, "%s/cert.pem", dir);
-    snprintf(key, sizeof key, "%s/key.pem", dir);
-    /* openssl is in scripts/deps.sh; a P-256 key keeps generation instant. */
-    snprintf(cmd, sizeof cmd,
-             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-             "-keyout %s -out %s -days 2 -subj /CN=127.0.0.1 "
-             "-addext subjectAltName=IP:127.0.0.1 >/dev/null 2>&1",
-             key, cert);
-    if (system(cmd) != 0) {
-        CHECK_MSG(0, "openssl could not make a certificate (is openssl installed?)");
-        return check_summary();
-    }
-
+    char cmd[768];
     attnd_proc p;
     const char *args[] = {"--tls-cert", cert, "--tls-key", key, NULL};
     /* attnd_proc_start sees --tls-cert and probes https://.../readyz with it. */
     int started = attnd_proc_start(&p, args) == 0;
     if (!started) {
         CHECK_MSG(0, "attnd with TLS did not start");
-        return check_summary();
+        return;
     }
     char url[160];
     http_result r;
@@ -69,13 +56,37 @@ int main(void)
     CHECK(http_do_ex("GET", url, NULL, 0, NULL, NULL, "/dev/null", &r) != 0);
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);
     unlink(p.log_path);
+}
 
+/* A key without a certificate: attnd refuses to start (exit 2) and says why. */
+TEST_WITH(key_without_cert, const char *key)
+{
     char *out = NULL;
     const char *half[] = {"--model", "demo=config/demo.safetensors", "--tls-key", key, NULL};
     CHECK_INT_EQ(attnd_run(half, 10, &out), 2);
     CHECK(out && strstr(out, "--tls-cert and --tls-key go together"));
     free(out);
+}
 
+int main(void)
+{
+    char dir[] = "/tmp/attnd-tls-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char cert[128], key[128], cmd[768];
+    snprintf(cert, sizeof cert, "%s/cert.pem", dir);
+    snprintf(key, sizeof key, "%s/key.pem", dir);
+    /* openssl is in scripts/deps.sh; a P-256 key keeps generation instant. */
+    snprintf(cmd, sizeof cmd,
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+             "-keyout %s -out %s -days 2 -subj /CN=127.0.0.1 "
+             "-addext subjectAltName=IP:127.0.0.1 >/dev/null 2>&1",
+             key, cert);
+    if (system(cmd) != 0) {
+        CHECK_MSG(0, "openssl could not make a certificate (is openssl installed?)");
+        return check_summary();
+    }
+    RUN_WITH(https, cert, key);
+    RUN_WITH(key_without_cert, key);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0);
     return check_summary();

@@ -282,7 +282,7 @@ static int shape_is(const json_t *s, int rank, const int *dims)
 
 /* ------------------------------------------------------------ tests */
 
-static void test_metadata(void)
+TEST(metadata)
 {
     long st = 0;
     json_t *j = get_json("/v2", &st);
@@ -344,7 +344,7 @@ static void test_metadata(void)
 
 /* Sends the same inputs as flat JSON, nested JSON and binary (JSON and binary answers),
  * and as /v1; every output must carry the same bits. */
-static void test_infer_equivalence(void)
+TEST(infer_equivalence)
 {
     enum { B = 2, T = 3 };
     float q[B * T * E];
@@ -435,7 +435,7 @@ static void test_infer_equivalence(void)
 
 /* Cross-attention with every optional input, binary BOOL masks, weights and outputs
  * filtering, against /v1 on the same inputs. */
-static void test_cross_masks_weights(void)
+TEST(cross_masks_weights)
 {
     enum { B = 2, T = 3, S = 4 };
     float q[B * T * E], k[B * S * E], v[B * S * E], am[T * S];
@@ -567,7 +567,7 @@ static void expect_400(const char *what, const char *body, size_t len, long long
     reply_free(&r);
 }
 
-static void test_errors(void)
+TEST(errors)
 {
     float q[2 * E];
     for (size_t i = 0; i < 2 * E; i++) q[i] = rnd();
@@ -684,7 +684,7 @@ static void *run_job(void *arg)
 
 /* One /v1 and one /v2 (binary) request at once, on a daemon that waits up to 2 s for a
  * batch of 2: both must report batch_size 2, i.e. they ran in one batch. */
-static void test_batch_with_v1(void)
+TEST(batch_with_v1)
 {
     attnd_proc p;
     const char *args[] = {"--max-batch-requests", "2", "--max-queue-delay-us", "2000000", NULL};
@@ -736,12 +736,12 @@ int main(void)
         return check_summary();
     }
     snprintf(base, sizeof base, "%s", p.base_url);
-    test_metadata();
-    test_infer_equivalence();
-    test_cross_masks_weights();
-    test_errors();
+    RUN(metadata);
+    RUN(infer_equivalence);
+    RUN(cross_masks_weights);
+    RUN(errors);
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);
-    test_batch_with_v1();
+    RUN(batch_with_v1);
     curl_global_cleanup();
     return check_summary();
 }
