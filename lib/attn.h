@@ -8,7 +8,10 @@
  * Nothing here calls exit() or abort(), and there is no global state.
  *
  * Shapes use the names of the maths:
- *   h      number of heads            d_k  per-head query/key width
+ *   h      number of (query) heads    g    number of key/value heads (GQA/MQA:
+ *                                          g divides h; query head i reads KV
+ *                                          head i / (h / g); g = h is plain MHA)
+ *          d_k  per-head query/key width
  *   d_v    per-head value width       E_q  query embedding width
  *   E_k    key embedding width        E_v  value embedding width
  *   E_out  output width (rows of W_O, or h*d_v when the layer has no W_O)
@@ -53,7 +56,7 @@
 extern "C" {
 #endif
 
-#define ATTN_VERSION_STRING "0.1.0"
+#define ATTN_VERSION_STRING "0.2.0"
 
 /* Status codes. Append-only: never renumber. */
 typedef enum attn_status {
@@ -67,7 +70,10 @@ typedef enum attn_status {
     ATTN_ERR_MISSING_TENSOR = 7, /* a tensor the layer needs is absent             */
     ATTN_ERR_DTYPE = 8,          /* unsupported dtype or size that disagrees       */
     ATTN_ERR_LIMIT = 9,          /* a size limit would be exceeded (overflow)      */
-    ATTN_ERR_INTERNAL = 10       /* a bug: please report                           */
+    ATTN_ERR_INTERNAL = 10,      /* a bug: please report                           */
+    ATTN_ERR_UNSUPPORTED = 11    /* a valid checkpoint or request this library does
+                                    not serve (rope type, pickle file, cross-attention
+                                    over a rotary layer); the message says which    */
 } attn_status;
 
 /* Returns a static, never-NULL description of a status code ("shape mismatch"). */
@@ -91,26 +97,59 @@ typedef struct attn_error {
 
 typedef struct attn_layer attn_layer; /* opaque, immutable once built */
 
+/* Rotary position embedding (RoPE), applied to each head's queries and keys
+ * after the projections (and before keys enter a KV cache), at the sequence's
+ * integer positions (attn_seq.position_ids). Computed as Hugging Face does:
+ * inv_freq[i] = 1 / theta^(2i / rotary_dim) in float32, then scaled; the angle
+ * of position p is p * inv_freq[i]. Zero-initialised = no rotary embedding. */
+typedef enum attn_rope_style {
+    ATTN_ROPE_NONE = 0,
+    ATTN_ROPE_HALF = 1,        /* HF rotate_half: dims i and i + rotary_dim/2 pair up   */
+    ATTN_ROPE_INTERLEAVED = 2  /* GPT-J / original Meta layout: dims 2i and 2i+1 pair up */
+} attn_rope_style;
+
+typedef enum attn_rope_scaling {
+    ATTN_ROPE_SCALING_NONE = 0,   /* HF "default"                                   */
+    ATTN_ROPE_SCALING_LINEAR = 1, /* HF "linear": inv_freq / factor                 */
+    ATTN_ROPE_SCALING_LLAMA3 = 2  /* HF "llama3": low/high-frequency bands (below)   */
+} attn_rope_scaling;
+
+typedef struct attn_rope {
+    attn_rope_style style;      /* NONE: the layer has no rotary embedding          */
+    double theta;               /* base (rope_theta), > 0; 0 = 10000                 */
+    int rotary_dim;             /* leading dims of each head that rotate: even,
+                                   2..d_k; 0 = d_k (HF: head_dim *
+                                   partial_rotary_factor, floored to an int)        */
+    attn_rope_scaling scaling;
+    double factor;              /* LINEAR, LLAMA3: > 0                               */
+    double low_freq_factor;     /* LLAMA3                                            */
+    double high_freq_factor;    /* LLAMA3, > low_freq_factor                         */
+    int original_max_position;  /* LLAMA3: original_max_position_embeddings, >= 1    */
+} attn_rope;
+
 /* Weights of a layer, as the caller hands them to attn_layer_create.
  * Pointers are borrowed for the duration of the call only (the layer copies).
  * A NULL bias means "no bias"; a NULL w_o means "no output projection"
  * (then E_out = h*d_v). */
 typedef struct attn_layer_desc {
     int num_heads;  /* h   >= 1 */
-    int head_dim_k; /* d_k >= 1 */
+    int head_dim_k; /* d_k >= 1 (need not be E_q / h) */
     int head_dim_v; /* d_v >= 1 */
     int embed_q;    /* E_q >= 1 */
     int embed_k;    /* E_k >= 1 */
     int embed_v;    /* E_v >= 1 */
     int embed_out;  /* E_out >= 1; ignored (taken as h*d_v) when w_o is NULL */
     const float *w_q; /* (h*d_k, E_q) */
-    const float *w_k; /* (h*d_k, E_k) */
-    const float *w_v; /* (h*d_v, E_v) */
+    const float *w_k; /* (g*d_k, E_k) */
+    const float *w_v; /* (g*d_v, E_v) */
     const float *w_o; /* (E_out, h*d_v) or NULL */
     const float *b_q; /* (h*d_k) or NULL */
-    const float *b_k; /* (h*d_k) or NULL */
-    const float *b_v; /* (h*d_v) or NULL */
+    const float *b_k; /* (g*d_k) or NULL */
+    const float *b_v; /* (g*d_v) or NULL */
     const float *b_o; /* (E_out) or NULL; must be NULL when w_o is NULL */
+    /* Appended in 0.2; zero keeps the 0.1 meaning. */
+    int num_kv_heads; /* g: 0 = h; otherwise 1 <= g <= h and g divides h */
+    attn_rope rope;   /* all zero = no rotary embedding */
 } attn_layer_desc;
 
 /* What a built layer looks like, for servers describing their models. */
@@ -121,6 +160,8 @@ typedef struct attn_layer_info {
     int has_bias_q, has_bias_k, has_bias_v, has_bias_out;
     char source_dtype[8]; /* "F32", "F16", "BF16", "mixed", or "" if built in memory */
     size_t param_count;   /* number of float parameters */
+    int num_kv_heads;     /* g (= num_heads for plain multi-head attention) */
+    attn_rope rope;       /* as built: theta and rotary_dim resolved (style NONE: none) */
 } attn_layer_info;
 
 /* Builds a layer from caller-owned weights, which are copied.
@@ -146,6 +187,69 @@ attn_status attn_layer_load_safetensors(const char *path, int num_heads,
 /* The same from a buffer in memory (borrowed for the call). Used by fuzzers. */
 attn_status attn_layer_load_safetensors_mem(const void *data, size_t len, int num_heads,
                                             attn_layer **out, attn_error *err);
+
+/* ------------------------------------------------------ model checkpoints */
+
+/* Where the tensor names (and config.json keys) of a layer come from. */
+typedef enum attn_family {
+    ATTN_FAMILY_AUTO = 0,     /* config.json's model_type, else the tensor names     */
+    ATTN_FAMILY_MHA = 1,      /* nn.MultiheadAttention: in_proj_weight, out_proj.*
+                                 (also under a prefix: TransformerEncoderLayer's
+                                 self_attn., DecoderLayer's multihead_attn.)          */
+    ATTN_FAMILY_EXPLICIT = 2, /* q_proj.weight, k_proj.weight, v_proj.weight, o_proj.* */
+    ATTN_FAMILY_LLAMA = 3,    /* Llama, Mistral, Qwen2: model.layers.{i}.self_attn.
+                                 {q,k,v,o}_proj.{weight,bias}; GQA, RoPE              */
+    ATTN_FAMILY_BERT = 4,     /* [bert.]encoder.layer.{i}.attention.self.{query,key,
+                                 value} + attention.output.dense                     */
+    ATTN_FAMILY_GPT2 = 5      /* [transformer.]h.{i}.attn.{c_attn,c_proj}: Conv1D
+                                 layout [E, 3E], y = x W + b                          */
+} attn_family;
+
+/* "auto", "mha", "explicit", "llama", "bert", "gpt2"; "unknown" otherwise. */
+const char *attn_family_name(attn_family family);
+
+/* How to pick one attention layer out of a checkpoint. Zero-initialise. */
+typedef struct attn_load_options {
+    attn_family family;   /* AUTO = decide from config.json / tensor names          */
+    int layer;            /* which layer; -1 = the only one (an error names how many
+                             there are when there are several)                      */
+    const char *prefix;   /* state_dict prefix before the family's names, e.g.
+                             "layers.0.self_attn."; NULL or "" = none                */
+    int num_heads;        /* 0 = from config.json / __metadata__.num_heads           */
+    int num_kv_heads;     /* 0 = from config.json, else num_heads                    */
+} attn_load_options;
+
+/* What a checkpoint holds, as attn_checkpoint_inspect reports it. */
+typedef struct attn_checkpoint_info {
+    attn_family family;        /* resolved (never AUTO)                              */
+    char model_type[32];       /* config.json's model_type, or ""                    */
+    int n_layers;              /* attention layers found (1 for a bare layer file)   */
+    int num_heads, num_kv_heads, head_dim;
+    int hidden_size;           /* E                                                   */
+    attn_rope rope;
+    int sliding_window;        /* config.json's sliding_window, 0 = none             */
+    char dtype[8];             /* of the attention tensors: "F32", "F16", "BF16", "mixed" */
+    int n_shards;              /* safetensors files (1 unless sharded)               */
+    size_t n_tensors;          /* tensors in the whole checkpoint                    */
+} attn_checkpoint_info;
+
+/* Loads one attention layer from path: a .safetensors file (any family), or a
+ * model directory in the Hugging Face hub's layout (config.json plus
+ * model.safetensors, or model.safetensors.index.json and its shards). Only the
+ * selected layer's attention tensors are read (pread at the offsets the header
+ * gives); the rest of the checkpoint is never loaded. opts NULL = all defaults.
+ * Errors say what to do: a PyTorch pickle (.pt/.bin) is recognised (UNSUPPORTED,
+ * "export it to safetensors with ..."), a missing tensor names the name looked
+ * for and the nearest names present, a bias present for some projections but
+ * missing for others is refused, an unknown rope_scaling type is refused by name.
+ * On success *out owns a new layer (attn_layer_free); on failure *out is NULL. */
+attn_status attn_layer_load(const char *path, const attn_load_options *opts, attn_layer **out,
+                            attn_error *err);
+
+/* Describes what path holds (family, layers, heads, shapes, RoPE) without
+ * building a layer; opts as for attn_layer_load (layer ignored). */
+attn_status attn_checkpoint_inspect(const char *path, const attn_load_options *opts,
+                                    attn_checkpoint_info *info, attn_error *err);
 
 /* Frees a layer. NULL is allowed. The caller must ensure no forward is running. */
 void attn_layer_free(attn_layer *layer);
@@ -216,10 +320,19 @@ typedef struct attn_seq {
      *    S = cache_len rows as they are; nothing is written; positions as for
      *    ordinary cross-attention.
      * s must equal the S above. Masks (key padding, attn_mask) index those S keys. */
-    float *cache_k;
-    float *cache_v;
+    float *cache_k;         /* (rows, g*d_k): a cache holds the g KV heads       */
+    float *cache_v;         /* (rows, g*d_v)                                      */
     int cache_len;          /* rows already in the cache, >= 0                   */
     int cache_append;       /* 1 or 0, as above                                   */
+
+    /* Rotary layers only (ignored otherwise): the position of each query row,
+     * (T) integers >= 0, or NULL for the default: 0..T-1, or cache_len + i when
+     * appending to a cache. Self-attention keys take the same positions as
+     * their rows; cached keys were rotated when they were written. Sessions
+     * that drop old rows (windows) pass explicit positions. Cross-attention
+     * (key given, or cache_append = 0) over a rotary layer is refused
+     * (UNSUPPORTED): the positions of two sequences are undefined. */
+    const int64_t *position_ids;
 } attn_seq;
 
 /* Counters filled by attn_forward (optional). */
@@ -304,8 +417,9 @@ void attn_workspace_get_options(const attn_workspace *ws, attn_workspace_options
  * included), for a KV cache or a cross-attention memory used with
  * attn_seq.cache_k / cache_v and cache_append = 0.
  * key: (s, E_k), value: (s, E_v) (may be the same buffer when E_k == E_v);
- * k_out: (s, h*d_k), v_out: (s, h*d_v), caller-allocated, written only on
- * ATTN_OK. Rejects non-finite inputs (NONFINITE, element named). Thread-safe. */
+ * k_out: (s, g*d_k), v_out: (s, g*d_v), caller-allocated, written only on
+ * ATTN_OK. Rejects non-finite inputs (NONFINITE, element named), and rotary
+ * layers (UNSUPPORTED: a memory has no positions). Thread-safe. */
 attn_status attn_project_kv(const attn_layer *layer, const float *key, const float *value,
                             int s, float *k_out, float *v_out, attn_error *err);
 

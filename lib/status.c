@@ -20,6 +20,7 @@ const char *attn_strerror(attn_status status)
     case ATTN_ERR_DTYPE: return "unsupported or inconsistent dtype";
     case ATTN_ERR_LIMIT: return "size limit exceeded";
     case ATTN_ERR_INTERNAL: return "internal error";
+    case ATTN_ERR_UNSUPPORTED: return "not supported";
     }
     return "unknown status";
 }
@@ -43,6 +44,7 @@ const char *attn_status_name(attn_status status)
         ATTN__STATUS_NAME(ATTN_ERR_DTYPE);
         ATTN__STATUS_NAME(ATTN_ERR_LIMIT);
         ATTN__STATUS_NAME(ATTN_ERR_INTERNAL);
+        ATTN__STATUS_NAME(ATTN_ERR_UNSUPPORTED);
     }
     return "ATTN_UNKNOWN";
 }

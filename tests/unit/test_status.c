@@ -10,7 +10,7 @@
 
 /* The last status today. Appending a status makes test_out_of_range fail
  * until this (and the expected names below) are updated. */
-#define LAST_STATUS ATTN_ERR_INTERNAL
+#define LAST_STATUS ATTN_ERR_UNSUPPORTED
 
 TEST(names_spelled_like_enumerators)
 {
@@ -25,6 +25,7 @@ TEST(names_spelled_like_enumerators)
     CHECK_STR_EQ(attn_status_name(ATTN_ERR_DTYPE), "ATTN_ERR_DTYPE");
     CHECK_STR_EQ(attn_status_name(ATTN_ERR_LIMIT), "ATTN_ERR_LIMIT");
     CHECK_STR_EQ(attn_status_name(ATTN_ERR_INTERNAL), "ATTN_ERR_INTERNAL");
+    CHECK_STR_EQ(attn_status_name(ATTN_ERR_UNSUPPORTED), "ATTN_ERR_UNSUPPORTED");
 }
 
 /* Every value 0..LAST_STATUS: a non-empty "ATTN_" name distinct from every
