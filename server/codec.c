@@ -129,7 +129,7 @@ typedef struct decoder {
     attnd_decode_opts opts;
 
     /* top-level fields (absent / defaults when missing or null) */
-    node query, key, value, kpm, mask;
+    node query, key, value, kpm, mask, pos;
     int is_causal, window, need_weights, average;
     int64_t timeout_ms;
     const char *id;
@@ -142,6 +142,7 @@ typedef struct decoder {
     leaf_kind mask_kind;
     size_t n_floats;         /* every float in storage                          */
     size_t n_bytes;          /* every uint8_t in storage                        */
+    size_t n_ints;           /* every int64_t in storage (position ids)         */
     size_t n_inputs;         /* query + key + value numbers                     */
     size_t n_weights;        /* weights elements returned                       */
     size_t n_tokens;
@@ -245,6 +246,8 @@ static int read_field(decoder *d, const char *k, json_t *v)
         return get_array(d, k, v, &d->kpm);
     if (strcmp(k, "attn_mask") == 0)
         return get_array(d, k, v, &d->mask);
+    if (strcmp(k, "position_ids") == 0)
+        return get_array(d, k, v, &d->pos);
     if (strcmp(k, "is_causal") == 0)
         return get_bool(d, k, v, &d->is_causal);
     if (strcmp(k, "need_weights") == 0)
@@ -422,6 +425,24 @@ static int check_kpm(decoder *d)
     return 0;
 }
 
+/* position_ids: per sequence T integers (the rotary positions of its queries). */
+static int check_pos(decoder *d)
+{
+    static const char *const nouns[] = {"integers"};
+    if (!node_present(d->pos))
+        return 0;
+    if (d->batched && check_outer(d, "position_ids", d->pos))
+        return -1;
+    for (int b = 0; b < d->n_seqs; b++) {
+        path p = seq_path(d, "position_ids", b);
+        int dims[1] = {seq_t(d, b)};
+        if (check_nest(d, seq_node(d, d->pos, b), dims, 1, nouns, &p))
+            return -1;
+        d->n_ints += (size_t)dims[0];
+    }
+    return 0;
+}
+
 /* Array levels of attn_mask along its first elements (or -1), and the kind of
  * its first leaf (boolean or number), which fixes the kind of the whole mask. */
 static int mask_depth(decoder *d)
@@ -571,6 +592,27 @@ static int copy_nest(decoder *d, node j, int n, leaf_kind kind, path *p, void **
     return rc;
 }
 
+/* Sequence b's position ids into *cur (advanced): integers in 0..2^53. */
+static int copy_pos(decoder *d, int b, int64_t **cur)
+{
+    node j = seq_node(d, d->pos, b);
+    path p = seq_path(d, "position_ids", b);
+    for (size_t i = 0; i < node_size(j); i++) {
+        node v = node_at(j, i);
+        p.idx[p.n] = (int)i;
+        p.n++;
+        if (v.f || !json_is_integer(v.j) || json_integer_value(v.j) < 0 ||
+            json_integer_value(v.j) > (INT64_C(1) << 53))
+            return fail_at(d->err, 400, v.f || !json_is_integer(v.j) ? "invalid_type"
+                                                                      : "invalid_value",
+                           &p, "expected an integer position in 0..2^53");
+        p.n--;
+        (*cur)[i] = json_integer_value(v.j);
+    }
+    *cur += node_size(j);
+    return 0;
+}
+
 /* Copies one sequence's part of a field (query, key, ...) into *dst. */
 static int copy_seq(decoder *d, const char *name, node field, int b, int levels, leaf_kind kind,
                     void **dst)
@@ -599,9 +641,11 @@ static int copy_mask(decoder *d, int b, attn_seq *s, float **fcur, uint8_t **bcu
     return copy_seq(d, "attn_mask", d->mask, b, d->mask_per_head ? 3 : 2, d->mask_kind, cur);
 }
 
-/* Fills seqs[b] and copies its inputs, carving buffers from *fcur / *bcur. */
-static int fill_seq(decoder *d, int b, attn_seq *seqs, float **fcur, uint8_t **bcur)
+/* Fills seqs[b] and copies its inputs, carving buffers from *cur. */
+static int fill_seq(decoder *d, int b, attn_seq *seqs, attnd_request_cursor *cur)
 {
+    float **fcur = &cur->floats;
+    uint8_t **bcur = &cur->bytes;
     attn_seq *s = &seqs[b];
     const attn_layer_info *in = d->info;
     s->t = seq_t(d, b);
@@ -627,6 +671,11 @@ static int fill_seq(decoder *d, int b, attn_seq *seqs, float **fcur, uint8_t **b
     }
     if (copy_mask(d, b, s, fcur, bcur, b > 0 ? seqs[0].attn_mask : NULL))
         return -1;
+    if (node_present(d->pos)) {
+        s->position_ids = cur->ints;
+        if (copy_pos(d, b, &cur->ints))
+            return -1;
+    }
     s->is_causal = d->is_causal;
     s->window = d->window;
     s->output = *fcur;
@@ -642,18 +691,19 @@ static int fill_seq(decoder *d, int b, attn_seq *seqs, float **fcur, uint8_t **b
 }
 
 /* Pass 2: one request (attnd_request_alloc) holding every array:
- *   [attnd_request][attn_seq x n][floats: per sequence query, key, value,
- *    float mask, output, weights][bytes: padding masks, bool masks] */
+ *   [attnd_request][attn_seq x n][ints: position ids][floats: per sequence
+ *    query, key, value, float mask, output, weights][bytes: padding masks,
+ *    bool masks] */
 static int build_request(decoder *d, attnd_request **out)
 {
-    float *fcur;
-    uint8_t *bcur;
-    attnd_request *req = attnd_request_alloc(d->n_seqs, d->n_floats, d->n_bytes, &fcur, &bcur,
-                                             d->err);
+    attnd_request_cursor cur;
+    attnd_request_sizes sizes = {.n_ints = d->n_ints, .n_floats = d->n_floats,
+                                 .n_bytes = d->n_bytes};
+    attnd_request *req = attnd_request_alloc(d->n_seqs, &sizes, &cur, d->err);
     if (!req)
         return -1;
     for (int b = 0; b < d->n_seqs; b++)
-        if (fill_seq(d, b, req->seqs, &fcur, &bcur))
+        if (fill_seq(d, b, req->seqs, &cur))
             goto fail;
     req->batched = d->batched;
     req->need_weights = d->need_weights;
@@ -909,7 +959,8 @@ static int decode_parsed(decoder *d, const char *body, size_t len, const char *t
     if (!json_is_object(root))
         attnd_http_fail(d->err, 400, "invalid_type", "", "the body must be a JSON object");
     else if (read_fields(d, root) == 0 && check_inputs(d) == 0 && check_kpm(d) == 0 &&
-             check_mask(d) == 0 && size_buffers(d) == 0 && build_request(d, out) == 0)
+             check_pos(d) == 0 && check_mask(d) == 0 && size_buffers(d) == 0 &&
+             build_request(d, out) == 0)
         rc = 0;
     json_decref(root);
     return rc;

@@ -32,11 +32,19 @@
 
 /* ================================================================ inputs */
 
-typedef enum dtype { DT_FP32, DT_BOOL } dtype;
+typedef enum dtype { DT_FP32, DT_BOOL, DT_INT64 } dtype;
 
-enum { IN_QUERY, IN_KEY, IN_VALUE, IN_KPM, IN_MASK, IN_COUNT };
+enum { IN_QUERY, IN_KEY, IN_VALUE, IN_KPM, IN_MASK, IN_POS, IN_COUNT };
 static const char *const input_names[IN_COUNT] = {"query", "key", "value", "key_padding_mask",
-                                                  "attn_mask"};
+                                                  "attn_mask", "position_ids"};
+
+static const char *dtype_name(dtype t)
+{
+    return t == DT_FP32 ? "FP32" : t == DT_BOOL ? "BOOL" : "INT64";
+}
+
+/* Largest position id accepted: every integer up to it is exact in a double. */
+#define MAX_POSITION (INT64_C(1) << 53)
 
 /* One input tensor as the header described it. */
 typedef struct tensor {
@@ -62,7 +70,7 @@ typedef struct v2dec {
     int b, t, s;
 } v2dec;
 
-static size_t elem_size(dtype t) { return t == DT_FP32 ? 4 : 1; }
+static size_t elem_size(dtype t) { return t == DT_FP32 ? 4 : t == DT_INT64 ? 8 : 1; }
 
 static void shape_text(const tensor *x, char *out, size_t cap)
 {
@@ -105,9 +113,12 @@ static int read_datatype(v2dec *d, const char *name, const json_t *v, tensor *x)
         x->type = DT_FP32;
     else if (strcmp(s, "BOOL") == 0)
         x->type = DT_BOOL;
+    else if (strcmp(s, "INT64") == 0)
+        x->type = DT_INT64;
     else
         return v2_fail(d->err, 400, name,
-                       "input \"%s\": datatype %.32s is not supported (FP32, BOOL)", name, s);
+                       "input \"%s\": datatype %.32s is not supported (FP32, BOOL, INT64)", name,
+                       s);
     return 0;
 }
 
@@ -126,7 +137,7 @@ static int take_binary(v2dec *d, const char *name, const json_t *size, tensor *x
         return v2_fail(d->err, 400, name,
                        "input \"%s\": binary_data_size %llu does not match shape %s of %s "
                        "(%zu bytes)",
-                       name, n, sh, x->type == DT_FP32 ? "FP32" : "BOOL", want);
+                       name, n, sh, dtype_name(x->type), want);
     }
     if (n > bin_len - *cursor)
         return v2_fail(d->err, 400, name,
@@ -337,7 +348,7 @@ static int want_type(v2dec *d, int k, int allow_bool, int allow_fp32)
     if ((x->type == DT_BOOL && allow_bool) || (x->type == DT_FP32 && allow_fp32))
         return 0;
     return v2_fail(d->err, 400, input_names[k], "input \"%s\": datatype %s, expected %s",
-                   input_names[k], x->type == DT_FP32 ? "FP32" : "BOOL",
+                   input_names[k], dtype_name(x->type),
                    allow_bool && allow_fp32 ? "BOOL or FP32" : allow_bool ? "BOOL" : "FP32");
 }
 
@@ -440,6 +451,15 @@ static int check_shapes(v2dec *d)
             want_shape(d, IN_MASK, (int64_t[]){d->t, d->s}, 2, what))
             return -1;
     }
+    if (d->in[IN_POS].present) {
+        snprintf(what, sizeof what, "[%d,%d] (B,T)", d->b, d->t);
+        if (d->in[IN_POS].type != DT_INT64)
+            return v2_fail(d->err, 400, "position_ids",
+                           "input \"position_ids\": datatype %s, expected INT64",
+                           dtype_name(d->in[IN_POS].type));
+        if (want_shape(d, IN_POS, (int64_t[]){d->b, d->t}, 2, what))
+            return -1;
+    }
     return check_limits(d);
 }
 
@@ -451,10 +471,31 @@ static int is_little_endian(void)
     return *(const unsigned char *)&one == 1;
 }
 
-/* Raw little-endian FP32 / BOOL bytes into dst; FP32 values must be finite. */
+/* One position id, checked. */
+static int put_position(v2dec *d, int64_t v, size_t i, int64_t *dst)
+{
+    if (v < 0 || v > MAX_POSITION)
+        return v2_fail(d->err, 400, "position_ids",
+                       "input \"position_ids\": element %zu is %lld, expected 0..2^53", i,
+                       (long long)v);
+    dst[i] = v;
+    return 0;
+}
+
+/* Raw little-endian FP32 / BOOL / INT64 bytes into dst; FP32 values must be finite. */
 static int copy_raw(v2dec *d, int k, void *dst)
 {
     const tensor *x = &d->in[k];
+    if (x->type == DT_INT64) {
+        for (size_t i = 0; i < x->count; i++) {
+            uint64_t u = 0;
+            for (int b = 7; b >= 0; b--)
+                u = u << 8 | x->raw[8 * i + (size_t)b];
+            if (put_position(d, (int64_t)u, i, dst))
+                return -1;
+        }
+        return 0;
+    }
     if (x->type == DT_BOOL) {
         uint8_t *o = dst;
         for (size_t i = 0; i < x->count; i++)
@@ -489,6 +530,12 @@ static int copy_raw(v2dec *d, int k, void *dst)
 static int copy_leaf(v2dec *d, int k, const json_t *v, void *dst, size_t i)
 {
     const tensor *x = &d->in[k];
+    if (x->type == DT_INT64) {
+        if (!json_is_integer(v))
+            return v2_fail(d->err, 400, input_names[k], "input \"%s\": element %zu is not an "
+                           "integer", input_names[k], i);
+        return put_position(d, json_integer_value(v), i, dst);
+    }
     if (x->type == DT_BOOL) {
         if (!json_is_boolean(v))
             return v2_fail(d->err, 400, input_names[k],
@@ -564,11 +611,15 @@ static int build(v2dec *d, attnd_request **out)
     size_t n_floats = d->in[IN_QUERY].count + d->in[IN_KEY].count + d->in[IN_VALUE].count +
                       n_fmask + n_out + n_w;
     size_t n_bytes = d->in[IN_KPM].count + (mask->present ? mask->count - n_fmask : 0);
-    float *f;
-    uint8_t *u8;
-    attnd_request *req = attnd_request_alloc(d->b, n_floats, n_bytes, &f, &u8, d->err);
+    attnd_request_sizes sizes = {.n_ints = d->in[IN_POS].count, .n_floats = n_floats,
+                                 .n_bytes = n_bytes};
+    attnd_request_cursor cur;
+    attnd_request *req = attnd_request_alloc(d->b, &sizes, &cur, d->err);
     if (!req)
         return -1;
+    float *f = cur.floats;
+    uint8_t *u8 = cur.bytes;
+    int64_t *pos = cur.ints;
     float *q = f, *k = q + d->in[IN_QUERY].count, *v = k + d->in[IN_KEY].count;
     float *fm = v + d->in[IN_VALUE].count, *o = fm + n_fmask, *w = o + n_out;
     uint8_t *kpm = u8, *bm = u8 + d->in[IN_KPM].count;
@@ -576,7 +627,8 @@ static int build(v2dec *d, attnd_request **out)
     if (copy_input(d, IN_QUERY, q) || (d->in[IN_KEY].present && copy_input(d, IN_KEY, k)) ||
         (d->in[IN_VALUE].present && copy_input(d, IN_VALUE, v)) ||
         (d->in[IN_KPM].present && copy_input(d, IN_KPM, kpm)) ||
-        (mask->present && copy_input(d, IN_MASK, mdst)))
+        (mask->present && copy_input(d, IN_MASK, mdst)) ||
+        (d->in[IN_POS].present && copy_input(d, IN_POS, pos)))
         goto fail;
     for (size_t b = 0; b < B; b++) {
         attn_seq *s = &req->seqs[b];
@@ -589,6 +641,8 @@ static int build(v2dec *d, attnd_request **out)
         }
         if (d->in[IN_KPM].present)
             s->key_padding_mask = kpm + b * S;
+        if (d->in[IN_POS].present)
+            s->position_ids = pos + b * T;
         if (mask->present) {
             s->attn_mask_kind = n_fmask ? ATTN_MASK_FLOAT : ATTN_MASK_BOOL;
             s->attn_mask = mdst; /* one [T,S] mask shared by every sequence */

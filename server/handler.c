@@ -8,6 +8,21 @@ int attnd_handler_check_json(attnd_exchange *x, attnd_http_error *err)
                                  x->header(x, "Content-Type"), err);
 }
 
+int attnd_handler_check_request(const attnd_exchange *x, const attnd_request *req,
+                                attnd_http_error *err)
+{
+    if (x->model->info.rope.style == ATTN_ROPE_NONE)
+        return 0;
+    for (int i = 0; i < req->n_seqs; i++)
+        if (req->seqs[i].key)
+            return attnd_http_fail(err, 400, "unsupported", "key",
+                                   "model %s has rotary position embeddings: cross-attention "
+                                   "(key given) has no positions for its keys; send the query "
+                                   "alone (self-attention)",
+                                   x->model->name);
+    return 0;
+}
+
 int attnd_handler_succeeded(attnd_exchange *x, const attnd_request *req,
                             void (*error)(attnd_reply *out, const attnd_http_error *err),
                             attnd_reply *out)

@@ -75,6 +75,12 @@ typedef struct attnd_handler {
  * max_body_bytes): the /v1 and session routes use it as it is. */
 int attnd_handler_check_json(attnd_exchange *x, attnd_http_error *err);
 
+/* What a decoded request must also satisfy on its model, whatever the
+ * protocol: no cross-attention over a rotary layer (400 unsupported, field
+ * "key"). Returns 0, or -1 with *err. */
+int attnd_handler_check_request(const attnd_exchange *x, const attnd_request *req,
+                                attnd_http_error *err);
+
 /* The common start of finish: when req did not succeed, writes its error (504,
  * 4xx/500 from the library, 503) into *out with error (the protocol's form) and
  * returns 0; when it did, counts its queue and compute time for x->model and

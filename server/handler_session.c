@@ -23,6 +23,7 @@
 typedef struct attnd_session_call {
     attnd_session *sess;  /* the append slot, held from decode until finish/end */
     float *weights;       /* owned: (h or 1, T, S) when need_weights            */
+    int64_t *positions;   /* owned: (T) absolute positions, rotary models only  */
     int t;                /* positions this append adds                         */
     int64_t start_ns;
 } attnd_session_call;
@@ -217,6 +218,10 @@ static int decode_create(attnd_app *app, const attn_layer_info *in, const char *
         return attnd_http_fail(e, 400, "invalid_shape", "value",
                                "value has %d rows, key has %d", cb->value_rows,
                                cb->key_rows);
+    if (cb->key && in->rope.style != ATTN_ROPE_NONE)
+        return attnd_http_fail(e, 400, "unsupported", "key",
+                               "this model has rotary position embeddings: a cross session's "
+                               "memory has no positions; create a self session (no key)");
     if (cb->key && cb->window)
         return attnd_http_fail(e, 400, "invalid_value", "window",
                                "window applies to self sessions; a cross session (key "
@@ -259,8 +264,8 @@ static void create(attnd_exchange *x, attnd_reply *out)
         .kind = cb.key ? ATTND_SESSION_CROSS : ATTND_SESSION_SELF,
         .window = (int)cb.window,
         .ttl_s = (int)cb.ttl_s,
-        .row_k = in->num_heads * in->head_dim_k,
-        .row_v = in->num_heads * in->head_dim_v,
+        .row_k = attnd_kv_heads(in) * in->head_dim_k, /* the cache holds the KV heads */
+        .row_v = attnd_kv_heads(in) * in->head_dim_v,
         .rows = cb.key_rows,
         .model_name = m->name,
         .model = m,
@@ -380,6 +385,16 @@ static int attach_cache(attnd_app *app, const attnd_model *m, attnd_session *s,
         q->weights = call->weights;
         req->bytes += n * sizeof(float);
     }
+    if (m->info.rope.style != ATTN_ROPE_NONE) {
+        /* The stream's absolute positions: a window may have dropped rows, so
+         * cache_len + i is not always the position. */
+        call->positions = malloc((size_t)t * sizeof *call->positions);
+        if (!call->positions)
+            return attnd_http_fail(e, 500, "internal", "", "out of memory for positions");
+        for (int i = 0; i < t; i++)
+            call->positions[i] = s->length + i;
+        q->position_ids = call->positions;
+    }
     q->s = keys;
     q->cache_k = s->cache_k;
     q->cache_v = s->cache_v;
@@ -487,6 +502,7 @@ static void append_end(attnd_exchange *x)
     if (call->sess)
         attnd_sessions_release(x->app->sessions, call->sess, 0, NULL, NULL);
     free(call->weights);
+    free(call->positions);
     free(call);
     x->state = NULL;
 }

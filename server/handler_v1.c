@@ -5,8 +5,15 @@
 
 static int decode(attnd_exchange *x, attnd_request **out, attnd_http_error *err)
 {
-    return attnd_codec_decode_request(x->body, x->body_len, &x->model->info, &x->app->limits,
-                                      out, err);
+    if (attnd_codec_decode_request(x->body, x->body_len, &x->model->info, &x->app->limits, out,
+                                   err) != 0)
+        return -1;
+    if (attnd_handler_check_request(x, *out, err) != 0) {
+        attnd_request_free(*out);
+        *out = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 static void finish(attnd_exchange *x, const attnd_request *req, attnd_reply *out)

@@ -61,7 +61,10 @@ static int decode_infer(attnd_exchange *x, attnd_request **out, attnd_http_error
     if (!call)
         return attnd_http_fail(err, 500, "internal", "", "out of memory");
     if (attnd_codec_v2_decode(x->body, x->body_len, header_length(x->header(x, ihcl_header)),
-                              &x->model->info, &x->app->limits, out, call, err) != 0) {
+                              &x->model->info, &x->app->limits, out, call, err) != 0 ||
+        attnd_handler_check_request(x, *out, err) != 0) {
+        attnd_request_free(*out);
+        *out = NULL;
         free(call);
         return -1;
     }

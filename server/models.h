@@ -15,6 +15,12 @@
 #include "metrics.h"
 #include "scheduler.h"
 
+/* The KV heads of a layer (num_kv_heads; num_heads when that is 0). */
+static inline int attnd_kv_heads(const attn_layer_info *in)
+{
+    return in->num_kv_heads > 0 ? in->num_kv_heads : in->num_heads;
+}
+
 /* One loaded version of a model. Immutable once published; freed (scheduler
  * drained, layer freed) when refs drops to 0. */
 typedef struct attnd_model {

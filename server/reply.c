@@ -112,6 +112,12 @@ static void lib_error(const attnd_request *req, attnd_http_error *e)
     case ATTN_ERR_LIMIT:
         attnd_http_error_set(e, 413, "limit_exceeded", "", "%s", msg);
         break;
+    case ATTN_ERR_UNSUPPORTED:
+        attnd_http_error_set(e, 400, "unsupported", "", "%s", msg);
+        break;
+    case ATTN_ERR_INVALID_ARG:
+        attnd_http_error_set(e, 400, "invalid_value", "", "%s", msg);
+        break;
     default:
         attnd_http_error_set(e, 500, "internal", "", "computation failed: %s: %s",
                              attn_strerror(req->lib_status), msg);

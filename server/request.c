@@ -11,21 +11,25 @@
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-attnd_request *attnd_request_alloc(int n_seqs, size_t n_floats, size_t n_bytes, float **floats,
-                                   uint8_t **bytes, attnd_http_error *err)
+attnd_request *attnd_request_alloc(int n_seqs, const attnd_request_sizes *sizes,
+                                   attnd_request_cursor *cur, attnd_http_error *err)
 {
     const size_t a = _Alignof(max_align_t);
     const size_t seqs_off = align_up(sizeof(attnd_request), a);
     /* n_seqs is an int: its seqs cannot overflow a 64-bit size_t */
-    const size_t floats_off =
+    const size_t ints_off =
         align_up(seqs_off + (size_t)(n_seqs > 0 ? n_seqs : 0) * sizeof(attn_seq), a);
-    size_t total;
-    if (n_seqs < 0 || __builtin_mul_overflow(n_floats, sizeof(float), &total) ||
-        __builtin_add_overflow(total, floats_off, &total) ||
-        __builtin_add_overflow(total, n_bytes, &total)) {
+    size_t ints_bytes, floats_off, floats_bytes, total;
+    if (n_seqs < 0 || __builtin_mul_overflow(sizes->n_ints, sizeof(int64_t), &ints_bytes) ||
+        __builtin_add_overflow(ints_off, ints_bytes, &floats_off) ||
+        __builtin_add_overflow(floats_off, a - 1, &floats_off) ||
+        __builtin_mul_overflow(sizes->n_floats, sizeof(float), &floats_bytes) ||
+        __builtin_add_overflow(floats_off / a * a, floats_bytes, &total) ||
+        __builtin_add_overflow(total, sizes->n_bytes, &total)) {
         attnd_http_fail(err, 413, "limit_exceeded", "", "request too large (size overflows)");
         return NULL;
     }
+    floats_off = floats_off / a * a;
     char *block = calloc(1, total);
     if (!block) {
         attnd_http_fail(err, 500, "internal", "", "out of memory (%zu bytes for the request)",
@@ -38,8 +42,9 @@ attnd_request *attnd_request_alloc(int n_seqs, size_t n_floats, size_t n_bytes, 
     req->n_seqs = n_seqs;
     req->bytes = total;
     req->outcome = ATTND_PENDING;
-    *floats = (float *)(void *)(block + floats_off);
-    *bytes = (uint8_t *)(block + floats_off + n_floats * sizeof(float));
+    cur->ints = (int64_t *)(void *)(block + ints_off);
+    cur->floats = (float *)(void *)(block + floats_off);
+    cur->bytes = (uint8_t *)(block + floats_off + sizes->n_floats * sizeof(float));
     return req;
 }
 

@@ -93,15 +93,31 @@ struct attnd_request {
     int num_heads;
 };
 
+/* The arrays a codec needs besides the request and its n_seqs attn_seq. */
+typedef struct attnd_request_sizes {
+    size_t n_ints;   /* int64_t: position ids                             */
+    size_t n_floats; /* inputs, float masks, outputs, weights             */
+    size_t n_bytes;  /* uint8_t: padding masks, bool masks                */
+} attnd_request_sizes;
+
+/* Where those arrays start in the block; each is advanced by the codec as it
+ * carves one sequence's buffers after another. */
+typedef struct attnd_request_cursor {
+    int64_t *ints;
+    float *floats;
+    uint8_t *bytes;
+} attnd_request_cursor;
+
 /* A zero-filled request in ONE allocation, laid out as
- *   [attnd_request][attn_seq x n_seqs][float x n_floats][uint8_t x n_bytes]
- * (each part aligned for max_align_t), with req->seqs, *floats and *bytes
+ *   [attnd_request][attn_seq x n_seqs][int64_t x n_ints][float x n_floats]
+ *   [uint8_t x n_bytes]
+ * (the first three parts aligned for max_align_t), with req->seqs and *cur
  * pointing at their parts, req->storage at the block, req->bytes its size and
  * req->n_seqs = n_seqs. The codec fills the rest. Returns the request (free with
  * attnd_request_free), or NULL with *err: 413 limit_exceeded when the sizes
  * overflow, 500 internal on no memory. */
-attnd_request *attnd_request_alloc(int n_seqs, size_t n_floats, size_t n_bytes, float **floats,
-                                   uint8_t **bytes, attnd_http_error *err);
+attnd_request *attnd_request_alloc(int n_seqs, const attnd_request_sizes *sizes,
+                                   attnd_request_cursor *cur, attnd_http_error *err);
 
 /* Frees a request and every array it owns. NULL allowed. */
 void attnd_request_free(attnd_request *req);
