@@ -848,9 +848,16 @@ char *attnd_codec_v2_model_metadata(const char *name, const attn_layer_info *in,
     put_meta_tensor(&b, 0, "value", "FP32", (int[]){-1, -1, in->embed_v}, 3);
     put_meta_tensor(&b, 0, "key_padding_mask", "BOOL", (int[]){-1, -1}, 2);
     put_meta_tensor(&b, 0, "attn_mask", "BOOL", (int[]){-1, -1}, 2);
+    put_meta_tensor(&b, 0, "position_ids", "INT64", (int[]){-1, -1}, 2);
     attnd_jb_puts(&b, "],\"outputs\":[");
     put_meta_tensor(&b, 1, "output", "FP32", (int[]){-1, -1, in->embed_out}, 3);
     put_meta_tensor(&b, 0, "attn_weights", "FP32", (int[]){-1, -1, -1}, 3);
-    attnd_jb_printf(&b, "],\"parameters\":{\"num_heads\":%d}}", in->num_heads);
+    attnd_jb_printf(&b, "],\"parameters\":{\"num_heads\":%d,\"num_kv_heads\":%d,\"head_dim\":%d,"
+                    "\"rope\":%s}}",
+                    in->num_heads, in->num_kv_heads > 0 ? in->num_kv_heads : in->num_heads,
+                    in->head_dim_k,
+                    in->rope.style == ATTN_ROPE_HALF          ? "\"half\""
+                    : in->rope.style == ATTN_ROPE_INTERLEAVED ? "\"interleaved\""
+                                                              : "null");
     return attnd_jb_finish(&b, len);
 }

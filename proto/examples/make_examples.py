@@ -445,10 +445,12 @@ def v2_metadata(mha):
             "inputs": [meta("query", "FP32", [-1, -1, e]), meta("key", "FP32", [-1, -1, e]),
                        meta("value", "FP32", [-1, -1, e]),
                        meta("key_padding_mask", "BOOL", [-1, -1]),
-                       meta("attn_mask", "BOOL", [-1, -1])],
+                       meta("attn_mask", "BOOL", [-1, -1]),
+                       meta("position_ids", "INT64", [-1, -1])],
             "outputs": [meta("output", "FP32", [-1, -1, e]),
                         meta("attn_weights", "FP32", [-1, -1, -1])],
-            "parameters": {"num_heads": mha.num_heads}}
+            "parameters": {"num_heads": mha.num_heads, "num_kv_heads": mha.num_heads,
+                           "head_dim": e // mha.num_heads, "rope": None}}
 
 
 def v2_index(mha, x, out):

@@ -322,7 +322,13 @@ TEST(metadata)
         json_t *out0 = json_array_get(json_object_get(j, "outputs"), 0);
         CHECK_STR_EQ(json_string_value(json_object_get(out0, "name")), "output");
         CHECK(shape_is(json_object_get(out0, "shape"), 3, (int[]){-1, -1, E}));
-        CHECK_INT_EQ(json_array_size(json_object_get(j, "inputs")), 5);
+        CHECK_INT_EQ(json_array_size(json_object_get(j, "inputs")), 6);
+        json_t *in5 = json_array_get(json_object_get(j, "inputs"), 5);
+        CHECK_STR_EQ(json_string_value(json_object_get(in5, "name")), "position_ids");
+        CHECK_STR_EQ(json_string_value(json_object_get(in5, "datatype")), "INT64");
+        json_t *params = json_object_get(j, "parameters");
+        CHECK_INT_EQ(json_integer_value(json_object_get(params, "num_kv_heads")), 8);
+        CHECK(json_is_null(json_object_get(params, "rope"))); /* the demo layer has no RoPE */
         json_decref(j);
     }
     /* Unknown model: 404 in the v2 error form; unknown version or path: 404. */
