@@ -134,9 +134,11 @@
       const pick = el('td');
       pick.append(radio);
       tr.append(pick, el('td', 'name', m.name));
-      for (const k of ['num_heads', 'head_dim_k', 'head_dim_v', 'embed_q', 'embed_k', 'embed_v',
-                       'embed_out', 'dtype', 'param_count']) {
-        const td = el('td', '', m[k] === undefined ? '–' : String(m[k]));
+      const rope = (r) => (r ? `${r.style} θ=${r.theta}` + (r.scaling ? ` ${r.scaling.type}` : '') : '–');
+      for (const k of ['family', 'num_heads', 'num_kv_heads', 'head_dim_k', 'head_dim_v', 'embed_q',
+                       'embed_k', 'embed_v', 'embed_out', 'rope', 'dtype', 'param_count']) {
+        const text = k === 'rope' ? rope(m.rope) : m[k] === undefined ? '–' : String(m[k]);
+        const td = el('td', '', text);
         td.dataset.k = k;
         tr.append(td);
       }
@@ -418,8 +420,17 @@
     const cell = state.zoomTouched ? Number($('zoom').value) : autoCell(v.T, v.S);
     if (!state.zoomTouched) $('zoom').value = String(cell);
     const mode = $('scale').value;
-    const all = [{ head: 'avg', title: `Average of ${v.heads.length} heads`, m: v.average }]
-      .concat(v.heads.map((m, i) => ({ head: String(i), title: `Head ${i}`, m })));
+    /* Grouped-query attention: query heads that share a KV head sit together, each
+     * group on its own line, titled with the KV head they read. */
+    const h = v.heads.length;
+    const g = (state.model && state.model.num_kv_heads) || h;
+    const group = g < h && h % g === 0 ? h / g : 0;
+    const all = [{ head: 'avg', title: `Average of ${h} heads`, m: v.average }]
+      .concat(v.heads.map((m, i) => ({
+        head: String(i),
+        title: group ? `Head ${i} · KV ${Math.floor(i / group)}` : `Head ${i}`,
+        m,
+      })));
     const shared = Math.max(...all.map((x) => matrixMax(x.m)));
     const maps = $('maps');
     unhover();
@@ -429,6 +440,7 @@
       const c = x.head === 'avg' ? Math.max(cell, Math.round(cell * 1.5)) : cell;
       maps.append(mapFigure(x, c, vmax, v));
       if (x.head === 'avg') maps.append(el('div', 'break'));  /* heads start a new line */
+      else if (group && (Number(x.head) + 1) % group === 0) maps.append(el('div', 'break'));
     }
     renderLegend(mode === 'one' ? 1 : mode === 'shared' ? shared : null);
     $('legend-row').hidden = false;
