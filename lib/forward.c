@@ -1,13 +1,16 @@
 /* forward.c — attn_forward on OpenBLAS: validate, project Q/K/V for the whole
- * ragged batch with one GEMM each, store appended rows into KV caches, run the
- * head jobs (fused or materialised kernel; on the calling thread or the
- * workspace's pool), then apply W_O with one GEMM. Numerics follow
- * torch.nn.MultiheadAttention. Also attn_project_kv, the same K/V projection
- * on its own.
+ * ragged batch with one GEMM each (K and V g heads wide), rotate Q and K at
+ * their positions (RoPE layers), store appended rows into KV caches, run the
+ * head jobs (fused or materialised kernel, one per KV head and query block;
+ * on the calling thread or the workspace's pool), then apply W_O with one
+ * GEMM. Numerics follow torch.nn.MultiheadAttention and, for GQA and RoPE,
+ * Hugging Face's Llama attention. Also attn_project_kv, the same K/V
+ * projection on its own.
  */
 #include "forward.h"
 
 #include "mask.h"
+#include "rope.h"
 #include "softmax.h"
 #include "validate.h"
 #include "workspace.h"
@@ -63,18 +66,27 @@ static int ceil_div(int a, int b) { return a / b + (a % b != 0); }
 static uint64_t count_flops(const attn_layer *l, const attn_seq *seqs, int n, size_t n_q,
                             size_t n_kv)
 {
-    uint64_t f = 2 * (uint64_t)n_q * l->e_q * l->qk_dim + 2 * (uint64_t)n_kv * l->e_k * l->qk_dim +
-                 2 * (uint64_t)n_kv * l->e_v * l->v_dim;
+    uint64_t f = 2 * (uint64_t)n_q * l->e_q * l->qk_dim + 2 * (uint64_t)n_kv * l->e_k * l->kv_k_dim +
+                 2 * (uint64_t)n_kv * l->e_v * l->kv_v_dim;
     for (int i = 0; i < n; i++) /* QKᵀ, αV, and ~5 per score for scale/mask/softmax */
         f += (uint64_t)seqs[i].t * seqs[i].s * l->h * (2u * l->d_k + 2u * l->d_v + 5u);
     if (l->w_o) f += 2 * (uint64_t)n_q * l->v_dim * l->e_out;
     return f;
 }
 
+size_t attn__blas_scratch_floats(int r, int t, int s, int d_k, int d_v)
+{
+    /* validated: r*t*s fits (h*t*s floats are indexable) */
+    size_t rows = (size_t)r * (size_t)t, n = (rows * (size_t)s + 15) / 16 * 16;
+    if (r > 1) n += (rows * (size_t)d_k + 15) / 16 * 16 + rows * (size_t)d_v; /* stacked Q, Z */
+    return n;
+}
+
 /* Jobs and the head-kernel scratch one worker needs (max over the jobs). */
 static attn_status plan_jobs(const attn_layer *l, const attn_seq *seqs, int n,
                              const attn_workspace *ws, fwd_plan *p, attn_error *err)
 {
+    const int r = l->h / l->g;
     size_t jobs = 0, need = 0;
     int max_t = 1, max_s = 1; /* tiles never larger than the longest sequence */
     for (int i = 0; i < n; i++)
@@ -84,19 +96,27 @@ static attn_status plan_jobs(const attn_layer *l, const attn_seq *seqs, int n,
         }
     p->block_q = ws->opt.block_q < max_t ? ws->opt.block_q : max_t;
     p->block_k = ws->opt.block_k < max_s ? ws->opt.block_k : max_s;
-    const size_t fused_need = attn__fused_scratch_floats(p->block_q, p->block_k, l->d_k);
+    /* r*block_q*block_k <= h * 4096 * 65536 floats: checked below as a size */
+    size_t tile;
+    if (!attn__mul_size((size_t)r * (size_t)p->block_q, (size_t)p->block_k, &tile) ||
+        tile > SIZE_MAX / 64)
+        return attn__set_error(err, ATTN_ERR_LIMIT, "fused tile of %d heads x %d x %d overflows", r,
+                               p->block_q, p->block_k);
+    const size_t fused_need = attn__fused_scratch_floats(r, p->block_q, p->block_k, l->d_k, l->d_v);
     for (int i = 0; i < n; i++) {
         if (seq_fused(ws, &seqs[i])) {
-            jobs += (size_t)l->h * (size_t)ceil_div(seqs[i].t, p->block_q);
+            jobs += (size_t)l->g * (size_t)ceil_div(seqs[i].t, p->block_q);
             if (fused_need > need) need = fused_need;
         } else {
-            jobs += seqs[i].weights_mode == ATTN_WEIGHTS_AVERAGE ? 1 : (size_t)l->h;
-            size_t ts = (size_t)seqs[i].t * (size_t)seqs[i].s; /* validated: no overflow */
+            jobs += seqs[i].weights_mode == ATTN_WEIGHTS_AVERAGE ? 1 : (size_t)l->g;
+            size_t ts = attn__blas_scratch_floats(r, seqs[i].t, seqs[i].s, l->d_k, l->d_v);
             if (ts > need) need = ts;
         }
         if (jobs > INT_MAX)
             return attn__set_error(err, ATTN_ERR_LIMIT, "more than %d head jobs in one call", INT_MAX);
     }
+    if (l->rope.style != ATTN_ROPE_NONE && (size_t)l->rope.rotary_dim > need)
+        need = (size_t)l->rope.rotary_dim; /* a row's cos/sin, before the heads run */
     p->n_jobs = (int)jobs;
     p->worker_floats = (need + 15) / 16 * 16; /* keep each worker's slice 64-byte aligned */
     return ATTN_OK;
@@ -133,8 +153,8 @@ static attn_status plan_call(const attn_layer *l, const attn_seq *seqs, int n,
         ok &= attn__ws_plan(&t, p->n_kv, (size_t)l->e_v * f, &p->off_xv);
     }
     ok &= attn__ws_plan(&t, p->n_q, (size_t)l->qk_dim * f, &p->off_q);
-    ok &= attn__ws_plan(&t, p->n_kv, (size_t)l->qk_dim * f, &p->off_k);
-    ok &= attn__ws_plan(&t, p->n_kv, (size_t)l->v_dim * f, &p->off_v);
+    ok &= attn__ws_plan(&t, p->n_kv, (size_t)l->kv_k_dim * f, &p->off_k);
+    ok &= attn__ws_plan(&t, p->n_kv, (size_t)l->kv_v_dim * f, &p->off_v);
     if (p->z_in_q) p->off_z = p->off_q;
     else if (l->w_o) ok &= attn__ws_plan(&t, p->n_q, (size_t)l->v_dim * f, &p->off_z);
     if (p->out_scratch) ok &= attn__ws_plan(&t, p->n_q, (size_t)l->e_out * f, &p->off_out);
@@ -275,11 +295,67 @@ static void project_qkv(const attn_layer *l, const attn_seq *seqs, const attn_wo
     linear_batch lb = {.n_ops = 3};
     lb.op[0] = (linear_op){xq, l->w_q, l->b_q, p->n_q, l->e_q, l->qk_dim, l->qk_dim,
                            (float *)(base + p->off_q)};
-    lb.op[1] = (linear_op){xk, l->w_k, l->b_k, p->n_kv, l->e_k, l->qk_dim, l->qk_dim,
+    lb.op[1] = (linear_op){xk, l->w_k, l->b_k, p->n_kv, l->e_k, l->kv_k_dim, l->kv_k_dim,
                            (float *)(base + p->off_k)};
-    lb.op[2] = (linear_op){xv, l->w_v, l->b_v, p->n_kv, l->e_v, l->v_dim, l->v_dim,
+    lb.op[2] = (linear_op){xv, l->w_v, l->b_v, p->n_kv, l->e_v, l->kv_v_dim, l->kv_v_dim,
                            (float *)(base + p->off_v)};
     run_linears(&lb, ws, p);
+}
+
+/* RoPE: every query row's h heads and the matching key row's g heads rotated
+ * at the row's position (position_ids[i], or attn__mask_query_pos: i, or
+ * cache_len + i when appending). Validation guarantees that on a rotary layer
+ * every sequence's keys are its queries (kv_rows == t), so K row r of the
+ * batch belongs to query row r. Rows are split into chunks over the pool;
+ * each row's result depends on that row only, so threads change no bit. */
+typedef struct rope_run {
+    const attn_layer *l;
+    const attn_seq *seqs;
+    float *q, *k;
+    float *scratch;        /* per worker: worker_floats >= rotary_dim */
+    size_t worker_floats;
+    size_t n_rows, per;    /* rows in all; rows per task */
+} rope_run;
+
+static void rope_rows(const rope_run *rr, size_t r0, size_t r1, float *cs)
+{
+    const attn_layer *l = rr->l;
+    const int half = l->rope.rotary_dim / 2;
+    size_t start = 0;
+    int i = 0;
+    while (start + (size_t)rr->seqs[i].t <= r0) start += (size_t)rr->seqs[i++].t;
+    for (size_t r = r0; r < r1; r++) {
+        while (r >= start + (size_t)rr->seqs[i].t) start += (size_t)rr->seqs[i++].t;
+        const attn_seq *s = &rr->seqs[i];
+        const int j = (int)(r - start);
+        const int64_t pos = s->position_ids ? s->position_ids[j] : (int64_t)attn__mask_query_pos(s, j);
+        attn__rope_cos_sin(l->inv_freq, half, pos, cs);
+        attn__rope_rotate(l->rope.style, l->rope.rotary_dim, cs, rr->q + r * (size_t)l->qk_dim, l->h, l->d_k);
+        attn__rope_rotate(l->rope.style, l->rope.rotary_dim, cs, rr->k + r * (size_t)l->kv_k_dim, l->g,
+                          l->d_k);
+    }
+}
+
+static void rope_task(void *arg, int task, int worker)
+{
+    const rope_run *rr = arg;
+    size_t r0 = (size_t)task * rr->per, r1 = r0 + rr->per < rr->n_rows ? r0 + rr->per : rr->n_rows;
+    rope_rows(rr, r0, r1, rr->scratch + (size_t)worker * rr->worker_floats);
+}
+
+static void apply_rope(const attn_layer *l, const attn_seq *seqs, const attn_workspace *ws,
+                       const fwd_plan *p, char *base)
+{
+    if (l->rope.style == ATTN_ROPE_NONE) return;
+    rope_run rr = {l, seqs, (float *)(base + p->off_q), (float *)(base + p->off_k),
+                   (float *)(base + p->off_scratch), p->worker_floats, p->n_q, p->n_q};
+    if (p->n_workers == 1 || p->n_q < 2) {
+        rope_rows(&rr, 0, p->n_q, rr.scratch);
+        return;
+    }
+    const size_t want = 4 * (size_t)p->n_workers;
+    rr.per = (p->n_q + want - 1) / want;
+    attn__pool_run(ws->pool, (int)((p->n_q + rr.per - 1) / rr.per), rope_task, &rr);
 }
 
 /* Copies each appending sequence's projected K/V rows to rows [cache_len,
@@ -294,18 +370,19 @@ static void store_cache_rows(const attn_layer *l, const attn_seq *seqs, int n, c
         const attn_seq *s = &seqs[i];
         const size_t rows = (size_t)kv_rows(s);
         if (s->cache_k != NULL && rows > 0) {
-            memcpy(s->cache_k + (size_t)s->cache_len * l->qk_dim, k, rows * l->qk_dim * sizeof *k);
-            memcpy(s->cache_v + (size_t)s->cache_len * l->v_dim, v, rows * l->v_dim * sizeof *v);
+            memcpy(s->cache_k + (size_t)s->cache_len * l->kv_k_dim, k, rows * l->kv_k_dim * sizeof *k);
+            memcpy(s->cache_v + (size_t)s->cache_len * l->kv_v_dim, v, rows * l->kv_v_dim * sizeof *v);
         }
-        k += rows * l->qk_dim;
-        v += rows * l->v_dim;
+        k += rows * l->kv_k_dim;
+        v += rows * l->kv_v_dim;
     }
 }
 
-/* Fused sequences: one job per (head, block of block_q query rows); the
- * materialised ones: one per head, or one for all heads when AVERAGE weights
- * are summed across heads. Without W_O heads write straight into their
- * columns of the caller's output; with W_O into the concat Z. */
+/* Fused sequences: one job per (KV head, block of block_q query rows); the
+ * materialised ones: one per KV head, or one for all heads when AVERAGE
+ * weights are summed across heads. A job computes every query head of its
+ * KV head's group. Without W_O heads write straight into their columns of the
+ * caller's output; with W_O into the concat Z. */
 static void make_jobs(const attn_layer *l, const attn_seq *seqs, int n, const attn_workspace *ws,
                       const fwd_plan *p, char *base, attn__head_job *jobs)
 {
@@ -319,28 +396,28 @@ static void make_jobs(const attn_layer *l, const attn_seq *seqs, int n, const at
         const int pos0 = attn__mask_query_pos(s, 0);
         float *zs = z ? z + (size_t)q_row * l->v_dim : s->output;
         const float *ks = s->cache_k ? s->cache_k : k, *vs = s->cache_v ? s->cache_v : v;
-        for (int h = 0; h < l->h; h += avg && !fused ? l->h : 1) {
+        for (int g = 0; g < l->g; g += avg && !fused ? l->g : 1) {
             for (int t0 = 0; t0 < s->t; t0 += fused ? bq : s->t, j++) {
                 attn__head_job *jb = &jobs[j];
                 jb->kernel = fused ? attn__head_fused : attn__head_blas;
                 jb->seq = i;
-                jb->head = h;
-                jb->n_heads = avg && !fused ? l->h : 1;
+                jb->kv_head = g;
+                jb->n_kv_heads = avg && !fused ? l->g : 1;
                 jb->t0 = t0;
                 jb->nt = fused && s->t - t0 > bq ? bq : s->t - t0;
                 jb->q_row = q_row;
                 jb->k = ks;
                 jb->v = vs;
-                jb->z = zs + (size_t)h * l->d_v;
+                jb->z = zs;
                 jb->ldz = l->v_dim;
                 /* causal query blocks see only keys up to their last row */
                 int last = pos0 + t0 + jb->nt, keys = s->is_causal && last < s->s ? last : s->s;
-                jb->cost = (double)jb->nt * keys * jb->n_heads;
+                jb->cost = (double)jb->nt * keys * jb->n_kv_heads * (l->h / l->g);
             }
         }
         q_row += s->t;
-        k += (size_t)kv_rows(s) * l->qk_dim;
-        v += (size_t)kv_rows(s) * l->v_dim;
+        k += (size_t)kv_rows(s) * l->kv_k_dim;
+        v += (size_t)kv_rows(s) * l->kv_v_dim;
     }
 }
 
@@ -366,8 +443,7 @@ typedef struct heads_run {
 static void run_job(const attn__fwd_ctx *ctx, const attn__head_job *job, float *scratch)
 {
     attn__head_job one = *job;
-    for (int i = 0; i < job->n_heads; i++, one.head++, one.z += ctx->layer->d_v)
-        job->kernel(ctx, &one, scratch);
+    for (int i = 0; i < job->n_kv_heads; i++, one.kv_head++) job->kernel(ctx, &one, scratch);
 }
 
 static void head_task(void *arg, int task, int worker)
@@ -440,11 +516,12 @@ attn_status attn_forward(const attn_layer *layer, const attn_seq *seqs, int n_se
 
     pack_inputs(layer, seqs, n_seqs, &plan, base);
     project_qkv(layer, seqs, w, &plan, base);
+    apply_rope(layer, seqs, w, &plan, base);
     store_cache_rows(layer, seqs, n_seqs, &plan, base);
     attn__fwd_ctx ctx = {
         .layer = layer, .seqs = seqs,
         .q = (const float *)(base + plan.off_q), .ldq = layer->qk_dim,
-        .ldk = layer->qk_dim, .ldv = layer->v_dim,
+        .ldk = layer->kv_k_dim, .ldv = layer->kv_v_dim,
         .scale = (float)(1.0 / sqrt((double)layer->d_k)),
         .block_q = plan.block_q, .block_k = plan.block_k,
     };
@@ -462,50 +539,81 @@ done:
     return st;
 }
 
-/* Shapes: q (T, d_k) stride ldq; k (S, d_k) stride ldk; v (S, d_v) stride ldv;
- * scores (T, S) in scratch; z (T, d_v) stride job->ldz. */
+/* Shapes (KV head j = job->kv_head, query heads h0 = j*r .. h0+r-1): q (T,
+ * d_k) per head, stride ldq; k (S, d_k) stride ldk = g*d_k; v (S, d_v) stride
+ * ldv = g*d_v; z (T, d_v) per head, stride job->ldz. The group's queries are
+ * stacked (row hh*T + t is query t of head h0 + hh; one head: Q in place), so
+ * scores (r*T, S) come from one GEMM over K_j and the mixtures (r*T, d_v)
+ * from one GEMM over V_j. Scratch: attn__blas_scratch_floats. */
 void attn__head_blas(const attn__fwd_ctx *ctx, const attn__head_job *job, float *scratch)
 {
     const attn_layer *l = ctx->layer;
     const attn_seq *s = &ctx->seqs[job->seq];
-    const int T = s->t, S = s->s, h = job->head;
-    const float *q = ctx->q + (size_t)job->q_row * ctx->ldq + (size_t)h * l->d_k;
-    const float *k = job->k + (size_t)h * l->d_k;
-    const float *v = job->v + (size_t)h * l->d_v;
+    const int T = s->t, S = s->s, r = l->h / l->g, kvh = job->kv_head, h0 = kvh * r;
+    const int rows = r * T, dk = l->d_k, dv = l->d_v;
     const size_t ts = (size_t)T * (size_t)S;
+    const float *k = job->k + (size_t)kvh * dk;
+    const float *v = job->v + (size_t)kvh * dv;
+    float *z0 = job->z + (size_t)h0 * dv;
+    const float *qs = ctx->q + (size_t)job->q_row * ctx->ldq + (size_t)h0 * dk;
+    int ldqs = ctx->ldq, ldzs = job->ldz;
+    float *zs = z0;
+    if (r > 1) { /* stack the group's queries; mixtures go to scratch, then to z */
+        float *qb = scratch + (ts * (size_t)r + 15) / 16 * 16;
+        for (int hh = 0; hh < r; hh++)
+            for (int t = 0; t < T; t++)
+                memcpy(qb + ((size_t)hh * T + t) * dk, qs + (size_t)t * ctx->ldq + (size_t)hh * dk,
+                       (size_t)dk * sizeof *qb);
+        qs = qb;
+        ldqs = dk;
+        zs = qb + ((size_t)rows * dk + 15) / 16 * 16;
+        ldzs = dv;
+    }
 
-    /* scores = float_mask + scale * Q_h K_hᵀ (torch: baddbmm(mask, q/√d_k, kᵀ)) */
-    const float *fmask = attn__mask_float_plane(s, h);
-    if (fmask) memcpy(scratch, fmask, ts * sizeof *scratch);
-    else if (T == 1) memset(scratch, 0, ts * sizeof *scratch); /* see linear_rows on GEMV */
-    if (T == 1) /* one query (a streamed token): GEMV, several times faster than a 1-row GEMM */
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, S, l->d_k, ctx->scale, k, ctx->ldk, q, 1, 1.0f,
+    /* scores = float_mask + scale * Q_h K_jᵀ (torch: baddbmm(mask, q/√d_k, kᵀ)) */
+    const int has_fmask = s->attn_mask_kind == ATTN_MASK_FLOAT;
+    if (has_fmask)
+        for (int hh = 0; hh < r; hh++)
+            memcpy(scratch + (size_t)hh * ts, attn__mask_float_plane(s, h0 + hh), ts * sizeof *scratch);
+    else if (rows == 1) memset(scratch, 0, ts * sizeof *scratch); /* see linear_rows on GEMV */
+    if (rows == 1) /* one query (a streamed token): GEMV, several times faster than a 1-row GEMM */
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, S, dk, ctx->scale, k, ctx->ldk, qs, 1, 1.0f,
                     scratch, 1);
     else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, S, l->d_k, ctx->scale, q, ctx->ldq,
-                    k, ctx->ldk, fmask ? 1.0f : 0.0f, scratch, S);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, S, dk, ctx->scale, qs, ldqs,
+                    k, ctx->ldk, has_fmask ? 1.0f : 0.0f, scratch, S);
 
-    const uint8_t *bmask = attn__mask_bool_plane(s, h);
-    for (int t = 0; t < T; t++) {
-        float *row = scratch + (size_t)t * S;
-        int lo, hi;
-        attn__mask_row_range(s, t, &lo, &hi);
-        attn__mask_block_row(s, bmask, t, lo, hi, row);
-        attn__softmax_row(row, S, lo, hi);
+    for (int hh = 0; hh < r; hh++) {
+        const uint8_t *bmask = attn__mask_bool_plane(s, h0 + hh);
+        for (int t = 0; t < T; t++) {
+            float *row = scratch + ((size_t)hh * T + t) * S;
+            int lo, hi;
+            attn__mask_row_range(s, t, &lo, &hi);
+            attn__mask_block_row(s, bmask, t, lo, hi, row);
+            attn__softmax_row(row, S, lo, hi);
+        }
     }
 
-    if (T == 1) {
-        memset(job->z, 0, (size_t)l->d_v * sizeof *job->z);
-        cblas_sgemv(CblasRowMajor, CblasTrans, S, l->d_v, 1.0f, v, ctx->ldv, scratch, 1, 1.0f, job->z, 1);
+    if (rows == 1) {
+        memset(zs, 0, (size_t)dv * sizeof *zs);
+        cblas_sgemv(CblasRowMajor, CblasTrans, S, dv, 1.0f, v, ctx->ldv, scratch, 1, 1.0f, zs, 1);
     } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, l->d_v, S, 1.0f, scratch, S, v,
-                    ctx->ldv, 0.0f, job->z, job->ldz);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dv, S, 1.0f, scratch, S, v,
+                    ctx->ldv, 0.0f, zs, ldzs);
     }
+    if (r > 1)
+        for (int hh = 0; hh < r; hh++)
+            for (int t = 0; t < T; t++)
+                memcpy(z0 + (size_t)t * job->ldz + (size_t)hh * dv, zs + ((size_t)hh * T + t) * dv,
+                       (size_t)dv * sizeof *zs);
 
     if (s->weights_mode == ATTN_WEIGHTS_PER_HEAD) {
-        memcpy(s->weights + (size_t)h * ts, scratch, ts * sizeof *scratch);
+        memcpy(s->weights + (size_t)h0 * ts, scratch, (size_t)r * ts * sizeof *scratch);
     } else if (s->weights_mode == ATTN_WEIGHTS_AVERAGE) {
-        for (size_t i = 0; i < ts; i++) s->weights[i] += scratch[i];
+        for (int hh = 0; hh < r; hh++) {
+            const float *sp = scratch + (size_t)hh * ts;
+            for (size_t i = 0; i < ts; i++) s->weights[i] += sp[i];
+        }
     }
 }
 
@@ -516,9 +624,51 @@ attn_status attn_project_kv(const attn_layer *layer, const float *key, const flo
     if (st != ATTN_OK) return st;
     /* The very GEMMs attn_forward runs for a lone cross-attention sequence. */
     const attn_layer *l = layer;
-    linear_op k = {key, l->w_k, l->b_k, (size_t)s, l->e_k, l->qk_dim, l->qk_dim, k_out};
-    linear_op v = {value, l->w_v, l->b_v, (size_t)s, l->e_v, l->v_dim, l->v_dim, v_out};
+    linear_op k = {key, l->w_k, l->b_k, (size_t)s, l->e_k, l->kv_k_dim, l->kv_k_dim, k_out};
+    linear_op v = {value, l->w_v, l->b_v, (size_t)s, l->e_v, l->kv_v_dim, l->kv_v_dim, v_out};
     linear_rows(&k, 0, k.rows);
     linear_rows(&v, 0, v.rows);
     return ATTN_OK;
+}
+
+attn_status attn__forward_kv_bytes(const attn_layer *layer, const attn_seq *seqs, int n_seqs,
+                                   attn_workspace *ws, uint64_t *bytes, attn_error *err)
+{
+    attn_status st = attn__validate_forward(layer, seqs, n_seqs, err);
+    if (st != ATTN_OK) return st;
+    *bytes = 0;
+    if (n_seqs == 0) return ATTN_OK;
+    attn_workspace local;
+    attn_workspace *w = ws;
+    if (w == NULL) {
+        attn__ws_init_local(&local);
+        w = &local;
+    }
+    fwd_plan plan;
+    if ((st = plan_call(layer, seqs, n_seqs, w, &plan, err))) goto done;
+    if ((st = attn__ws_reserve(w, plan.bytes, err))) goto done;
+    attn__head_job *jobs = (attn__head_job *)((char *)w->buf + plan.off_jobs);
+    make_jobs(layer, seqs, n_seqs, w, &plan, w->buf, jobs);
+    const uint64_t row_bytes = (uint64_t)(layer->d_k + layer->d_v) * sizeof(float);
+    for (int j = 0; j < plan.n_jobs; j++) {
+        const attn__head_job *jb = &jobs[j];
+        const attn_seq *s = &seqs[jb->seq];
+        int rows = s->s; /* the materialised kernel reads all S keys */
+        if (jb->kernel == attn__head_fused) { /* only the key range the block can see */
+            int klo = s->s, khi = 0;
+            for (int t = jb->t0; t < jb->t0 + jb->nt; t++) {
+                int lo, hi;
+                attn__mask_row_range(s, t, &lo, &hi);
+                if (hi <= lo) continue;
+                if (lo < klo) klo = lo;
+                if (hi > khi) khi = hi;
+            }
+            rows = khi > klo ? khi - klo : 0;
+        }
+        *bytes += (uint64_t)rows * (uint64_t)jb->n_kv_heads * row_bytes;
+    }
+
+done:
+    if (w == &local) free(local.buf);
+    return st;
 }

@@ -1,10 +1,15 @@
 /* forward.h — the structure of attn_forward, shared with the compute kernels:
  * one batch context (projected Q, K, V and the concatenated head outputs) and
- * a list of jobs, each (sequence, head, block of query rows) with the kernel to
- * run it. attn_forward projects with three GEMMs, runs the jobs (on the
- * calling thread or the workspace's pool), then applies W_O with one GEMM.
+ * a list of jobs, each (sequence, KV head, block of query rows) with the kernel
+ * to run it. attn_forward projects with three GEMMs, rotates Q and K (RoPE
+ * layers), runs the jobs (on the calling thread or the workspace's pool), then
+ * applies W_O with one GEMM.
  * Two kernels: attn__head_blas (materialised scores, the simple path; needed
  * when weights are returned) and attn__head_fused (blocked online softmax).
+ * Grouped-query attention: a job owns one KV head and computes all r = h/g
+ * query heads that read it (HF repeat_kv: query head i reads KV head i / r),
+ * their query rows stacked into one GEMM against each K/V block, so every K/V
+ * block is read once per group, never once per query head.
  */
 #ifndef ATTN_FORWARD_H
 #define ATTN_FORWARD_H
@@ -13,9 +18,9 @@
 
 /* Everything a head kernel reads or writes, for the whole batch.
  *   q: (N_q, h*d_k), row stride ldq (N_q = sum of t, sequences in order)
- *   keys and values: per job (attn__head_job.k / .v), row strides ldk = h*d_k
- *   and ldv = h*d_v, both for the batch's projections and for KV caches
- *   z: concat of heads, see attn__head_job */
+ *   keys and values: per job (attn__head_job.k / .v), row strides ldk = g*d_k
+ *   and ldv = g*d_v, both for the batch's projections and for KV caches
+ *   z: concat of the h query heads, see attn__head_job */
 typedef struct attn__fwd_ctx {
     const attn_layer *layer;
     const attn_seq *seqs;
@@ -27,46 +32,62 @@ typedef struct attn__fwd_ctx {
 
 typedef struct attn__head_job attn__head_job;
 
-/* A head kernel computes softmax(mask(Q_h K_hᵀ * scale)) V_h for one job (one
- * head; the driver loops over a job's n_heads). scratch: the floats
- * attn__blas_scratch_floats / attn__fused_scratch_floats asks for, 64-byte
- * aligned, private to the calling thread. Never fails (the call was validated). */
+/* A head kernel computes softmax(mask(Q_i K_jᵀ * scale)) V_j for the r query
+ * heads i of one KV head j (the driver loops over a job's n_kv_heads).
+ * scratch: the floats attn__blas_scratch_floats / attn__fused_scratch_floats
+ * asks for, 64-byte aligned, private to the calling thread. Never fails (the
+ * call was validated). */
 typedef void (*attn__head_kernel)(const attn__fwd_ctx *ctx, const attn__head_job *job,
                                   float *scratch);
 
-/* Heads [head, head + n_heads) of one sequence, query rows [t0, t0 + nt).
- *   z: (T, d_v) with row stride ldz — head `head`'s columns of the concatenated
- *      output from row 0 (either scratch for W_O, or the caller's output when
- *      there is no W_O); head head+i is at z + i*d_v.
+/* KV heads [kv_head, kv_head + n_kv_heads) of one sequence — query heads
+ * [kv_head * r, (kv_head + n_kv_heads) * r) — query rows [t0, t0 + nt).
+ *   z: (T, h*d_v) with row stride ldz — query head 0's columns of the
+ *      concatenated output from row 0 (either scratch for W_O, or the caller's
+ *      output when there is no W_O); query head i is at z + i*d_v.
  * Jobs write disjoint parts of z, so any two may run at once, except that
  * AVERAGE weights are summed across heads: the driver gives such a sequence one
- * job with all its heads. Weights: PER_HEAD writes seq->weights + head*T*S;
- * AVERAGE adds into seq->weights (zeroed before, divided by h after). */
+ * job with all its heads. Weights: PER_HEAD writes seq->weights + i*T*S for
+ * query head i; AVERAGE adds into seq->weights (zeroed before, divided by h
+ * after). */
 struct attn__head_job {
     attn__head_kernel kernel;
     int seq;     /* index into ctx->seqs */
-    int head, n_heads;
+    int kv_head, n_kv_heads;
     int t0, nt;  /* query rows; the materialised kernel always does all T */
     int q_row;   /* first row of this sequence in ctx->q */
-    const float *k, *v; /* the sequence's key 0, head 0: (S, h*d_k) and (S, h*d_v),
+    const float *k, *v; /* the sequence's key 0, KV head 0: (S, g*d_k) and (S, g*d_v),
                            in the batch's projections or the sequence's KV cache */
     float *z;
     int ldz;
     double cost; /* estimated work, to start the largest jobs first */
 };
 
-/* The materialised-scores kernel: scores (T, S) by sgemm, masks, stable
- * softmax per row, then sgemm with V_h. Needs T*S floats of scratch. Reads
- * all of its Q_h before it writes z, so z may alias q (same columns). */
+/* The materialised-scores kernel: the group's r query heads stacked into one
+ * (r*T, d_k) block, scores (r*T, S) by one sgemm against K_j, masks, stable
+ * softmax per row, then one sgemm with V_j. Reads all of its Q before it
+ * writes z, so z may alias q (same columns). */
 void attn__head_blas(const attn__fwd_ctx *ctx, const attn__head_job *job, float *scratch);
 
-/* The fused kernel: rows [t0, t0+nt) (nt <= block_q) against key tiles of
- * block_k with an online softmax, accumulating into z; key tiles no row of the
- * block can see are never computed. Copies its Q block first, so z may alias q.
- * Never returns weights (jobs asking for weights use attn__head_blas). */
+/* Scratch floats a materialised job needs (r = h/g query heads per KV head). */
+size_t attn__blas_scratch_floats(int r, int t, int s, int d_k, int d_v);
+
+/* The fused kernel: rows [t0, t0+nt) (nt <= block_q) of the group's r query
+ * heads, stacked into r*nt rows, against key tiles of block_k with an online
+ * softmax; each K/V tile is read once for the whole group. Key tiles no row
+ * of the block can see are never computed. Copies its Q block first, so z may
+ * alias q. Never returns weights (jobs asking for weights use attn__head_blas). */
 void attn__head_fused(const attn__fwd_ctx *ctx, const attn__head_job *job, float *scratch);
 
 /* Scratch floats a fused job needs, for any nt <= block_q. */
-size_t attn__fused_scratch_floats(int block_q, int block_k, int d_k);
+size_t attn__fused_scratch_floats(int r, int block_q, int block_k, int d_k, int d_v);
+
+/* For benchmarks and tests: the bytes of K and V the head kernels of this
+ * forward call would stream (each job reads each K/V row of the key range it
+ * visits once, d_k + d_v floats per KV head), without computing anything.
+ * Same validation as attn_forward; uses ws (NULL = default options) only to
+ * plan. */
+attn_status attn__forward_kv_bytes(const attn_layer *layer, const attn_seq *seqs, int n_seqs,
+                                   attn_workspace *ws, uint64_t *bytes, attn_error *err);
 
 #endif /* ATTN_FORWARD_H */

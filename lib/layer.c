@@ -2,6 +2,7 @@
  * checks (overflow-safe), finiteness of the weights, and one owned copy of them.
  */
 #include "layer_internal.h"
+#include "rope.h"
 
 #include <limits.h>
 #include <math.h>
@@ -33,6 +34,14 @@ static attn_status check_dims(const attn_layer_desc *d, attn_error *err)
         (st = check_dim("embed_v", d->embed_v, err)))
         return st;
     if (d->w_o != NULL && (st = check_dim("embed_out", d->embed_out, err))) return st;
+    if (d->num_kv_heads < 0)
+        return attn__set_error(err, ATTN_ERR_SHAPE, "desc.num_kv_heads = %d, must be >= 0 (0 = num_heads)",
+                               d->num_kv_heads);
+    if (d->num_kv_heads > d->num_heads || (d->num_kv_heads > 0 && d->num_heads % d->num_kv_heads != 0))
+        return attn__set_error(err, ATTN_ERR_SHAPE,
+                               "desc.num_kv_heads = %d does not divide desc.num_heads = %d "
+                               "(each KV head serves num_heads / num_kv_heads query heads)",
+                               d->num_kv_heads, d->num_heads);
     /* h*d_k and h*d_v are BLAS dimensions (int). */
     if ((long long)d->num_heads * d->head_dim_k > INT_MAX ||
         (long long)d->num_heads * d->head_dim_v > INT_MAX)
@@ -54,14 +63,15 @@ static attn_status check_pointers(const attn_layer_desc *d, attn_error *err)
 static void describe_weights(const attn_layer_desc *d, attn_layer *l, weight_spec specs[8])
 {
     size_t qk = (size_t)l->qk_dim, v = (size_t)l->v_dim, out = (size_t)l->e_out;
+    size_t kk = (size_t)l->kv_k_dim, kv = (size_t)l->kv_v_dim; /* g KV heads */
     weight_spec s[8] = {
         {"w_q", d->w_q, qk, (size_t)l->e_q, &l->w_q},
-        {"w_k", d->w_k, qk, (size_t)l->e_k, &l->w_k},
-        {"w_v", d->w_v, v, (size_t)l->e_v, &l->w_v},
+        {"w_k", d->w_k, kk, (size_t)l->e_k, &l->w_k},
+        {"w_v", d->w_v, kv, (size_t)l->e_v, &l->w_v},
         {"w_o", d->w_o, out, v, &l->w_o},
         {"b_q", d->b_q, qk, 1, &l->b_q},
-        {"b_k", d->b_k, qk, 1, &l->b_k},
-        {"b_v", d->b_v, v, 1, &l->b_v},
+        {"b_k", d->b_k, kk, 1, &l->b_k},
+        {"b_v", d->b_v, kv, 1, &l->b_v},
         {"b_o", d->b_o, out, 1, &l->b_o},
     };
     memcpy(specs, s, sizeof s);
@@ -121,12 +131,12 @@ static double max_abs(const float *v, size_t n)
 static void compute_bounds(attn_layer *l)
 {
     l->l1_q = max_row_l1(l->w_q, (size_t)l->qk_dim, (size_t)l->e_q);
-    l->l1_k = max_row_l1(l->w_k, (size_t)l->qk_dim, (size_t)l->e_k);
-    l->l1_v = max_row_l1(l->w_v, (size_t)l->v_dim, (size_t)l->e_v);
+    l->l1_k = max_row_l1(l->w_k, (size_t)l->kv_k_dim, (size_t)l->e_k);
+    l->l1_v = max_row_l1(l->w_v, (size_t)l->kv_v_dim, (size_t)l->e_v);
     l->l1_o = l->w_o ? max_row_l1(l->w_o, (size_t)l->e_out, (size_t)l->v_dim) : 1.0;
     l->bmax_q = max_abs(l->b_q, (size_t)l->qk_dim);
-    l->bmax_k = max_abs(l->b_k, (size_t)l->qk_dim);
-    l->bmax_v = max_abs(l->b_v, (size_t)l->v_dim);
+    l->bmax_k = max_abs(l->b_k, (size_t)l->kv_k_dim);
+    l->bmax_v = max_abs(l->b_v, (size_t)l->kv_v_dim);
     l->bmax_o = max_abs(l->b_o, (size_t)l->e_out);
 }
 
@@ -136,15 +146,19 @@ attn_status attn_layer_create(const attn_layer_desc *desc, attn_layer **out, att
     attn_status st;
     weight_spec specs[8];
     size_t n_params = 0, n_alloc = 0;
+    attn_rope rope;
 
     if (out == NULL) return attn__set_error(err, ATTN_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
     if (desc == NULL) return attn__set_error(err, ATTN_ERR_INVALID_ARG, "desc is NULL");
-    if ((st = check_pointers(desc, err)) || (st = check_dims(desc, err))) return st;
+    if ((st = check_pointers(desc, err)) || (st = check_dims(desc, err)) ||
+        (st = attn__rope_resolve(&desc->rope, desc->head_dim_k, &rope, err)))
+        return st;
 
     l = calloc(1, sizeof *l);
     if (l == NULL) return attn__set_error(err, ATTN_ERR_NOMEM, "allocating the layer");
     l->h = desc->num_heads;
+    l->g = desc->num_kv_heads ? desc->num_kv_heads : desc->num_heads;
     l->d_k = desc->head_dim_k;
     l->d_v = desc->head_dim_v;
     l->e_q = desc->embed_q;
@@ -152,6 +166,9 @@ attn_status attn_layer_create(const attn_layer_desc *desc, attn_layer **out, att
     l->e_v = desc->embed_v;
     l->qk_dim = l->h * l->d_k;
     l->v_dim = l->h * l->d_v;
+    l->kv_k_dim = l->g * l->d_k; /* g <= h: fits like qk_dim */
+    l->kv_v_dim = l->g * l->d_v;
+    l->rope = rope;
     l->e_out = desc->w_o ? desc->embed_out : l->v_dim;
 
     describe_weights(desc, l, specs);
@@ -173,6 +190,15 @@ attn_status attn_layer_create(const attn_layer_desc *desc, attn_layer **out, att
     }
     l->param_count = n_params;
     compute_bounds(l);
+    if (rope.style != ATTN_ROPE_NONE) {
+        l->inv_freq = malloc((size_t)(rope.rotary_dim / 2) * sizeof *l->inv_freq);
+        if (l->inv_freq == NULL) {
+            st = attn__set_error(err, ATTN_ERR_NOMEM, "allocating %d rotary frequencies",
+                                 rope.rotary_dim / 2);
+            goto fail;
+        }
+        attn__rope_inv_freq(&rope, l->inv_freq);
+    }
     *out = l;
     return ATTN_OK;
 
@@ -185,6 +211,7 @@ void attn_layer_free(attn_layer *layer)
 {
     if (layer == NULL) return;
     free(layer->params);
+    free(layer->inv_freq);
     free(layer);
 }
 
@@ -206,6 +233,8 @@ void attn_layer_get_info(const attn_layer *l, attn_layer_info *info)
     info->has_bias_out = l->b_o != NULL;
     memcpy(info->source_dtype, l->source_dtype, sizeof info->source_dtype);
     info->param_count = l->param_count;
+    info->num_kv_heads = l->g;
+    info->rope = l->rope;
 }
 
 void attn__layer_set_source_dtype(attn_layer *l, const char *dtype)

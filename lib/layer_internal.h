@@ -14,18 +14,29 @@
  * threads may read it at once. All weight pointers point into `params` (one
  * 64-byte aligned block owned by the layer); absent biases / W_O are NULL. */
 struct attn_layer {
-    int h, d_k, d_v;          /* heads, per-head query/key and value width      */
+    int h, d_k, d_v;          /* query heads, per-head query/key and value width */
+    int g;                    /* key/value heads: g divides h; query head i reads
+                                 KV head i / (h / g) (HF repeat_kv); g = h: MHA  */
     int e_q, e_k, e_v, e_out; /* embedding widths; e_out = h*d_v without W_O    */
-    int qk_dim, v_dim;        /* h*d_k and h*d_v (checked to fit in int)        */
+    int qk_dim, v_dim;        /* h*d_k and h*d_v (checked to fit in int): the
+                                 widths of Q and of the head concat Z           */
+    int kv_k_dim, kv_v_dim;   /* g*d_k and g*d_v: the widths of K and V, of the
+                                 projections and of KV-cache rows              */
 
     float *w_q; /* (qk_dim, e_q)  */
-    float *w_k; /* (qk_dim, e_k)  */
-    float *w_v; /* (v_dim,  e_v)  */
+    float *w_k; /* (kv_k_dim, e_k) */
+    float *w_v; /* (kv_v_dim, e_v) */
     float *w_o; /* (e_out, v_dim) or NULL */
     float *b_q; /* (qk_dim) or NULL */
-    float *b_k; /* (qk_dim) or NULL */
-    float *b_v; /* (v_dim)  or NULL */
+    float *b_k; /* (kv_k_dim) or NULL */
+    float *b_v; /* (kv_v_dim) or NULL */
     float *b_o; /* (e_out)  or NULL */
+
+    /* Rotary embedding, resolved (theta and rotary_dim filled in; style NONE:
+     * none, inv_freq NULL). inv_freq: (rope.rotary_dim / 2) float32 inverse
+     * frequencies, owned (see rope.h). */
+    attn_rope rope;
+    float *inv_freq;
 
     /* Magnitude bounds used to reject inputs whose result would overflow
      * float32: the largest L1 norm of a row of each projection matrix and the

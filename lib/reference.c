@@ -1,6 +1,8 @@
 /* reference.c — attention by the definition, one sequence and one head at a
  * time, in double: the oracle the fast paths are tested against (see reference.h).
- * Deliberately shares no compute or mask code with forward.c / mask.c.
+ * Deliberately shares no compute or mask code with forward.c / mask.c / rope.c.
+ * GQA: query head i reads KV head i / (h / g). RoPE: each head's q and k rows
+ * rotated in double at their positions, with HF's float32 inverse frequencies.
  */
 #include "reference.h"
 
@@ -21,6 +23,51 @@ static void ref_linear(const float *x, int rows, int n_in, const float *w, const
             for (int i = 0; i < n_in; i++) acc += (double)x[(size_t)r * n_in + i] * w[(size_t)o * n_in + i];
             y[(size_t)r * n_out + o] = acc;
         }
+}
+
+/* HF's inverse frequencies, spelt out in float32 as modeling_rope_utils.py
+ * writes them (1 / base^(2i/dim), then linear or llama3 scaling). */
+static void ref_inv_freq(const attn_rope *r, float *inv)
+{
+    const int dim = r->rotary_dim;
+    for (int i = 0; i < dim / 2; i++) {
+        float e = (float)(2 * i) / (float)dim;
+        inv[i] = 1.0f / powf((float)r->theta, e);
+        if (r->scaling == ATTN_ROPE_SCALING_LINEAR) inv[i] = inv[i] / (float)r->factor;
+        if (r->scaling != ATTN_ROPE_SCALING_LLAMA3) continue;
+        float f = (float)r->factor, wl = (1.0f / inv[i]) * (float)(2.0 * 3.14159265358979323846);
+        float low_wl = (float)(r->original_max_position / r->low_freq_factor);
+        float high_wl = (float)(r->original_max_position / r->high_freq_factor);
+        float x = wl > low_wl ? inv[i] / f : inv[i];
+        float sm = ((1.0f / wl) * (float)r->original_max_position - (float)r->low_freq_factor) /
+                   (float)(r->high_freq_factor - r->low_freq_factor);
+        if (!(wl < high_wl) && !(wl > low_wl)) x = (1.0f - sm) * x / f + sm * x;
+        inv[i] = x;
+    }
+}
+
+/* Position of query row t: position_ids[t], else t (+ cache_len when appending). */
+static int64_t ref_pos(const attn_seq *s, int t)
+{
+    if (s->position_ids) return s->position_ids[t];
+    return (int64_t)t + (s->cache_k && s->cache_append ? s->cache_len : 0);
+}
+
+/* Rotates the n_heads heads (each d_k wide, consecutive) of one double row. */
+static void ref_rotate(const attn_layer *l, const float *inv, int64_t pos, double *x, int n_heads)
+{
+    const int rd = l->rope.rotary_dim, half = rd / 2;
+    for (int hh = 0; hh < n_heads; hh++) {
+        double *v = x + (size_t)hh * l->d_k;
+        for (int i = 0; i < half; i++) {
+            double a = (double)pos * (double)inv[i], c = cos(a), sn = sin(a);
+            int i0 = l->rope.style == ATTN_ROPE_HALF ? i : 2 * i;
+            int i1 = l->rope.style == ATTN_ROPE_HALF ? i + half : 2 * i + 1;
+            double x0 = v[i0], x1 = v[i1];
+            v[i0] = x0 * c - x1 * sn;
+            v[i1] = x1 * c + x0 * sn;
+        }
+    }
 }
 
 /* The visibility rule spelt out: may query t look at key j under the blocking
@@ -52,33 +99,43 @@ static double ref_float_mask(const attn_seq *s, int head, int t, int j)
     return ((const float *)s->attn_mask)[off + (size_t)t * s->s + j];
 }
 
-/* K and V (S rows) of a sequence with a KV cache: the cache's cache_len rows,
- * then (appending) the T queries projected, which are also stored, rounded to
+/* K and V (S rows) of a sequence with a KV cache: the cache's cache_len rows
+ * (already rotated when they were written), then (appending) the T queries
+ * projected and rotated at their positions, which are also stored, rounded to
  * float, in the cache's rows [cache_len, S). */
-static void ref_cache_kv(const attn_layer *l, const attn_seq *s, double *k, double *v)
+static void ref_cache_kv(const attn_layer *l, const attn_seq *s, const float *inv, double *k, double *v)
 {
-    const size_t nk = (size_t)s->cache_len * l->qk_dim, nv = (size_t)s->cache_len * l->v_dim;
+    const int kd = l->kv_k_dim, vd = l->kv_v_dim;
+    const size_t nk = (size_t)s->cache_len * kd, nv = (size_t)s->cache_len * vd;
     for (size_t i = 0; i < nk; i++) k[i] = s->cache_k[i];
     for (size_t i = 0; i < nv; i++) v[i] = s->cache_v[i];
     if (!s->cache_append) return;
-    ref_linear(s->query, s->t, l->e_k, l->w_k, l->b_k, l->qk_dim, k + nk);
-    ref_linear(s->query, s->t, l->e_v, l->w_v, l->b_v, l->v_dim, v + nv);
-    for (size_t i = 0; i < (size_t)s->t * l->qk_dim; i++) s->cache_k[nk + i] = (float)k[nk + i];
-    for (size_t i = 0; i < (size_t)s->t * l->v_dim; i++) s->cache_v[nv + i] = (float)v[nv + i];
+    ref_linear(s->query, s->t, l->e_k, l->w_k, l->b_k, kd, k + nk);
+    ref_linear(s->query, s->t, l->e_v, l->w_v, l->b_v, vd, v + nv);
+    if (inv)
+        for (int t = 0; t < s->t; t++) ref_rotate(l, inv, ref_pos(s, t), k + nk + (size_t)t * kd, l->g);
+    for (size_t i = 0; i < (size_t)s->t * kd; i++) s->cache_k[nk + i] = (float)k[nk + i];
+    for (size_t i = 0; i < (size_t)s->t * vd; i++) s->cache_v[nv + i] = (float)v[nv + i];
 }
 
-/* One sequence. q (T, h*d_k), k (S, h*d_k), v (S, h*d_v), z (T, h*d_v),
- * a (S) one row of weights, all double scratch. */
-static void ref_seq(const attn_layer *l, const attn_seq *s, double *q, double *k, double *v,
-                    double *z, double *a)
+/* One sequence. q (T, h*d_k), k (S, g*d_k), v (S, g*d_v), z (T, h*d_v),
+ * a (S) one row of weights, all double scratch; inv: the rotary frequencies
+ * or NULL. */
+static void ref_seq(const attn_layer *l, const attn_seq *s, const float *inv, double *q, double *k,
+                    double *v, double *z, double *a)
 {
     const float *xk = s->key ? s->key : s->query, *xv = s->value ? s->value : s->query;
+    const int kd = l->kv_k_dim, vd = l->kv_v_dim, r = l->h / l->g;
     ref_linear(s->query, s->t, l->e_q, l->w_q, l->b_q, l->qk_dim, q);
+    if (inv)
+        for (int t = 0; t < s->t; t++) ref_rotate(l, inv, ref_pos(s, t), q + (size_t)t * l->qk_dim, l->h);
     if (s->cache_k) {
-        ref_cache_kv(l, s, k, v);
+        ref_cache_kv(l, s, inv, k, v);
     } else {
-        ref_linear(xk, s->s, l->e_k, l->w_k, l->b_k, l->qk_dim, k);
-        ref_linear(xv, s->s, l->e_v, l->w_v, l->b_v, l->v_dim, v);
+        ref_linear(xk, s->s, l->e_k, l->w_k, l->b_k, kd, k);
+        ref_linear(xv, s->s, l->e_v, l->w_v, l->b_v, vd, v);
+        if (inv) /* self-attention: key j is query row j */
+            for (int j = 0; j < s->s; j++) ref_rotate(l, inv, ref_pos(s, j), k + (size_t)j * kd, l->g);
     }
     size_t ts = (size_t)s->t * s->s;
     if (s->weights_mode == ATTN_WEIGHTS_AVERAGE) memset(s->weights, 0, ts * sizeof(float));
@@ -90,7 +147,7 @@ static void ref_seq(const attn_layer *l, const attn_seq *s, double *q, double *k
                 if (!ref_visible(l, s, h, t, j)) continue;
                 double dot = 0.0;
                 for (int c = 0; c < l->d_k; c++)
-                    dot += q[(size_t)t * l->qk_dim + h * l->d_k + c] * k[(size_t)j * l->qk_dim + h * l->d_k + c];
+                    dot += q[(size_t)t * l->qk_dim + h * l->d_k + c] * k[(size_t)j * kd + (h / r) * l->d_k + c];
                 a[j] = dot / sqrt((double)l->d_k) + ref_float_mask(s, h, t, j);
                 if (a[j] > mx) mx = a[j];
             }
@@ -101,7 +158,7 @@ static void ref_seq(const attn_layer *l, const attn_seq *s, double *q, double *k
             for (int j = 0; j < s->s; j++) a[j] = sum > 0 ? a[j] / sum : 0.0;
             for (int c = 0; c < l->d_v; c++) {
                 double acc = 0.0;
-                for (int j = 0; j < s->s; j++) acc += a[j] * v[(size_t)j * l->v_dim + h * l->d_v + c];
+                for (int j = 0; j < s->s; j++) acc += a[j] * v[(size_t)j * vd + (h / r) * l->d_v + c];
                 z[(size_t)t * l->v_dim + h * l->d_v + c] = acc;
             }
             for (int j = 0; j < s->s; j++) {
@@ -137,12 +194,23 @@ attn_status attn__forward_reference(const attn_layer *layer, const attn_seq *seq
         if ((size_t)seqs[i].s > max_s) max_s = (size_t)seqs[i].s;
     }
     /* Test-only code: sizes are small, products of validated ints. */
-    size_t nq = max_t * layer->qk_dim, nk = max_s * layer->qk_dim, nv = max_s * layer->v_dim,
+    size_t nq = max_t * layer->qk_dim, nk = max_s * layer->kv_k_dim, nv = max_s * layer->kv_v_dim,
            nz = max_t * layer->v_dim;
     double *buf = malloc((nq + nk + nv + nz + max_s) * sizeof *buf);
-    if (buf == NULL) return attn__set_error(err, ATTN_ERR_NOMEM, "reference scratch");
+    float *inv = NULL;
+    if (layer->rope.style != ATTN_ROPE_NONE) {
+        inv = malloc((size_t)layer->rope.rotary_dim / 2 * sizeof *inv);
+        if (inv) ref_inv_freq(&layer->rope, inv);
+    }
+    if (buf == NULL || (layer->rope.style != ATTN_ROPE_NONE && inv == NULL)) {
+        free(buf);
+        free(inv);
+        return attn__set_error(err, ATTN_ERR_NOMEM, "reference scratch");
+    }
     for (int i = 0; i < n_seqs; i++)
-        ref_seq(layer, &seqs[i], buf, buf + nq, buf + nq + nk, buf + nq + nk + nv, buf + nq + nk + nv + nz);
+        ref_seq(layer, &seqs[i], inv, buf, buf + nq, buf + nq + nk, buf + nq + nk + nv,
+                buf + nq + nk + nv + nz);
+    free(inv);
     if (stats) {
         stats->flops = 0;
         stats->peak_scratch = (nq + nk + nv + nz + max_s) * sizeof *buf;

@@ -3,6 +3,8 @@
  */
 #include "validate.h"
 
+#include "rope.h"
+
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -131,6 +133,32 @@ static attn_status check_shape(const attn_layer *l, const attn_seq *s, int i, at
     return ATTN_OK;
 }
 
+/* Rotary layers: keys must come from the query (self-attention, or an append
+ * to a cache), since a memory or another sequence has no positions relative
+ * to the queries; explicit positions must be integers in [0, 2^53]. Layers
+ * without RoPE ignore position_ids. */
+static attn_status check_rope(const attn_layer *l, const attn_seq *s, int i, attn_error *err)
+{
+    if (l->rope.style == ATTN_ROPE_NONE) return ATTN_OK;
+    if (s->key != NULL || s->value != NULL)
+        return attn__set_error(err, ATTN_ERR_UNSUPPORTED,
+                               "seqs[%d]: cross-attention (key/value given) over a rotary (RoPE) layer "
+                               "is not supported: the keys have no positions relative to the queries", i);
+    if (s->cache_k != NULL && !s->cache_append)
+        return attn__set_error(err, ATTN_ERR_UNSUPPORTED,
+                               "seqs[%d]: a fixed cache (cache_append = 0) over a rotary (RoPE) layer "
+                               "is not supported: append to the cache (cache_append = 1) instead", i);
+    if (s->position_ids == NULL) return ATTN_OK;
+    for (int j = 0; j < s->t; j++) {
+        const int64_t p = s->position_ids[j];
+        if (p < 0 || p > ATTN__ROPE_MAX_POSITION)
+            return attn__set_error(err, ATTN_ERR_INVALID_ARG,
+                                   "seqs[%d].position_ids[%d] = %lld, must be in [0, 2^53]", i, j,
+                                   (long long)p);
+    }
+    return ATTN_OK;
+}
+
 /* Scans a (rows, cols) matrix: returns 1 and sets *maxabs if all finite, else
  * returns 0 with *bad the flat index of the first non-finite value. */
 static int scan(const float *m, size_t rows, size_t cols, double *maxabs, size_t *bad)
@@ -195,6 +223,12 @@ static attn_status check_magnitudes(const attn_layer *l, int i, double mq, doubl
 {
     double bq = l->l1_q * mq + l->bmax_q;
     double bk = l->l1_k * mk + l->bmax_k;
+    /* RoPE rotates pairs: one element can grow to |pair| <= sqrt(2) max|x|;
+     * the score bound below holds as it is (a rotation keeps each pair's
+     * dot product within |q_pair| |k_pair| <= 2 max|q| max|k|). */
+    const double rot = l->rope.style != ATTN_ROPE_NONE ? sqrt(2.0) : 1.0;
+    if (rot * bq > MAGNITUDE_LIMIT || rot * bk > MAGNITUDE_LIMIT)
+        return too_large(i, "projections", err);
     double bv = l->l1_v * mv + l->bmax_v;
     if (bq > MAGNITUDE_LIMIT || bk > MAGNITUDE_LIMIT || bv > MAGNITUDE_LIMIT)
         return too_large(i, "projections", err);
@@ -234,7 +268,8 @@ attn_status attn__validate_forward(const attn_layer *layer, const attn_seq *seqs
     long long rows_q = 0, rows_kv = 0;
     for (int i = 0; i < n_seqs; i++) {
         attn_status st;
-        if ((st = check_pointers(&seqs[i], i, err)) || (st = check_shape(layer, &seqs[i], i, err)))
+        if ((st = check_pointers(&seqs[i], i, err)) || (st = check_rope(layer, &seqs[i], i, err)) ||
+            (st = check_shape(layer, &seqs[i], i, err)))
             return st;
         rows_q += seqs[i].t;
         rows_kv += seqs[i].s;
@@ -256,9 +291,13 @@ attn_status attn__validate_project_kv(const attn_layer *l, const float *key, con
     if (key == NULL || value == NULL || k_out == NULL || v_out == NULL)
         return attn__set_error(err, ATTN_ERR_INVALID_ARG, "%s is NULL",
                                key == NULL ? "key" : value == NULL ? "value" : k_out == NULL ? "k_out" : "v_out");
+    if (l->rope.style != ATTN_ROPE_NONE)
+        return attn__set_error(err, ATTN_ERR_UNSUPPORTED,
+                               "attn_project_kv over a rotary (RoPE) layer is not supported: a memory has "
+                               "no positions; append rows to a cache with attn_forward instead");
     if (s < 1) return attn__set_error(err, ATTN_ERR_SHAPE, "s = %d, must be >= 1", s);
     size_t n;
-    if (!attn__mul_size((size_t)s, (size_t)(l->qk_dim > l->v_dim ? l->qk_dim : l->v_dim), &n) ||
+    if (!attn__mul_size((size_t)s, (size_t)(l->kv_k_dim > l->kv_v_dim ? l->kv_k_dim : l->kv_v_dim), &n) ||
         !attn__mul_size(n, sizeof(float), &n))
         return attn__set_error(err, ATTN_ERR_LIMIT, "s * h * d overflows");
     double mk, mv;

@@ -12,17 +12,20 @@
  * otherwise the first problem's code, with err naming the sequence and field
  * ("seqs[1].query[4][7] is not finite"). Reads the inputs, writes nothing else.
  * Error codes: INVALID_ARG (NULLs, bad enum/flag values, mask pointer vs kind,
+ * a rotary layer's position_ids[j] outside [0, 2^53],
  * weights pointer vs mode, cache_k without cache_v or beside key/value,
  * cache_append not 0/1, cache_len/cache_append set without a cache), SHAPE
  * (t/s < 1, self-attention with s != t or embed widths that differ, a cache
  * whose s is not cache_len + t (append) or not cache_len >= 1 (fixed),
  * key_length > s), NONFINITE (NaN/inf in query, key, value; NaN or +inf in a
  * float mask), LIMIT (sizes overflow, or input
- * magnitudes so large that a projection, score or output would overflow). */
+ * magnitudes so large that a projection, score or output would overflow),
+ * UNSUPPORTED (cross-attention or a fixed cache over a rotary layer). */
 attn_status attn__validate_forward(const attn_layer *layer, const attn_seq *seqs, int n_seqs,
                                    attn_error *err);
 
-/* The checks of attn_project_kv: non-NULL pointers (INVALID_ARG), s >= 1
+/* The checks of attn_project_kv: non-NULL pointers (INVALID_ARG), a rotary
+ * layer (UNSUPPORTED), s >= 1
  * (SHAPE), sizes (LIMIT), finite key/value (NONFINITE, element named) and
  * projections that cannot overflow (LIMIT). Writes nothing but err. */
 attn_status attn__validate_project_kv(const attn_layer *l, const float *key, const float *value, int s,
