@@ -1,5 +1,6 @@
-/* safetensors.h — library-internal reader for the safetensors container, plus the
- * layer loader behind attn_layer_load_safetensors[_mem] (declared in attn.h).
+/* safetensors.h — library-internal reader for the safetensors container: a file
+ * parsed in memory, or opened header-only with single tensors read by pread.
+ * (The layer loaders built on it are in checkpoint.c.)
  *
  * File layout: u64 little-endian header length N | N bytes of JSON header | data.
  * The header maps tensor names to {"dtype", "shape", "data_offsets": [begin, end]}
@@ -18,7 +19,9 @@
  *   ATTN_ERR_DTYPE    dtype string not a safetensors dtype, or end - begin differs
  *                     from shape-product * dtype-size
  *   ATTN_ERR_NOMEM    allocation failed
- *   ATTN_ERR_IO       (attn__st_read_file only) the file could not be opened/read
+ *   ATTN_ERR_IO       (attn__st_read_file, attn__st_open, attn__st_read_f32) the
+ *                     file could not be opened or read, or is not a regular file
+ *                     (never blocks: FIFOs are opened O_NONBLOCK and refused)
  */
 #ifndef ATTN_SAFETENSORS_H
 #define ATTN_SAFETENSORS_H
@@ -44,8 +47,10 @@ typedef struct attn__st_tensor {
     int ndim;                /* 0 (scalar) .. ATTN__ST_MAX_DIMS */
     size_t shape[ATTN__ST_MAX_DIMS];
     size_t numel;            /* product of shape (1 for a scalar) */
-    const uint8_t *data;     /* numel * dtype size bytes, little-endian, unaligned */
+    const uint8_t *data;     /* numel * dtype size bytes, little-endian, unaligned;
+                                NULL when the file was opened header-only */
     size_t nbytes;
+    uint64_t offset;         /* of the bytes, from the start of the data section */
 } attn__st_tensor;
 
 typedef struct attn__st_meta {
@@ -58,6 +63,12 @@ typedef struct attn__st_file {
     attn__st_meta *meta;      /* __metadata__ entries, in header order */
     size_t n_meta;
     void *owned;              /* file bytes when read by attn__st_read_file, else NULL */
+    uint64_t data_start;      /* file offset of the data section (8 + header length) */
+    int fd, has_fd;           /* attn__st_open: the open file (fd valid iff has_fd) */
+    char *path;               /* attn__st_open: the path, for messages; else NULL */
+    uint64_t bytes_read;      /* bytes read from the file so far: all of it for
+                                 attn__st_read_file; 8 + header, then each
+                                 attn__st_read_f32, for attn__st_open */
 } attn__st_file;
 
 /* Parses and validates bytes[0..len). Tensors point INTO bytes, which must outlive
@@ -70,7 +81,21 @@ attn_status attn__st_parse(const void *bytes, size_t len, attn__st_file *out,
  * Failure as for attn__st_parse, plus ATTN_ERR_IO naming the path. */
 attn_status attn__st_read_file(const char *path, attn__st_file *out, attn_error *err);
 
-/* Releases what *f owns and zeroes it. NULL and zeroed files are allowed. */
+/* Opens path and reads ONLY its 8-byte length and JSON header (validated as by
+ * attn__st_parse against the file's size); tensors have data == NULL and are read
+ * one at a time with attn__st_read_f32, so a multi-GB file costs its header.
+ * On success *out holds the open file (attn__st_free closes it); on failure *out
+ * is zeroed, nothing is open, err is filled (ATTN_ERR_IO naming the path). */
+attn_status attn__st_open(const char *path, attn__st_file *out, attn_error *err);
+
+/* Converts tensor t of f (F32, F16 or BF16) to float32 in dst (t->numel floats):
+ * from memory when t->data is set, else by one pread of exactly t->nbytes at its
+ * offset (added to f->bytes_read). Other dtypes: ATTN_ERR_DTYPE; a failed or
+ * short read: ATTN_ERR_IO naming the file. Does not check finiteness. */
+attn_status attn__st_read_f32(attn__st_file *f, const attn__st_tensor *t, float *dst,
+                              attn_error *err);
+
+/* Releases what *f owns (closing its file, if open) and zeroes it. NULL and zeroed files are allowed. */
 void attn__st_free(attn__st_file *f);
 
 /* Returns the tensor called name, or NULL. Borrowed from f. */
