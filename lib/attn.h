@@ -306,8 +306,9 @@ typedef struct attn_seq {
     /* KV cache: keys and values already projected (bias included), so that a
      * stream can be computed one step at a time in O(S) per new position.
      * Unused when cache_k is NULL (everything above then applies unchanged).
-     * Rows are laid out like the projections: cache_k (rows, h*d_k) and
-     * cache_v (rows, h*d_v), caller-owned; key and value must be NULL.
+     * Rows are laid out like the K/V projections: cache_k (rows, g*d_k) and
+     * cache_v (rows, g*d_v), the g KV heads (g = h without GQA), caller-owned;
+     * key and value must be NULL. Rotary layers store keys already rotated.
      *  - cache_append = 1 (self-attention stream): the T query rows are
      *    projected to K/V and WRITTEN to rows [cache_len, cache_len + T) of the
      *    cache (the caller guarantees the room), and the queries attend to all
