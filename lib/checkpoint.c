@@ -90,13 +90,17 @@ static int is_file(const char *path)
 static attn_status pickle_error(const char *path, attn_error *err)
 {
     const char *name = base_name(path);
-    const char *fmt = "%.48s is a PyTorch pickle/zip checkpoint, not safetensors: export it with "
-                      "python3 -c \"import torch;from safetensors.torch import save_file as s;"
-                      "s({k:v.contiguous().clone() for k,v in torch.load('%.48s').items()},"
-                      "'model.safetensors')\"";
-    int n = snprintf(NULL, 0, fmt, name, name);
-    return attn__set_error(err, ATTN_ERR_UNSUPPORTED, fmt, name,
-                           n < ATTN_ERROR_MESSAGE_MAX ? name : "FILE");
+    const char *cmd = "export it: python3 -c \"import torch;from safetensors.torch import "
+                      "save_file as s;s({k:v.contiguous().clone()for k,v in "
+                      "torch.load('%.64s').items()},'model.safetensors')\"";
+    char tail[ATTN_ERROR_MESSAGE_MAX];
+    int n = snprintf(tail, sizeof tail, cmd, name);
+    if (n < 0 || (size_t)n >= sizeof tail) snprintf(tail, sizeof tail, cmd, "FILE");
+    const char *full = "%s is a PyTorch pickle/zip checkpoint, not safetensors: %s";
+    n = snprintf(NULL, 0, full, name, tail);
+    if (n > 0 && n < ATTN_ERROR_MESSAGE_MAX)
+        return attn__set_error(err, ATTN_ERR_UNSUPPORTED, full, name, tail);
+    return attn__set_error(err, ATTN_ERR_UNSUPPORTED, "a PyTorch pickle/zip checkpoint: %s", tail);
 }
 
 /* Looks at the first bytes of the regular file path: a zip (torch.save since

@@ -122,19 +122,26 @@ static attn_status missing(const attn__tsrc *src, const char *want, const char *
             }
         }
     }
-    char near[ATTN_ERROR_MESSAGE_MAX] = "";
-    size_t len = 0;
-    for (int k = 0; k < K && best[k] != NULL; k++) {
-        int w = snprintf(near + len, sizeof near - len, "%s'%.80s'", k ? ", " : "", best[k]);
-        if (w < 0 || (size_t)w >= sizeof near - len) break;
-        len += (size_t)w;
-    }
     if (best[0] == NULL)
         return attn__set_error(err, ATTN_ERR_MISSING_TENSOR,
                                "tensor '%.100s' not found%s (the checkpoint has no tensors)", want,
                                note);
-    return attn__set_error(err, ATTN_ERR_MISSING_TENSOR, "tensor '%.100s' not found%s (nearest: %s)",
-                           want, note, near);
+    /* as many of the nearest names as fit in the message */
+    char msg[ATTN_ERROR_MESSAGE_MAX];
+    int len = snprintf(msg, sizeof msg, "tensor '%.100s' not found%s (nearest: ", want, note);
+    if (len < 0 || (size_t)len >= sizeof msg) len = (int)sizeof msg - 1;
+    for (int k = 0; k < K && best[k] != NULL; k++) {
+        size_t room = sizeof msg - (size_t)len;
+        int w = snprintf(msg + len, room, "%s'%.80s'", k ? ", " : "", best[k]);
+        if (w < 0 || (size_t)w + 2 > room) { /* keep room for ")" */
+            msg[len] = '\0';
+            if (k == 0) len += snprintf(msg + len, room, "...");
+            break;
+        }
+        len += w;
+    }
+    if ((size_t)len + 1 < sizeof msg) msg[len++] = ')', msg[len] = '\0';
+    return attn__set_error(err, ATTN_ERR_MISSING_TENSOR, "%s", msg);
 }
 
 /* ------------------------------------------------------------ layers */
@@ -286,6 +293,7 @@ static attn_status find_free(const attn__tsrc *src, const layout *lo, const char
             TRY(push_layer(l, 0, name, base_len, err));
         }
     }
+    if (l->n == 0) return ATTN_OK;
     if (l->n == 1) { /* its number, if it has one: "layers.3.self_attn." is layer 3 */
         size_t head_len;
         const char *tail;
@@ -324,7 +332,7 @@ static attn_status find_layers(const attn__tsrc *src, attn_family fam, const cha
     attn_status st = lo->head ? find_structured(src, lo, prefix, l, err)
                               : find_free(src, lo, prefix, l, err);
     if (st != ATTN_OK) return st;
-    qsort(l->v, (size_t)l->n, sizeof *l->v, layer_cmp);
+    if (l->n > 1) qsort(l->v, (size_t)l->n, sizeof *l->v, layer_cmp);
     for (int i = 1; i < l->n; i++)
         if (l->v[i].index == l->v[i - 1].index)
             return attn__set_error(err, ATTN_ERR_FORMAT, "two layers numbered %ld: '%.80s' and '%.80s'",
