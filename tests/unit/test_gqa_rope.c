@@ -484,9 +484,9 @@ TEST_WITH(partial_rotary_tail, test_rng *r)
     }
 }
 
-static attn_layer *rope_layer(attn_rope rope, int d_k, attn_error *err)
+static attn_layer *rope_layer(attn_rope rope, int d_k, attn_error *err) /* d_k <= 128 */
 {
-    float w[4 * 64] = {0};
+    float w[4 * 128] = {0}; /* W_Q (d_k, 4) for d_k <= 128 */
     attn_layer_desc d = {.num_heads = 1, .head_dim_k = d_k, .head_dim_v = 1, .embed_q = 4, .embed_k = 4,
                          .embed_v = 4, .w_q = w, .w_k = w, .w_v = w, .rope = rope};
     attn_layer *l = NULL;
