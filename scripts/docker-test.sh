@@ -89,7 +89,10 @@ trap 'exit 130' INT TERM
 
 # ---- 1. tools -------------------------------------------------------------------------------
 step_tools() {
-    local need=(podman runc podman-compose debootstrap netavark aardvark-dns curl jq
+    # iptables: netavark (podman's network backend) runs it to set up every container
+    # network, and without it `podman run -p` fails with "netavark: No such file or directory
+    # (os error 2)"; Debian's podman only Suggests it, so --no-install-recommends leaves it out.
+    local need=(podman runc podman-compose debootstrap netavark aardvark-dns iptables curl jq
                 python3 debian-archive-keyring) missing=() p
     for p in "${need[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
