@@ -47,7 +47,7 @@ static const option options[] = {
      "JSON configuration file (keys are option names with '_'; keys starting with '_' are comments)"},
     {"listen", NULL, NULL, OPT_STR, F(listen), "0.0.0.0:8080", 0, 0, "HOST:PORT",
      "address to serve HTTP on ([::1]:PORT for IPv6, :PORT for every interface)"},
-    {"model", "ATTND_MODELS", "models", OPT_MODELS, F(models), "", 0, 0, "NAME=PATH[,heads=N]",
+    {"model", "ATTND_MODELS", "models", OPT_MODELS, F(models), "", 0, 0, "NAME=PATH[,key=value]",
      "load a safetensors attention layer as NAME (repeatable; env: NAME=PATH;NAME=PATH...)"},
     {"default-model", NULL, NULL, OPT_STR, F(default_model), "", 0, 0, "NAME",
      "model served by POST /v1/attention (default: the only model, if just one)"},
@@ -186,37 +186,37 @@ static int valid_model_name(const char *s)
 
 /* ------------------------------------------------------------ models */
 
+static void free_spec(attnd_model_spec *m)
+{
+    free(m->name);
+    free(m->path);
+    free(m->prefix);
+}
+
 static void free_models(attnd_config *cfg)
 {
-    for (int i = 0; i < cfg->n_models; i++) {
-        free(cfg->models[i].name);
-        free(cfg->models[i].path);
-    }
+    for (int i = 0; i < cfg->n_models; i++)
+        free_spec(&cfg->models[i]);
     free(cfg->models);
     cfg->models = NULL;
     cfg->n_models = 0;
 }
 
-/* Appends one model. Takes nothing; copies name and path. */
-static int add_model(attnd_config *cfg, const char *name, size_t name_len, const char *path,
-                     int heads, char *err, size_t errlen)
+/* Appends one model like t (name, path and prefix copied; t keeps its own). */
+static int add_model(attnd_config *cfg, const attnd_model_spec *t, char *err, size_t errlen)
 {
-    char nm[80];
-    if (name_len >= sizeof nm)
-        name_len = sizeof nm - 1;
-    memcpy(nm, name, name_len);
-    nm[name_len] = '\0';
-    if (!valid_model_name(nm)) {
-        set_err(err, errlen, "model name '%s' must be 1-64 characters of A-Z a-z 0-9 . _ -", nm);
+    if (!valid_model_name(t->name)) {
+        set_err(err, errlen, "model name '%.80s' must be 1-64 characters of A-Z a-z 0-9 . _ -",
+                t->name);
         return -1;
     }
-    if (!*path) {
-        set_err(err, errlen, "model '%s' has an empty path", nm);
+    if (!*t->path) {
+        set_err(err, errlen, "model '%s' has an empty path", t->name);
         return -1;
     }
     for (int i = 0; i < cfg->n_models; i++) {
-        if (strcmp(cfg->models[i].name, nm) == 0) {
-            set_err(err, errlen, "model '%s' is given twice", nm);
+        if (strcmp(cfg->models[i].name, t->name) == 0) {
+            set_err(err, errlen, "model '%s' is given twice", t->name);
             return -1;
         }
     }
@@ -225,12 +225,12 @@ static int add_model(attnd_config *cfg, const char *name, size_t name_len, const
         goto nomem;
     cfg->models = grown;
     attnd_model_spec *m = &cfg->models[cfg->n_models];
-    m->name = strdup(nm);
-    m->path = strdup(path);
-    m->heads = heads;
-    if (!m->name || !m->path) {
-        free(m->name);
-        free(m->path);
+    *m = *t;
+    m->name = strdup(t->name);
+    m->path = strdup(t->path);
+    m->prefix = t->prefix ? strdup(t->prefix) : NULL;
+    if (!m->name || !m->path || (t->prefix && !m->prefix)) {
+        free_spec(m);
         goto nomem;
     }
     cfg->n_models++;
@@ -240,7 +240,90 @@ nomem:
     return -1;
 }
 
-/* Parses "NAME=PATH[,heads=N]" (len bytes of spec) and appends it. */
+/* The keys a model spec takes after NAME=PATH. */
+static const char spec_keys[] = "heads, kv_heads, layer, layers, format, prefix";
+
+static int parse_family(const char *v, int *out)
+{
+    for (int f = ATTN_FAMILY_AUTO; f <= ATTN_FAMILY_GPT2; f++)
+        if (strcmp(v, attn_family_name((attn_family)f)) == 0) {
+            *out = f;
+            return 0;
+        }
+    return -1;
+}
+
+/* Sets key=value on m. Returns 0, or -1 with err. */
+static int set_spec_key(attnd_model_spec *m, const char *key, const char *v, char *err,
+                        size_t errlen)
+{
+    int64_t n;
+    if (strcmp(key, "heads") == 0 || strcmp(key, "kv_heads") == 0) {
+        if (parse_int64(v, 0, &n) != 0 || n < 1 || n > 65536) {
+            set_err(err, errlen, "model '%s': %s must be an integer in 1..65536, got '%s'",
+                    m->name, key, v);
+            return -1;
+        }
+        *(key[0] == 'h' ? &m->heads : &m->kv_heads) = (int)n;
+    } else if (strcmp(key, "layer") == 0) {
+        if (parse_int64(v, 0, &n) != 0 || n < 0 || n > 1000000) {
+            set_err(err, errlen, "model '%s': layer must be an integer >= 0, got '%s'", m->name,
+                    v);
+            return -1;
+        }
+        m->layer = (int)n;
+    } else if (strcmp(key, "layers") == 0) {
+        if (strcmp(v, "all") != 0) {
+            set_err(err, errlen, "model '%s': layers takes only 'all' (one model per layer, "
+                    "named %s.N); for one layer use layer=N", m->name, m->name);
+            return -1;
+        }
+        m->all_layers = 1;
+    } else if (strcmp(key, "format") == 0) {
+        if (parse_family(v, &m->family) != 0) {
+            set_err(err, errlen, "model '%s': format must be auto, mha, explicit, llama, bert "
+                    "or gpt2, got '%s'", m->name, v);
+            return -1;
+        }
+    } else if (strcmp(key, "prefix") == 0) {
+        m->prefix = (char *)v; /* borrowed from the caller's buffer; add_model copies */
+    } else {
+        set_err(err, errlen, "model '%s': unknown key '%s' (keys: %s)", m->name, key, spec_keys);
+        return -1;
+    }
+    return 0;
+}
+
+/* Where the path ends: at the first ",KEY=" whose KEY is one of spec_keys'
+ * shape (letters and '_'), so a path may itself hold commas. */
+static char *path_end(char *path)
+{
+    for (char *c = strchr(path, ','); c; c = strchr(c + 1, ',')) {
+        char *k = c + 1;
+        while (*k == '_' || (*k >= 'a' && *k <= 'z'))
+            k++;
+        if (k > c + 1 && *k == '=')
+            return c;
+    }
+    return NULL;
+}
+
+/* Checks a spec's keys against each other. */
+static int check_spec(const attnd_model_spec *m, char *err, size_t errlen)
+{
+    if (m->all_layers && m->layer >= 0) {
+        set_err(err, errlen, "model '%s': give layer=N or layers=all, not both", m->name);
+        return -1;
+    }
+    if (m->kv_heads && m->heads && m->heads % m->kv_heads != 0) {
+        set_err(err, errlen, "model '%s': kv_heads=%d must divide heads=%d", m->name,
+                m->kv_heads, m->heads);
+        return -1;
+    }
+    return 0;
+}
+
+/* Parses "NAME=PATH[,key=value...]" (len bytes of spec) and appends it. */
 static int add_model_spec(attnd_config *cfg, const char *spec, size_t len, char *err,
                           size_t errlen)
 {
@@ -253,24 +336,65 @@ static int add_model_spec(attnd_config *cfg, const char *spec, size_t len, char 
     buf[len] = '\0';
     char *eq = strchr(buf, '=');
     if (!eq) {
-        set_err(err, errlen, "model '%s': expected NAME=PATH[,heads=N]", buf);
+        set_err(err, errlen, "model '%s': expected NAME=PATH[,key=value...] (keys: %s)", buf,
+                spec_keys);
         return -1;
     }
     *eq = '\0';
-    char *path = eq + 1;
-    int heads = 0;
-    char *h = strstr(path, ",heads=");
-    if (h) {
-        int64_t v;
-        if (parse_int64(h + 7, 0, &v) != 0 || v < 1 || v > 65536) {
-            set_err(err, errlen, "model '%s': heads must be an integer in 1..65536, got '%s'",
-                    buf, h + 7);
+    attnd_model_spec m = {.name = buf, .path = eq + 1, .layer = -1};
+    char *rest = path_end(m.path);
+    if (rest)
+        *rest++ = '\0';
+    while (rest && *rest) {
+        char *next = path_end(rest); /* a prefix value may hold commas too: same rule */
+        if (next)
+            *next++ = '\0';
+        char *kv = strchr(rest, '=');
+        *kv = '\0'; /* path_end found "KEY=" */
+        if (set_spec_key(&m, rest, kv + 1, err, errlen) != 0)
             return -1;
-        }
-        heads = (int)v;
-        *h = '\0';
+        rest = next;
     }
-    return add_model(cfg, buf, strlen(buf), path, heads, err, errlen);
+    if (check_spec(&m, err, errlen) != 0)
+        return -1;
+    return add_model(cfg, &m, err, errlen);
+}
+
+int attnd_config_expand_layers(attnd_config *cfg, int i, int n_layers, char *err,
+                               size_t errlen)
+{
+    if (i < 0 || i >= cfg->n_models || n_layers < 1) {
+        set_err(err, errlen, "expanding layers: bad arguments");
+        return -1;
+    }
+    attnd_model_spec base = cfg->models[i];
+    attnd_model_spec *rest = NULL;
+    int n_rest = cfg->n_models - i - 1;
+    if (n_rest && !(rest = malloc((size_t)n_rest * sizeof *rest))) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    if (n_rest)
+        memcpy(rest, cfg->models + i + 1, (size_t)n_rest * sizeof *rest);
+    cfg->n_models = i; /* the specs after i are held in rest, base is held here */
+    int rc = 0;
+    for (int k = 0; k < n_layers && rc == 0; k++) {
+        char name[96];
+        snprintf(name, sizeof name, "%s.%d", base.name, k);
+        attnd_model_spec one = base;
+        one.name = name;
+        one.layer = k;
+        one.all_layers = 0;
+        rc = add_model(cfg, &one, err, errlen);
+    }
+    for (int k = 0; k < n_rest; k++) { /* back after the new ones, names checked again */
+        if (rc == 0)
+            rc = add_model(cfg, &rest[k], err, errlen);
+        free_spec(&rest[k]);
+    }
+    free_spec(&base);
+    free(rest);
+    return rc;
 }
 
 /* ------------------------------------------------------------ setting values */
@@ -371,26 +495,39 @@ static int file_model(attnd_config *cfg, json_t *m, size_t idx, char *err, size_
     if (json_is_string(m))
         return add_model_spec(cfg, json_string_value(m), json_string_length(m), err, errlen);
     if (!json_is_object(m)) {
-        set_err(err, errlen, "models[%zu]: expected \"NAME=PATH[,heads=N]\" or an object", idx);
+        set_err(err, errlen, "models[%zu]: expected \"NAME=PATH[,key=value...]\" or an object",
+                idx);
         return -1;
     }
+    attnd_model_spec spec = {.name = "", .path = "", .layer = -1};
     const char *name = NULL, *path = NULL;
-    json_int_t heads = 0;
     const char *key;
     json_t *v;
     json_object_foreach(m, key, v) {
+        char text[64];
         if (key[0] == '_')
             continue;
-        if (strcmp(key, "name") == 0 && json_is_string(v))
+        if (strcmp(key, "name") == 0 && json_is_string(v)) {
             name = json_string_value(v);
-        else if (strcmp(key, "path") == 0 && json_is_string(v))
+        } else if (strcmp(key, "path") == 0 && json_is_string(v)) {
             path = json_string_value(v);
-        else if (strcmp(key, "heads") == 0 && json_is_integer(v) && json_integer_value(v) >= 0 &&
-                 json_integer_value(v) <= 65536)
-            heads = json_integer_value(v);
-        else {
-            set_err(err, errlen, "models[%zu].%s: unknown key or wrong type (name and path are "
-                    "strings, heads an integer)", idx, key);
+        } else if ((strcmp(key, "format") == 0 || strcmp(key, "prefix") == 0 ||
+                    strcmp(key, "layers") == 0) && json_is_string(v)) {
+            spec.name = (char *)(name ? name : "");
+            if (set_spec_key(&spec, key, json_string_value(v), err, errlen) != 0)
+                return -1;
+        } else if ((strcmp(key, "heads") == 0 || strcmp(key, "kv_heads") == 0 ||
+                    strcmp(key, "layer") == 0) && json_is_integer(v)) {
+            snprintf(text, sizeof text, "%lld", (long long)json_integer_value(v));
+            spec.name = (char *)(name ? name : "");
+            if (json_integer_value(v) == 0 && strcmp(key, "layer") != 0)
+                continue; /* 0 = from the checkpoint, as when absent */
+            if (set_spec_key(&spec, key, text, err, errlen) != 0)
+                return -1;
+        } else {
+            set_err(err, errlen, "models[%zu].%s: unknown key or wrong type (name, path, "
+                    "format, prefix and layers (\"all\") are strings; heads, kv_heads and "
+                    "layer integers)", idx, key);
             return -1;
         }
     }
@@ -398,7 +535,11 @@ static int file_model(attnd_config *cfg, json_t *m, size_t idx, char *err, size_
         set_err(err, errlen, "models[%zu]: needs \"name\" and \"path\"", idx);
         return -1;
     }
-    return add_model(cfg, name, strlen(name), path, (int)heads, err, errlen);
+    spec.name = (char *)name;
+    spec.path = (char *)path;
+    if (check_spec(&spec, err, errlen) != 0)
+        return -1;
+    return add_model(cfg, &spec, err, errlen);
 }
 
 static int file_value(attnd_config *cfg, const option *o, json_t *v, char *err, size_t errlen)
@@ -499,7 +640,7 @@ typedef struct flag_value {
 /* Checks argv's syntax and collects (option, value) pairs. Returns the action
  * HELP/VERSION/PRINT if one of those flags is present, RUN, or ERROR. */
 static attnd_config_action scan_argv(int argc, char *const *argv, flag_value *out, int *n_out,
-                                     char *err, size_t errlen)
+                                     const char **inspect, char *err, size_t errlen)
 {
     attnd_config_action action = ATTND_CONFIG_RUN;
     *n_out = 0;
@@ -507,6 +648,16 @@ static attnd_config_action scan_argv(int argc, char *const *argv, flag_value *ou
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h"))
             return ATTND_CONFIG_HELP;
+        if (!strcmp(a, "--inspect") || !strncmp(a, "--inspect=", 10)) {
+            *inspect = a[9] == '=' ? a + 10 : i + 1 < argc ? argv[++i] : NULL;
+            if (!*inspect || !**inspect) {
+                set_err(err, errlen, "--inspect needs a PATH (a .safetensors file or a model "
+                        "directory)");
+                return ATTND_CONFIG_ERROR;
+            }
+            action = ATTND_CONFIG_INSPECT;
+            continue;
+        }
         if (!strcmp(a, "--version") || !strcmp(a, "-V")) {
             action = ATTND_CONFIG_VERSION;
             continue;
@@ -555,9 +706,14 @@ attnd_config_action attnd_config_load(attnd_config *cfg, int argc, char *const *
         if (set_option(cfg, &options[i], options[i].def, SRC_DEFAULT, err, errlen))
             goto done; /* a bad default is a bug in the table */
 
-    action = scan_argv(argc, argv, flags, &n_flags, err, errlen);
+    const char *inspect = NULL;
+    action = scan_argv(argc, argv, flags, &n_flags, &inspect, err, errlen);
+    if (inspect && !(cfg->inspect_path = strdup(inspect))) {
+        set_err(err, errlen, "out of memory");
+        goto fail;
+    }
     if (action == ATTND_CONFIG_ERROR || action == ATTND_CONFIG_HELP ||
-        action == ATTND_CONFIG_VERSION)
+        action == ATTND_CONFIG_VERSION || action == ATTND_CONFIG_INSPECT)
         goto done;
 
     /* The file's name itself: flag > env. */
@@ -593,6 +749,12 @@ attnd_config_action attnd_config_load(attnd_config *cfg, int argc, char *const *
         int found = 0;
         for (int i = 0; i < cfg->n_models; i++)
             found |= strcmp(cfg->models[i].name, cfg->default_model) == 0;
+        for (int i = 0; i < cfg->n_models && !found; i++) { /* NAME.N of a layers=all */
+            size_t n = strlen(cfg->models[i].name);
+            found = cfg->models[i].all_layers &&
+                    strncmp(cfg->models[i].name, cfg->default_model, n) == 0 &&
+                    cfg->default_model[n] == '.';
+        }
         if (!found) {
             set_err(err, errlen, "default model '%s' is not among the loaded models",
                     cfg->default_model);
@@ -618,6 +780,8 @@ void attnd_config_free(attnd_config *cfg)
         }
     }
     free_models(cfg);
+    free(cfg->inspect_path);
+    cfg->inspect_path = NULL;
 }
 
 /* ------------------------------------------------------------ printing */
@@ -651,6 +815,17 @@ static void format_value(const attnd_config *cfg, const option *o, char *buf, si
             n += (size_t)snprintf(buf + n, cap - n, "%s%s=%s", i ? ";" : "", m->name, m->path);
             if (m->heads && n < cap)
                 n += (size_t)snprintf(buf + n, cap - n, ",heads=%d", m->heads);
+            if (m->kv_heads && n < cap)
+                n += (size_t)snprintf(buf + n, cap - n, ",kv_heads=%d", m->kv_heads);
+            if (m->layer >= 0 && n < cap)
+                n += (size_t)snprintf(buf + n, cap - n, ",layer=%d", m->layer);
+            if (m->all_layers && n < cap)
+                n += (size_t)snprintf(buf + n, cap - n, ",layers=all");
+            if (m->family && n < cap)
+                n += (size_t)snprintf(buf + n, cap - n, ",format=%s",
+                                      attn_family_name((attn_family)m->family));
+            if (m->prefix && n < cap)
+                n += (size_t)snprintf(buf + n, cap - n, ",prefix=%s", m->prefix);
         }
         break;
     }
@@ -661,11 +836,17 @@ void attnd_config_print_help(FILE *f, const char *prog)
 {
     fprintf(f,
             "attnd %s - multi-head attention inference server (HTTP/JSON)\n\n"
-            "usage: %s --model NAME=PATH[,heads=N] [options]\n\n"
+            "usage: %s --model NAME=PATH[,key=value...] [options]\n"
+            "       %s --inspect PATH\n\n"
+            "PATH is a .safetensors file or a Hugging Face model directory (config.json\n"
+            "and model.safetensors, or a sharded model.safetensors.index.json). Keys:\n"
+            "layer=N (which layer; needed when there are several), layers=all (one model\n"
+            "per layer, named NAME.N), format=auto|mha|explicit|llama|bert|gpt2,\n"
+            "prefix=P (a state_dict prefix, e.g. self_attn.), heads=N, kv_heads=N.\n\n"
             "Settings come from, in rising precedence: defaults, the --config JSON file,\n"
             "ATTND_* environment variables, command-line flags.\n\n"
             "options:\n",
-            ATTN_VERSION_STRING, prog);
+            ATTN_VERSION_STRING, prog, prog);
     for (size_t i = 0; i < N_OPTIONS; i++) {
         const option *o = &options[i];
         char flag[64], env[64];
@@ -675,6 +856,8 @@ void attnd_config_print_help(FILE *f, const char *prog)
                 *o->def ? o->def : "none", env);
     }
     fprintf(f, "  %-36s %s\n", "--no-ui", "the same as --ui 0");
+    fprintf(f, "  %-36s %s\n", "--inspect PATH",
+            "print what a checkpoint file or directory holds and what attnd would serve");
     fprintf(f, "  %-36s %s\n  %-36s %s\n  %-36s %s\n", "--print-config",
             "print the effective settings and their sources, then exit", "--version, -V",
             "print the version and exit", "--help, -h", "print this help and exit");

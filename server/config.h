@@ -11,11 +11,17 @@
 
 #include "log.h"
 
-/* One --model NAME=PATH[,heads=N]. heads 0 = from the file's metadata. */
+/* One --model NAME=PATH[,key=value...]: which layer of which checkpoint. */
 typedef struct attnd_model_spec {
-    char *name; /* [A-Za-z0-9._-]{1,64}, unique */
-    char *path;
-    int heads;
+    char *name;      /* [A-Za-z0-9._-]{1,64}, unique                              */
+    char *path;      /* a .safetensors file or a Hugging Face model directory      */
+    int heads;       /* heads=N; 0 = from config.json / the file's metadata        */
+    int kv_heads;    /* kv_heads=N; 0 = from config.json, else heads              */
+    int layer;       /* layer=N; -1 = the only one                                */
+    int all_layers;  /* layers=all: one model per layer, named NAME.N (expanded by
+                        attnd_models_expand before anything is served)             */
+    int family;      /* format=: an attn_family (0 = auto)                         */
+    char *prefix;    /* prefix=: a state_dict prefix, or NULL                     */
 } attnd_model_spec;
 
 typedef struct attnd_config {
@@ -50,6 +56,8 @@ typedef struct attnd_config {
     int session_ttl_s;           /* idle session expiry; per-session ttl_s caps at it */
     int max_sessions;            /* streaming sessions held at once             */
 
+    char *inspect_path;          /* --inspect PATH, or NULL                    */
+
     /* Where each option's value came from (config.c's table order), for
      * --print-config and the start-up log. */
     unsigned char source[48];
@@ -60,6 +68,7 @@ typedef enum attnd_config_action {
     ATTND_CONFIG_HELP = 1,       /* --help was given                           */
     ATTND_CONFIG_VERSION = 2,    /* --version was given                        */
     ATTND_CONFIG_PRINT = 3,      /* --print-config was given                   */
+    ATTND_CONFIG_INSPECT = 4,    /* --inspect PATH: cfg->inspect_path          */
     ATTND_CONFIG_ERROR = -1      /* err holds the reason                       */
 } attnd_config_action;
 
@@ -69,6 +78,12 @@ typedef enum attnd_config_action {
  * source and option at fault. Whatever it returns, free with attnd_config_free. */
 attnd_config_action attnd_config_load(attnd_config *cfg, int argc, char *const *argv,
                                       char *err, size_t errlen);
+
+/* Replaces model i (a layers=all spec) by n_layers models NAME.0 .. NAME.n-1,
+ * each with layer=k, in its place. Returns 0, or -1 with err (a clash of the
+ * new names with another model's, no memory). */
+int attnd_config_expand_layers(attnd_config *cfg, int i, int n_layers, char *err,
+                               size_t errlen);
 
 /* Frees what cfg owns (not cfg itself). Safe on a zeroed or half-filled cfg. */
 void attnd_config_free(attnd_config *cfg);

@@ -105,6 +105,7 @@ static void reload(attnd_app *app, int argc, char **argv)
     char err[1024] = "";
     int64_t t0 = attnd_now_ns();
     int ok = attnd_config_load(&cfg, argc, argv, err, sizeof err) == ATTND_CONFIG_RUN &&
+             attnd_models_expand(&cfg, err, sizeof err) == 0 &&
              attnd_models_reload(app->models, &cfg, err, sizeof err) == 0 &&
              attnd_auth_reload(app->auth, &cfg, err, sizeof err) == 0;
     attnd_metrics_reload(app->metrics, ok);
@@ -159,12 +160,24 @@ int main(int argc, char **argv)
         attnd_config_print(stdout, &cfg);
         attnd_config_free(&cfg);
         return 0;
+    case ATTND_CONFIG_INSPECT:
+        rc = attnd_models_inspect(stdout, cfg.inspect_path, err, sizeof err) == 0 ? 0
+                                                                                 : EXIT_USAGE;
+        if (rc)
+            attnd_log(ATTND_LOG_ERROR, "%s", err);
+        attnd_config_free(&cfg);
+        return rc;
     case ATTND_CONFIG_ERROR:
         attnd_log(ATTND_LOG_ERROR, "%s", err);
         attnd_config_free(&cfg);
         return EXIT_USAGE;
     case ATTND_CONFIG_RUN:
         break;
+    }
+    if (attnd_models_expand(&cfg, err, sizeof err) != 0) {
+        attnd_log(ATTND_LOG_ERROR, "%s", err);
+        attnd_config_free(&cfg);
+        return EXIT_USAGE;
     }
     attnd_log_set_level(cfg.log_level);
 

@@ -49,8 +49,11 @@ static int smoke_forward(const attnd_model *m, char *err, size_t errlen)
     }
     for (size_t i = 0; i < nq + nk + nv; i++)
         buf[i] = (float)((int)(i % 7) - 3) * 0.125f;
-    attn_seq seq = {.t = T, .s = T, .query = buf, .key = buf + nq, .value = buf + nq + nk,
-                    .output = buf + nq + nk + nv};
+    /* Self-attention where the widths allow (a rotary layer takes nothing else),
+     * else cross-attention with the key/value widths. */
+    int self = in->embed_k == in->embed_q && in->embed_v == in->embed_q;
+    attn_seq seq = {.t = T, .s = T, .query = buf, .key = self ? NULL : buf + nq,
+                    .value = self ? NULL : buf + nq + nk, .output = buf + nq + nk + nv};
     attn_error lerr = {0};
     attn_status st = attn_forward(m->layer, &seq, 1, NULL, NULL, &lerr);
     int rc = st == ATTN_OK ? 0 : -1;
@@ -67,6 +70,21 @@ static int smoke_forward(const attnd_model *m, char *err, size_t errlen)
 
 /* Loads, validates and starts one version of spec as registry slot index.
  * Returns it (refs = 1) or NULL with err. */
+static const char *rope_style_name(attn_rope_style s)
+{
+    return s == ATTN_ROPE_HALF ? "half" : s == ATTN_ROPE_INTERLEAVED ? "interleaved" : "none";
+}
+
+static attn_load_options load_options(const attnd_model_spec *spec)
+{
+    attn_load_options lo = {.family = (attn_family)spec->family,
+                            .layer = spec->layer,
+                            .prefix = spec->prefix,
+                            .num_heads = spec->heads,
+                            .num_kv_heads = spec->kv_heads};
+    return lo;
+}
+
 static attnd_model *version_load(int index, const attnd_model_spec *spec,
                                  const attnd_config *cfg, attnd_metrics *metrics, char *err,
                                  size_t errlen)
@@ -84,12 +102,22 @@ static attnd_model *version_load(int index, const attnd_model_spec *spec,
     atomic_init(&m->refs, 1);
     snprintf(m->name, sizeof m->name, "%s", spec->name);
     int64_t t0 = attnd_now_ns();
-    attn_status st = attn_layer_load_safetensors(spec->path, spec->heads, &m->layer, &lerr);
+    attn_load_options lo = load_options(spec);
+    attn_checkpoint_info ci;
+    attn_status st = attn_layer_load(spec->path, &lo, &m->layer, &lerr);
+    if (st == ATTN_OK)
+        st = attn_checkpoint_inspect(spec->path, &lo, &ci, &lerr);
     if (st != ATTN_OK) {
         snprintf(err, errlen, "model '%s': cannot load %s: %s%s%s", spec->name, spec->path,
                  attn_strerror(st), lerr.message[0] ? ": " : "", lerr.message);
         goto fail;
     }
+    m->family = ci.family;
+    /* -1 for a bare layer file (MHA, explicit names); the checkpoint's index otherwise */
+    m->layer_index = spec->layer >= 0                 ? spec->layer
+                     : ci.family >= ATTN_FAMILY_LLAMA ? 0 /* the only layer */
+                                                      : -1;
+    m->sliding_window = ci.sliding_window;
     m->load_ms = (double)(attnd_now_ns() - t0) / 1e6;
     attn_layer_get_info(m->layer, &m->info);
     if (smoke_forward(m, err, errlen))
@@ -113,12 +141,17 @@ static attnd_model *version_load(int index, const attnd_model_spec *spec,
         goto fail;
     }
     const attn_layer_info *in = &m->info;
+    char layer[24] = "";
+    if (m->layer_index >= 0)
+        snprintf(layer, sizeof layer, " layer %d", m->layer_index);
     attnd_log(ATTND_LOG_INFO,
-              "model %s loaded from %s in %.1f ms: heads=%d d_k=%d d_v=%d E_q=%d E_k=%d E_v=%d "
-              "E_out=%d out_proj=%s dtype=%s params=%zu; scheduler: %d workers",
-              m->name, m->path, m->load_ms, in->num_heads, in->head_dim_k, in->head_dim_v,
-              in->embed_q, in->embed_k, in->embed_v, in->embed_out,
-              in->has_out_proj ? "yes" : "no", in->source_dtype[0] ? in->source_dtype : "F32",
+              "model %s loaded from %s (%s%s) in %.1f ms: heads=%d kv_heads=%d d_k=%d d_v=%d "
+              "E_q=%d E_k=%d E_v=%d E_out=%d out_proj=%s rope=%s dtype=%s params=%zu; "
+              "scheduler: %d workers",
+              m->name, m->path, attn_family_name(m->family), layer, m->load_ms, in->num_heads,
+              attnd_kv_heads(in), in->head_dim_k, in->head_dim_v, in->embed_q, in->embed_k,
+              in->embed_v, in->embed_out, in->has_out_proj ? "yes" : "no",
+              rope_style_name(in->rope.style), in->source_dtype[0] ? in->source_dtype : "F32",
               in->param_count, cfg->workers);
     return m;
 fail:
@@ -266,18 +299,45 @@ void attnd_models_free(attnd_models *ms)
 
 /* ------------------------------------------------------------ JSON */
 
+/* {"style","theta","rotary_dim","scaling":{...}|null}, or JSON null. */
+static json_t *rope_object(const attn_rope *r)
+{
+    if (r->style == ATTN_ROPE_NONE)
+        return json_null();
+    json_t *scaling = json_null();
+    if (r->scaling == ATTN_ROPE_SCALING_LINEAR)
+        scaling = json_pack("{s:s, s:f}", "type", "linear", "factor", r->factor);
+    else if (r->scaling == ATTN_ROPE_SCALING_LLAMA3)
+        scaling = json_pack("{s:s, s:f, s:f, s:f, s:i}", "type", "llama3", "factor", r->factor,
+                            "low_freq_factor", r->low_freq_factor, "high_freq_factor",
+                            r->high_freq_factor, "original_max_position_embeddings",
+                            r->original_max_position);
+    return json_pack("{s:s, s:f, s:i, s:o}", "style", rope_style_name(r->style), "theta",
+                     r->theta, "rotary_dim", r->rotary_dim, "scaling", scaling);
+}
+
+static json_t *int_or_null(int present, int v)
+{
+    return present ? json_integer(v) : json_null();
+}
+
 static json_t *info_object(const attnd_model *m)
 {
     const attn_layer_info *in = &m->info;
     return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b,"
-                     " s:{s:b, s:b, s:b, s:b}, s:s, s:s, s:s, s:I}",
+                     " s:{s:b, s:b, s:b, s:b}, s:s, s:s, s:s, s:I,"
+                     " s:s, s:o, s:i, s:o, s:o}",
                      "name", m->name, "num_heads", in->num_heads, "head_dim_k", in->head_dim_k,
                      "head_dim_v", in->head_dim_v, "embed_q", in->embed_q, "embed_k",
                      in->embed_k, "embed_v", in->embed_v, "embed_out", in->embed_out,
                      "has_out_proj", in->has_out_proj, "has_bias", "q", in->has_bias_q, "k",
                      in->has_bias_k, "v", in->has_bias_v, "out", in->has_bias_out, "dtype",
                      in->source_dtype[0] ? in->source_dtype : "F32", "file", m->path,
-                     "loaded_at", m->loaded_at, "param_count", (json_int_t)in->param_count);
+                     "loaded_at", m->loaded_at, "param_count", (json_int_t)in->param_count,
+                     "family", attn_family_name(m->family), "layer",
+                     int_or_null(m->layer_index >= 0, m->layer_index), "num_kv_heads", attnd_kv_heads(in),
+                     "rope", rope_object(&in->rope), "sliding_window",
+                     int_or_null(m->sliding_window > 0, m->sliding_window));
 }
 
 static char *dump(json_t *j, size_t *len)
@@ -309,4 +369,92 @@ char *attnd_models_list_json(attnd_models *ms, size_t *len)
         }
     }
     return dump(arr ? json_pack("{s:o}", "models", arr) : NULL, len);
+}
+
+/* ------------------------------------------------------------ expansion, inspection */
+
+int attnd_models_expand(attnd_config *cfg, char *err, size_t errlen)
+{
+    for (int i = 0; i < cfg->n_models; i++) {
+        const attnd_model_spec *spec = &cfg->models[i];
+        if (!spec->all_layers)
+            continue;
+        attn_load_options lo = load_options(spec);
+        attn_checkpoint_info ci;
+        attn_error lerr = {0};
+        attn_status st = attn_checkpoint_inspect(spec->path, &lo, &ci, &lerr);
+        if (st != ATTN_OK) {
+            snprintf(err, errlen, "model '%s': cannot inspect %s: %s%s%s", spec->name,
+                     spec->path, attn_strerror(st), lerr.message[0] ? ": " : "", lerr.message);
+            return -1;
+        }
+        int n = ci.n_layers;
+        if (attnd_config_expand_layers(cfg, i, n, err, errlen) != 0)
+            return -1;
+        i += n - 1; /* past the new NAME.0 .. NAME.n-1 */
+    }
+    return 0;
+}
+
+static void print_rope(FILE *out, const attn_rope *r)
+{
+    if (r->style == ATTN_ROPE_NONE) {
+        fprintf(out, "rope: none\n");
+        return;
+    }
+    fprintf(out, "rope: %s, theta %g, rotary_dim %d", rope_style_name(r->style), r->theta,
+            r->rotary_dim);
+    if (r->scaling == ATTN_ROPE_SCALING_LINEAR)
+        fprintf(out, ", scaling linear (factor %g)", r->factor);
+    else if (r->scaling == ATTN_ROPE_SCALING_LLAMA3)
+        fprintf(out, ", scaling llama3 (factor %g, low_freq_factor %g, high_freq_factor %g, "
+                "original_max_position_embeddings %d)", r->factor, r->low_freq_factor,
+                r->high_freq_factor, r->original_max_position);
+    fprintf(out, "\n");
+}
+
+int attnd_models_inspect(FILE *out, const char *path, char *err, size_t errlen)
+{
+    attn_checkpoint_info ci;
+    attn_error lerr = {0};
+    attn_load_options lo = {.layer = -1};
+    attn_status st = attn_checkpoint_inspect(path, &lo, &ci, &lerr);
+    if (st != ATTN_OK) {
+        snprintf(err, errlen, "%s: %s%s%s", path, attn_strerror(st), lerr.message[0] ? ": " : "",
+                 lerr.message);
+        return -1;
+    }
+    fprintf(out, "path: %s\nfamily: %s%s%s%s\n", path, attn_family_name(ci.family),
+            ci.model_type[0] ? " (model_type " : "", ci.model_type,
+            ci.model_type[0] ? ")" : "");
+    fprintf(out, "layers: %d%s\n", ci.n_layers,
+            ci.n_layers > 1 ? " (serve one with layer=N, or each with layers=all)" : "");
+    fprintf(out, "hidden_size: %d, heads: %d, kv_heads: %d, head_dim: %d\n", ci.hidden_size,
+            ci.num_heads, ci.num_kv_heads, ci.head_dim);
+    print_rope(out, &ci.rope);
+    if (ci.sliding_window > 0)
+        fprintf(out, "sliding_window: %d (reported; requests choose their window)\n",
+                ci.sliding_window);
+    fprintf(out, "dtype: %s, shards: %d, tensors: %zu\n", ci.dtype, ci.n_shards, ci.n_tensors);
+    /* What attnd would serve: build the first layer (reads only its tensors). */
+    lo.layer = ci.n_layers > 1 ? 0 : -1;
+    attn_layer *layer = NULL;
+    st = attn_layer_load(path, &lo, &layer, &lerr);
+    if (st != ATTN_OK) {
+        fprintf(out, "serves: nothing: %s%s%s\n", attn_strerror(st), lerr.message[0] ? ": " : "",
+                lerr.message);
+        return 0;
+    }
+    attn_layer_info in;
+    attn_layer_get_info(layer, &in);
+    fprintf(out, "serves%s: E_q=%d E_k=%d E_v=%d E_out=%d, heads=%d kv_heads=%d d_k=%d d_v=%d, "
+            "out_proj %s, biases q/k/v/out %s/%s/%s/%s, %zu parameters (%s)\n",
+            ci.n_layers > 1 ? " (layer 0)" : "", in.embed_q, in.embed_k, in.embed_v,
+            in.embed_out, in.num_heads, attnd_kv_heads(&in), in.head_dim_k, in.head_dim_v,
+            in.has_out_proj ? "yes" : "no", in.has_bias_q ? "yes" : "no",
+            in.has_bias_k ? "yes" : "no", in.has_bias_v ? "yes" : "no",
+            in.has_bias_out ? "yes" : "no", in.param_count,
+            in.source_dtype[0] ? in.source_dtype : "F32");
+    attn_layer_free(layer);
+    return 0;
 }

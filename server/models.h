@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "attn.h"
 #include "config.h"
@@ -29,6 +30,9 @@ typedef struct attnd_model {
     char *path;                /* owned                                        */
     attn_layer *layer;         /* owned                                        */
     attn_layer_info info;
+    attn_family family;        /* the checkpoint family it was read as         */
+    int layer_index;           /* its layer in the checkpoint, -1 = a bare layer */
+    int sliding_window;        /* config.json's, reported only; 0 = none       */
     attnd_scheduler *sched;    /* owned                                        */
     char loaded_at[32];        /* ISO-8601 UTC, e.g. "2026-11-30T13:25:29Z"    */
     double load_ms;
@@ -44,6 +48,15 @@ typedef struct attnd_models {
     int mu_ready;
     attnd_metrics *metrics;    /* borrowed                                     */
 } attnd_models;
+
+/* Replaces each layers=all spec of cfg by one spec per layer of its checkpoint
+ * (NAME.0, NAME.1, ...), inspecting the checkpoints. Call before the registry
+ * and metrics are made. Returns 0, or -1 with err naming the model. */
+int attnd_models_expand(attnd_config *cfg, char *err, size_t errlen);
+
+/* --inspect: prints what path holds and what attnd would serve from it. Returns
+ * 0, or -1 with err (path unreadable, not a checkpoint). */
+int attnd_models_inspect(FILE *out, const char *path, char *err, size_t errlen);
 
 /* Loads every model of cfg and starts one scheduler per model (knobs from cfg,
  * batch hook feeding metrics, which may be NULL). Logs one line per model.
