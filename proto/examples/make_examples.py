@@ -348,7 +348,8 @@ def model_info(mha, model_file):
             "embed_q": e, "embed_k": e, "embed_v": e, "embed_out": e, "has_out_proj": True,
             "has_bias": {"q": has_b, "k": has_b, "v": has_b, "out": mha.out_proj.bias is not None},
             "dtype": "F32", "file": model_file, "loaded_at": "2024-06-01T12:00:00Z",
-            "param_count": n}
+            "param_count": n, "family": "mha", "layer": None, "num_kv_heads": h, "rope": None,
+            "sliding_window": None}
 
 
 
