@@ -79,7 +79,7 @@ static int load_key_file(keyset *k, const char *path, char *err, size_t errlen)
         return -1;
     }
     char line[1024];
-    int rc = 0, lineno = 0;
+    int rc = 0, lineno = 0, before = k->n;
     while (rc == 0 && fgets(line, sizeof line, f)) {
         lineno++;
         char *p = line;
@@ -95,6 +95,13 @@ static int load_key_file(keyset *k, const char *path, char *err, size_t errlen)
         }
     }
     fclose(f);
+    if (rc == 0 && k->n == before) {
+        /* A file named but holding no key is a mistake (a truncated or not yet
+         * written file), never a request to switch authentication off. */
+        snprintf(err, errlen, "API key file %s has no key (it is empty, or only comments and "
+                 "blank lines); to run without API keys, do not name a key file", path);
+        rc = -1;
+    }
     return rc;
 }
 
@@ -139,8 +146,13 @@ attnd_auth *attnd_auth_create(const attnd_config *cfg, char *err, size_t errlen)
 int attnd_auth_reload(attnd_auth *a, const attnd_config *cfg, char *err, size_t errlen)
 {
     keyset *k = keyset_load(cfg, err, errlen);
-    if (!k)
+    if (!k) {
+        size_t n = strlen(err);
+        if (n < errlen)
+            snprintf(err + n, errlen - n, "; keeping the %d API key(s) loaded before",
+                     attnd_auth_key_count(a));
         return -1;
+    }
     pthread_rwlock_wrlock(&a->lock);
     keyset *old = a->cur;
     a->cur = k;

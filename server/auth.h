@@ -12,13 +12,16 @@
 typedef struct attnd_auth attnd_auth;
 
 /* Reads cfg->api_key_file (refused if world-writable) and cfg->api_keys.
- * No keys at all = authentication off. Returns NULL with err filled on a
- * problem (unreadable or world-writable file, a key over 255 bytes, memory).
- * Keys never appear in err or in the log. Free with attnd_auth_free. */
+ * No keys at all (no file named, no ATTND_API_KEYS) = authentication off; a
+ * key file that is named but holds no key (empty, comments or blanks only) is
+ * an error, never "off". Returns NULL with err filled on a problem (unreadable,
+ * world-writable or keyless file, a key over 255 bytes, memory); err names the
+ * file. Keys never appear in err or in the log. Free with attnd_auth_free. */
 attnd_auth *attnd_auth_create(const attnd_config *cfg, char *err, size_t errlen);
 
-/* Re-reads the keys from cfg and swaps them in atomically. On failure the old
- * set stays and err says why. Returns 0 or -1. */
+/* Re-reads the keys from cfg and swaps them in atomically. On failure (as for
+ * attnd_auth_create: a key file truncated to nothing fails too) the old set
+ * stays and err says why and that the old keys are kept. Returns 0 or -1. */
 int attnd_auth_reload(attnd_auth *a, const attnd_config *cfg, char *err, size_t errlen);
 
 /* How many keys are configured (0 = every route is open). */

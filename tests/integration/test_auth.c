@@ -5,6 +5,7 @@
  * to start on a world-writable key or config file.
  */
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +163,66 @@ TEST_WITH(world_writable, const char *key_file, const char *cfg_file)
     free(out);
 }
 
+/* A key file that is named but holds no key is a start-up error naming the
+ * file (exit 2), never "authentication off". */
+TEST_WITH(keyless_files, const char *key_file)
+{
+    static const char *const texts[] = {"", "# only a comment\n# and another\n",
+                                        "  \n\t\n\r\n   \n"};
+    static const char *const what[] = {"empty", "comments only", "whitespace only"};
+    for (int i = 0; i < 3; i++) {
+        write_file(key_file, texts[i], 0600);
+        char *out = NULL;
+        const char *a[] = {"--model", "demo=config/demo.safetensors", "--listen", "127.0.0.1:0",
+                           "--api-key-file", key_file, NULL};
+        int st = attnd_run(a, 10, &out);
+        CHECK_MSG(st == 2, "%s key file: exit %d, want 2", what[i], st);
+        CHECK_MSG(out && strstr(out, key_file) && strstr(out, "no key"),
+                  "%s key file: output does not name the file: %s", what[i], out ? out : "");
+        CHECK_MSG(out && !strstr(out, "authentication off"), "%s key file: auth turned off",
+                  what[i]);
+        printf("  %-20s key file -> exit %d\n", what[i], st);
+        free(out);
+    }
+}
+
+/* Truncating the key file and sending SIGHUP keeps the old keys: the log says
+ * so and the reload counts as failed. */
+TEST_WITH(reload_truncated, const char *key_file)
+{
+    write_file(key_file, FILE_KEY "\n", 0600);
+    attnd_proc p;
+    const char *args[] = {"--api-key-file", key_file, NULL};
+    if (attnd_proc_start(&p, args) != 0) {
+        CHECK_MSG(0, "attnd with a key file did not start");
+        return;
+    }
+    CHECK_INT_EQ(call(&p, "GET", "/v1/models", NULL, NULL), 401);
+    write_file(key_file, "", 0600); /* truncated, e.g. by a half-done rewrite */
+    kill(p.pid, SIGHUP);
+    char *log = NULL;
+    for (int tries = 0; tries < 100; tries++) {
+        usleep(50 * 1000);
+        free(log);
+        log = slurp(p.log_path);
+        if (log && strstr(log, "reload failed"))
+            break;
+    }
+    CHECK_MSG(log && strstr(log, "reload failed") && strstr(log, key_file) &&
+                  strstr(log, "keeping the 1 API key(s)"),
+              "the log does not say the reload failed and the keys were kept");
+    free(log);
+    CHECK_INT_EQ(call(&p, "GET", "/v1/models", NULL, NULL), 401);
+    CHECK_INT_EQ(call(&p, "GET", "/v1/models", "Bearer " FILE_KEY, NULL), 200);
+    http_result r;
+    CHECK_INT_EQ(call(&p, "GET", "/metrics", NULL, &r), 200);
+    CHECK_MSG(r.body && strstr(r.body, "attnd_reloads_total{result=\"error\"} 1"),
+              "the failed reload is not counted");
+    http_result_free(&r);
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+    unlink(p.log_path);
+}
+
 int main(void)
 {
     char key_file[] = "/tmp/attnd-keys-XXXXXX", cfg_file[] = "/tmp/attnd-cfg-XXXXXX";
@@ -173,6 +234,8 @@ int main(void)
     RUN_WITH(keys, key_file);
     RUN_WITH(metrics_key, key_file);
     RUN_WITH(world_writable, key_file, cfg_file);
+    RUN_WITH(keyless_files, key_file);
+    RUN_WITH(reload_truncated, key_file);
     unlink(key_file);
     unlink(cfg_file);
     return check_summary();
