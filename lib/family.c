@@ -832,8 +832,11 @@ static attn_status plan_mha_or_explicit(ctx *c)
 /* Describes where the dims came from, for shape messages. */
 static void dims_note(const ctx *c, int e, int h, int g, int dh, char *buf, size_t cap)
 {
+    int by_opts = c->opts->num_heads > 0 || c->opts->num_kv_heads > 0;
     snprintf(buf, cap, " (%s: hidden %d, heads %d, kv heads %d, head_dim %d)",
-             c->cfg->present ? "config.json" : "from the tensors", e, h, g, dh);
+             c->cfg->present ? (by_opts ? "config.json and options" : "config.json")
+                             : (by_opts ? "tensors and options" : "from the tensors"),
+             e, h, g, dh);
 }
 
 static attn_status plan_llama(ctx *c)
@@ -1038,9 +1041,14 @@ attn_status attn__family_plan(const attn__tsrc *src, const attn__hfcfg *cfg,
         plan->n_layers = 1;
         return plan_mha_or_explicit(&c);
     }
-    const char *prefix = opts->prefix ? opts->prefix : "";
-    if (strlen(prefix) >= ATTN__NAME_MAX / 2)
-        return attn__set_error(err, ATTN_ERR_INVALID_ARG, "prefix '%.40s...' is too long", prefix);
+    /* "self_attn" means "self_attn.": prefixes end at a dot */
+    char prefix[ATTN__NAME_MAX / 2];
+    size_t plen = opts->prefix ? strlen(opts->prefix) : 0;
+    if (plen + 2 > sizeof prefix)
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG, "prefix '%.40s...' is too long", opts->prefix);
+    if (plen) memcpy(prefix, opts->prefix, plen);
+    if (plen && prefix[plen - 1] != '.') prefix[plen++] = '.';
+    prefix[plen] = '\0';
     layer_list l = {0};
     attn_status st = resolve_family(src, cfg, opts, prefix, &plan->family, &l, err);
     if (st == ATTN_OK) st = select_layer(&c, &l);

@@ -316,6 +316,10 @@ TEST(layer_selection)
     o.num_heads = 4;
     CHECK_INT_EQ(attn_layer_load(CKPT "tel_prefix.safetensors", &o, &a, &err), ATTN_OK);
     attn_layer_free(a);
+    o.prefix = "self_attn"; /* the dot is implied */
+    CHECK_INT_EQ(attn_layer_load(CKPT "tel_prefix.safetensors", &o, &a, &err), ATTN_OK);
+    attn_layer_free(a);
+    o.prefix = "self_attn.";
     o.layer = 0;
     CHECK_INT_EQ(attn_layer_load(CKPT "tel_prefix.safetensors", &o, &a, &err), ATTN_OK);
     attn_layer_free(a);
