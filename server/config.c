@@ -58,7 +58,11 @@ static const option options[] = {
     {"max-batch-requests", NULL, NULL, OPT_INT, F(max_batch_requests), "16", 1, 65536, "N",
      "requests per batch at most (1 turns batching off)"},
     {"max-batch-tokens", NULL, NULL, OPT_I64, F(max_batch_tokens), "8192", 1, BIG, "N",
-     "tokens (query + key positions) per batch at most"},
+     "positions to project per batch at most: query rows, plus key rows of cross-attention "
+     "(a session's cached positions count as kv bytes instead)"},
+    {"max-batch-kv-bytes", NULL, NULL, OPT_SIZE, F(max_batch_kv_bytes), "1G", 1, BIG, "BYTES",
+     "key/value bytes a batch's attention may read (cached positions of session appends, and "
+     "every request's keys); a decode step's cost is reading its cache, not its one row"},
     {"max-queue-delay-us", NULL, NULL, OPT_I64, F(max_queue_delay_us), "0", 0, 60000000, "US",
      "longest a request waits for its batch to fill, in microseconds"},
     {"max-queue", NULL, NULL, OPT_INT, F(max_queue), "256", 1, 1 << 24, "N",

@@ -33,7 +33,8 @@ typedef struct attnd_config {
     attnd_log_level log_level;
     int workers;                 /* scheduler worker threads per model         */
     int max_batch_requests;
-    int64_t max_batch_tokens;
+    int64_t max_batch_tokens;    /* positions projected per batch              */
+    int64_t max_batch_kv_bytes;  /* K/V bytes a batch's attention reads        */
     int64_t max_queue_delay_us;
     int max_queue;
     int64_t max_body_bytes;

@@ -130,6 +130,7 @@ static attnd_model *version_load(int index, const attnd_model_spec *spec,
     attnd_sched_config sc = {
         .max_batch_requests = cfg->max_batch_requests,
         .max_batch_tokens = (size_t)cfg->max_batch_tokens,
+        .max_batch_kv_bytes = (size_t)cfg->max_batch_kv_bytes,
         .max_queue_delay_us = cfg->max_queue_delay_us,
         .max_queue = cfg->max_queue,
         .workers = cfg->workers,

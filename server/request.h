@@ -83,6 +83,8 @@ struct attnd_request {
     void *on_done_ctx;
 
     /* ---- scheduler-private ---- */
+    size_t rows;               /* positions its batch projects for it            */
+    size_t kv_bytes;           /* K/V bytes its attention reads                  */
     int64_t enqueued_ns;
     int64_t deadline_ns;
     attnd_request *next;

@@ -8,8 +8,13 @@
  * and a submit wakes exactly one thread (cv_queue has one waiter at most).
  *
  * The batch is the longest FIFO prefix of live requests with
- *   count <= max_batch_requests and tokens <= max_batch_tokens
- * (the first request always goes in, so an oversized one runs alone). It is cut
+ *   count <= max_batch_requests, rows <= max_batch_tokens and
+ *   kv_bytes <= max_batch_kv_bytes
+ * (the first request always goes in, so an oversized one runs alone). rows are
+ * the positions the batch's one projection GEMM computes (query rows, plus the
+ * key rows of cross-attention); kv_bytes the keys and values its attention
+ * reads (a session append reads its whole cache but projects one row: counting
+ * both as "tokens" kept decode batches at a handful of requests). It is cut
  * when it is full (request cap reached, or the next request would not fit), when
  * its oldest request has waited max_queue_delay_us, or when draining. Requests
  * whose deadline has passed are unlinked as the queue is scanned and finished
@@ -47,12 +52,13 @@ typedef struct sched_worker {
 typedef struct req_list {
     attnd_request *head, *tail;
     int count;
-    size_t tokens;
+    size_t tokens;   /* sum of n_tokens (for the batch hook and metrics) */
 } req_list;
 
 struct attnd_scheduler {
     const attn_layer *layer; /* borrowed */
     attnd_sched_config cfg;
+    size_t kv_row_bytes;     /* one key + value row: g * (d_k + d_v) floats    */
     attnd_batch_hook hook;
     void *hook_ctx;
 
@@ -120,6 +126,21 @@ static void finish_all(req_list *l)
 
 /* ------------------------------------------------------------ batch cutting */
 
+/* What req costs a batch: the positions projected for it (its query rows, and
+ * the key rows of cross-attention; a cache's rows are projected already) and
+ * the key/value bytes its attention reads (every key it attends to). */
+static void measure(const attnd_scheduler *s, attnd_request *req)
+{
+    size_t rows = 0, keys = 0;
+    for (int i = 0; i < req->n_seqs; i++) {
+        const attn_seq *q = &req->seqs[i];
+        rows += (size_t)q->t + (q->key ? (size_t)q->s : 0);
+        keys += (size_t)q->s;
+    }
+    req->rows = rows;
+    req->kv_bytes = keys > SIZE_MAX / s->kv_row_bytes ? SIZE_MAX : keys * s->kv_row_bytes;
+}
+
 /* Scans the queue once (mu held). Unlinks expired requests into *expired.
  * Returns 1 when the batch starting at the head should be cut now, and moves it
  * into *batch; returns 0 when it should wait, with *wake_ns set to when the
@@ -130,7 +151,7 @@ static int scan_queue(attnd_scheduler *s, int64_t now, req_list *batch, req_list
     req_list *q = &s->queue;
     attnd_request *prev = NULL, *r = q->head, *last_in = NULL;
     int count = 0, full = 0;
-    size_t tokens = 0;
+    size_t tokens = 0, rows = 0, kv_bytes = 0; /* rows, kv_bytes: below each budget */
 
     *wake_ns = 0;
     while (r) {
@@ -142,11 +163,15 @@ static int scan_queue(attnd_scheduler *s, int64_t now, req_list *batch, req_list
             continue;
         }
         if (count == s->cfg.max_batch_requests ||
-            (count > 0 && (tokens >= s->cfg.max_batch_tokens ||
-                           r->n_tokens > s->cfg.max_batch_tokens - tokens))) {
+            (count > 0 && (rows >= s->cfg.max_batch_tokens ||
+                           r->rows > s->cfg.max_batch_tokens - rows ||
+                           kv_bytes >= s->cfg.max_batch_kv_bytes ||
+                           r->kv_bytes > s->cfg.max_batch_kv_bytes - kv_bytes))) {
             full = 1;
             break;
         }
+        rows += r->rows;
+        kv_bytes += r->kv_bytes;
         tokens += r->n_tokens;
         count++;
         last_in = r;
@@ -154,8 +179,10 @@ static int scan_queue(attnd_scheduler *s, int64_t now, req_list *batch, req_list
         r = next;
     }
     if (count == 0) return 0;
-    /* A request at least as big as the budget fills the batch by itself. */
-    if (count == s->cfg.max_batch_requests || tokens >= s->cfg.max_batch_tokens) full = 1;
+    /* A request at least as big as a budget fills the batch by itself. */
+    if (count == s->cfg.max_batch_requests || rows >= s->cfg.max_batch_tokens ||
+        kv_bytes >= s->cfg.max_batch_kv_bytes)
+        full = 1;
 
     int64_t ready_ns = q->head->enqueued_ns + s->cfg.max_queue_delay_us * 1000;
     if (!full && !s->closing && now < ready_ns) {
@@ -311,6 +338,7 @@ static int check_config(const attnd_sched_config *c, char *err, size_t errlen)
         field = "max_batch_requests"; rule = "at least 1"; v = c->max_batch_requests;
     } else if (c->max_batch_tokens < 1) {
         field = "max_batch_tokens"; rule = "at least 1"; v = (long long)c->max_batch_tokens;
+
     } else if (c->max_queue_delay_us < 0 || c->max_queue_delay_us > SCHED_MAX_DELAY_US) {
         field = "max_queue_delay_us"; rule = "between 0 and 3600000000 (one hour)";
         v = c->max_queue_delay_us;
@@ -387,6 +415,11 @@ attnd_scheduler *attnd_scheduler_create(const attn_layer *layer, const attnd_sch
     if (s == NULL) goto fail;
     s->layer = layer;
     s->cfg = *cfg;
+    if (s->cfg.max_batch_kv_bytes == 0) s->cfg.max_batch_kv_bytes = SIZE_MAX;
+    attn_layer_info in;
+    attn_layer_get_info(layer, &in);
+    int g = in.num_kv_heads > 0 ? in.num_kv_heads : in.num_heads;
+    s->kv_row_bytes = (size_t)g * (size_t)(in.head_dim_k + in.head_dim_v) * sizeof(float);
     s->hook = hook;
     s->hook_ctx = hook_ctx;
     if (init_sync(s) != 0) {
@@ -433,6 +466,7 @@ attnd_submit_result attnd_scheduler_submit(attnd_scheduler *s, attnd_request *re
         pthread_mutex_unlock(&s->mu);
         return ATTND_SUBMIT_FULL;
     }
+    measure(s, req);
     req->outcome = ATTND_PENDING;
     req->enqueued_ns = now;
     if (req->timeout_ms <= 0) req->deadline_ns = 0;

@@ -1,8 +1,10 @@
 /* scheduler.h — cross-client dynamic batching for one model.
  *
  * Requests wait in a bounded FIFO. A batch is cut when it holds
- * max_batch_requests requests or max_batch_tokens tokens, or when its oldest
- * request has waited max_queue_delay_us. Worker threads run each batch as ONE
+ * max_batch_requests requests, max_batch_tokens positions to project or
+ * max_batch_kv_bytes of keys and values to read (the two costs are counted
+ * apart, so dozens of one-row decode steps over long caches make one batch), or
+ * when its oldest request has waited max_queue_delay_us. Worker threads run each batch as ONE
  * attn_forward over the concatenated (ragged) sequences of all its requests,
  * fill each request's result fields and call its on_done. Workers only do
  * maths: no JSON, no HTTP. A request whose deadline passed while queued is
@@ -19,7 +21,11 @@
 
 typedef struct attnd_sched_config {
     int max_batch_requests;      /* >= 1; 1 turns batching off               */
-    size_t max_batch_tokens;     /* >= 1                                      */
+    size_t max_batch_tokens;     /* >= 1: positions projected (query rows, and
+                                    the key rows of cross-attention)          */
+    size_t max_batch_kv_bytes;   /* K/V bytes the batch's attention reads (keys
+                                    of every sequence, cached or not); 0 = no
+                                    limit                                     */
     int64_t max_queue_delay_us;  /* >= 0                                      */
     int max_queue;               /* requests waiting, >= 1; beyond -> FULL    */
     int workers;                 /* worker threads, >= 1                      */
