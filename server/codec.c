@@ -966,6 +966,39 @@ static int decode_parsed(decoder *d, const char *body, size_t len, const char *t
     return rc;
 }
 
+size_t attnd_json_tree_bound(const char *text, size_t len)
+{
+    /* Per structural byte, at least what jansson allocates for what it opens:
+     * every value is preceded by '[', '{', ',' or ':' (or starts the text), a
+     * string adds a pair of quotes, a container its own struct. */
+    size_t values = 1, quotes = 0, arrays = 0, objects = 0;
+    for (size_t i = 0; i < len; i++) {
+        switch (text[i]) {
+        case '[': arrays++, values++; break;
+        case '{': objects++, values++; break;
+        case ',': case ':': values++; break;
+        case '"': quotes++; break;
+        default: break;
+        }
+    }
+    double n = 48.0 * (double)values + 48.0 * (double)(quotes / 2) + 160.0 * (double)arrays +
+               256.0 * (double)objects + (double)len;
+    return n >= (double)SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)n;
+}
+
+/* Memory the fast path holds for fs: the floats and the nest indexes. */
+static size_t fast_bytes(const fast_set *fs)
+{
+    size_t n = 0;
+    for (int i = 0; i < fs->n; i++) {
+        const attnd_float_nest *f = &fs->nest[i];
+        n += f->cap_values * sizeof(float);
+        for (int k = 0; k < ATTND_NEST_MAX_DEPTH; k++)
+            n += f->cap[k] * (sizeof(uint32_t) + sizeof(size_t));
+    }
+    return n;
+}
+
 int attnd_codec_decode_request(const char *body, size_t len, const attn_layer_info *info,
                                const attnd_decode_limits *limits, attnd_request **out,
                                attnd_http_error *err)
@@ -1008,7 +1041,13 @@ int attnd_codec_decode_request_ex(const char *body, size_t len, const attn_layer
         fast_free(&fs);
         return attnd_http_fail(d.err, 500, "internal", "", "out of memory copying the body");
     }
-    int rc = decode_parsed(&d, body, len, text ? text : body, text_len, out);
+    int rc = -1;
+    if (!d.opts.reserve ||
+        d.opts.reserve(d.opts.reserve_ctx,
+                       fast_bytes(&fs) + (text ? text_len : 0) +
+                           attnd_json_tree_bound(text ? text : body, text_len),
+                       d.err) == 0)
+        rc = decode_parsed(&d, body, len, text ? text : body, text_len, out);
     free(text);
     fast_free(&fs);
     return rc;

@@ -41,7 +41,19 @@ typedef struct attnd_decode_opts {
     int caller_weights; /* 1: need_weights sets weights_mode but no weights buffer is
                            allocated (seqs[i].weights NULL): the caller knows S and
                            attaches one, and checks max_weights_elems itself         */
+    /* Called once before jansson parses the body's remainder, with the bytes the
+     * parse will hold: the fast path's floats plus attnd_json_tree_bound of the
+     * text jansson reads. Returns 0, or -1 with *err (the decode fails with it).
+     * NULL: nothing is counted.                                                 */
+    int (*reserve)(void *ctx, size_t bytes, attnd_http_error *err);
+    void *reserve_ctx;
 } attnd_decode_opts;
+
+/* An upper bound of the memory jansson takes for a tree of this JSON text
+ * (glibc, 64-bit; measured per kind of value: ~42 bytes a number, ~90 a string,
+ * ~138 an array, ~234 an object), from a count of its structural bytes, so a
+ * body can be refused before it is parsed. */
+size_t attnd_json_tree_bound(const char *text, size_t len);
 
 /* attnd_codec_decode_request with opts (NULL = none). */
 int attnd_codec_decode_request_ex(const char *body, size_t len, const attn_layer_info *info,

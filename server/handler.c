@@ -8,6 +8,12 @@ int attnd_handler_check_json(attnd_exchange *x, attnd_http_error *err)
                                  x->header(x, "Content-Type"), err);
 }
 
+int attnd_handler_reserve(void *ctx, size_t bytes, attnd_http_error *err)
+{
+    attnd_exchange *x = ctx;
+    return x->reserve ? x->reserve(x, bytes, err) : 0;
+}
+
 int attnd_handler_check_request(const attnd_exchange *x, const attnd_request *req,
                                 attnd_http_error *err)
 {

@@ -25,6 +25,11 @@ typedef struct attnd_exchange attnd_exchange;
 /* A request header's value, or NULL when absent. */
 typedef const char *(*attnd_header_fn)(const attnd_exchange *x, const char *name);
 
+/* Counts bytes of memory the exchange is about to hold (a parse tree) against
+ * max_inflight_bytes until it ends. Returns 0, or -1 with *err: 413
+ * limit_exceeded (more than the whole budget) or 503 overloaded (no room now). */
+typedef int (*attnd_reserve_fn)(attnd_exchange *x, size_t bytes, attnd_http_error *err);
+
 /* One HTTP request/response, protocol-neutral. Zeroed, then filled by
  * attnd_route_resolve (app .. model) and by http.c (header, transport, body). */
 struct attnd_exchange {
@@ -41,7 +46,8 @@ struct attnd_exchange {
                                   valid in answer and decode only                */
     size_t body_len;
     attnd_header_fn header;
-    void *transport;           /* http.c's, for header                           */
+    attnd_reserve_fn reserve;  /* NULL: nothing is counted                       */
+    void *transport;           /* http.c's, for header and reserve               */
     void *state;               /* the handler's own, from decode until end       */
 };
 
@@ -74,6 +80,10 @@ typedef struct attnd_handler {
 /* check_headers for a JSON body (attnd_check_json_post with x's headers and
  * max_body_bytes): the /v1 and session routes use it as it is. */
 int attnd_handler_check_json(attnd_exchange *x, attnd_http_error *err);
+
+/* x->reserve for codecs (attnd_decode_opts.reserve, ctx = x): counts nothing
+ * when x has no reserve. */
+int attnd_handler_reserve(void *x, size_t bytes, attnd_http_error *err);
 
 /* What a decoded request must also satisfy on its model, whatever the
  * protocol: no cross-attention over a rotary layer (400 unsupported, field

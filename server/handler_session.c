@@ -185,9 +185,14 @@ static int create_field(attnd_app *app, const attn_layer_info *in, const char *k
 }
 
 /* Parses and checks the create body. Returns 0, or -1 with *e. */
-static int decode_create(attnd_app *app, const attn_layer_info *in, const char *body, size_t len,
-                         create_body *cb, attnd_http_error *e)
+static int decode_create(attnd_exchange *x, const attn_layer_info *in, create_body *cb,
+                         attnd_http_error *e)
 {
+    attnd_app *app = x->app;
+    const char *body = x->body;
+    size_t len = x->body_len;
+    if (x->reserve && x->reserve(x, attnd_json_tree_bound(body, len), e) != 0)
+        return -1; /* the tree jansson is about to build counts against the budget */
     json_error_t je;
     json_t *root = len ? json_loadb(body, len, JSON_REJECT_DUPLICATES, &je) : json_object();
     if (!root)
@@ -258,7 +263,7 @@ static void create(attnd_exchange *x, attnd_reply *out)
     attnd_http_error e;
     attnd_session_error se;
     attnd_session *s = NULL;
-    if (decode_create(app, in, x->body, x->body_len, &cb, &e) != 0)
+    if (decode_create(x, in, &cb, &e) != 0)
         goto fail;
     attnd_session_params p = {
         .kind = cb.key ? ATTND_SESSION_CROSS : ATTND_SESSION_SELF,
@@ -413,7 +418,8 @@ static int attach_cache(attnd_app *app, const attnd_model *m, attnd_session *s,
  * session's model version, x->state the call. On failure nothing is held. */
 static int append_decode(attnd_exchange *x, attnd_request **out, attnd_http_error *err)
 {
-    static const attnd_decode_opts opts = {.query_only = 1, .caller_weights = 1};
+    const attnd_decode_opts opts = {.query_only = 1, .caller_weights = 1,
+                                    .reserve = attnd_handler_reserve, .reserve_ctx = x};
     attnd_app *app = x->app;
     char id[64];
     attnd_request *req = NULL;

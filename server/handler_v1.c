@@ -5,8 +5,9 @@
 
 static int decode(attnd_exchange *x, attnd_request **out, attnd_http_error *err)
 {
-    if (attnd_codec_decode_request(x->body, x->body_len, &x->model->info, &x->app->limits, out,
-                                   err) != 0)
+    attnd_decode_opts opts = {.reserve = attnd_handler_reserve, .reserve_ctx = x};
+    if (attnd_codec_decode_request_ex(x->body, x->body_len, &x->model->info, &x->app->limits,
+                                      &opts, out, err) != 0)
         return -1;
     if (attnd_handler_check_request(x, *out, err) != 0) {
         attnd_request_free(*out);

@@ -57,10 +57,14 @@ static int check_infer(attnd_exchange *x, attnd_http_error *err)
 
 static int decode_infer(attnd_exchange *x, attnd_request **out, attnd_http_error *err)
 {
+    long long hl = header_length(x->header(x, ihcl_header));
+    size_t json_len = hl >= 0 && (unsigned long long)hl < x->body_len ? (size_t)hl : x->body_len;
+    if (x->reserve && x->reserve(x, attnd_json_tree_bound(x->body, json_len), err) != 0)
+        return -1; /* the whole header is parsed by jansson: count its tree first */
     attnd_v2_call *call = calloc(1, sizeof *call);
     if (!call)
         return attnd_http_fail(err, 500, "internal", "", "out of memory");
-    if (attnd_codec_v2_decode(x->body, x->body_len, header_length(x->header(x, ihcl_header)),
+    if (attnd_codec_v2_decode(x->body, x->body_len, hl,
                               &x->model->info, &x->app->limits, out, call, err) != 0 ||
         attnd_handler_check_request(x, *out, err) != 0) {
         attnd_request_free(*out);

@@ -8,6 +8,11 @@
  *   then:    handler->answer, or handler->decode -> suspend -> scheduler ->
  *            on_done resumes -> handler->finish
  *   end:     handler->end, the model reference released, the request freed.
+ * Memory held for a request counts against max_inflight_bytes from the first
+ * body byte to the last response byte sent: the body as it grows, a codec's
+ * parse tree (the exchange's reserve), the decoded request together with an
+ * upper bound of its encoded response, then the response itself until
+ * libmicrohttpd reports it sent (on_completed).
  */
 #include "http.h"
 
@@ -22,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,7 +43,10 @@ struct attnd_http {
     int quiesced;
     int port;
     _Atomic int pending;         /* attention requests submitted, not yet sent  */
-    _Atomic int64_t inflight_bytes; /* bodies + decoded requests held (budget)  */
+    _Atomic int suspended;       /* connections suspended, not yet resumed      */
+    _Atomic int active;          /* requests begun and not completed (conn)     */
+    _Atomic int open_socks;      /* TCP connections open                        */
+    _Atomic int64_t inflight_bytes; /* bodies, requests, responses held (budget) */
     char *tls_cert, *tls_key;    /* PEM text, owned; MHD borrows them           */
     /* The read-timeout reaper: every open socket, and a thread that shuts down
      * those whose request has not fully arrived within request_read_timeout_s. */
@@ -68,6 +77,8 @@ typedef struct conn {
     attnd_route route_id;        /* for metrics: route->id, or ATTND_ROUTE_OTHER */
     attnd_exchange x;            /* what the handler sees                       */
     int has_err;                 /* err is the answer; any body is discarded    */
+    int must_close;              /* the answer closes the connection            */
+    long long declared;          /* Content-Length, or -1 (chunked / none)      */
     size_t discarded;            /* body bytes thrown away since               */
     attnd_http_error err;
     const char *allow;
@@ -87,10 +98,33 @@ static const char internal_body[] =
 
 /* ------------------------------------------------------------ responses */
 
-/* Queues r (taking its body). Returns 0, or -1 when MHD refused it now. */
+static void budget_give(conn *c, int64_t n);
+static void budget_force(conn *c, int64_t n);
+
+/* The answer is queued: what the request held (body, decoded request, parse
+ * and response estimates) is given back, and the response body, which
+ * libmicrohttpd holds until it is sent, is counted instead (on_completed
+ * releases it). A request a worker may still be writing is never freed here. */
+static void hold_response(conn *c, size_t response_bytes)
+{
+    if (c->req && (!c->submitted || atomic_load_explicit(&c->done, memory_order_acquire))) {
+        attnd_request_free(c->req);
+        c->req = NULL;
+    }
+    free(c->body);
+    c->body = NULL;
+    c->len = c->cap = 0;
+    budget_give(c, c->reserved);
+    budget_force(c, (int64_t)response_bytes);
+}
+
+/* Queues r (taking its body). Returns 0, or -1 when MHD refused it now.
+ * While draining, and for answers that end the connection (framing errors,
+ * 417, connection limit), the response says Connection: close. */
 static int queue_reply(conn *c, attnd_reply *r)
 {
     struct MHD_Response *resp;
+    size_t held = r->body && !r->body_static ? r->len : 0;
     if (r->body && r->body_static) {
         resp = MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_PERSISTENT);
     } else if (r->body) {
@@ -122,12 +156,15 @@ static int queue_reply(conn *c, attnd_reply *r)
         snprintf(ra, sizeof ra, "%d", r->retry_after);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
     }
+    if (c->must_close || attnd_app_state(c->http->app) == ATTND_STATE_DRAINING)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ok = MHD_queue_response(c->mc, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
     if (ok != MHD_YES)
         return -1;
     c->responded = 1;
     c->status = r->status;
+    hold_response(c, held);
     if (c->sock)
         atomic_store_explicit(&c->sock->busy, 1, memory_order_relaxed);
     if (r->status >= 400)
@@ -193,6 +230,13 @@ static int budget_take(conn *c, int64_t n)
     return 0;
 }
 
+/* Counts n bytes that are held already (a response built): never refused. */
+static void budget_force(conn *c, int64_t n)
+{
+    atomic_fetch_add_explicit(&c->http->inflight_bytes, n, memory_order_relaxed);
+    c->reserved += n;
+}
+
 static void budget_give(conn *c, int64_t n)
 {
     atomic_fetch_sub_explicit(&c->http->inflight_bytes, n, memory_order_relaxed);
@@ -208,13 +252,125 @@ static attnd_http_error *overloaded(conn *c, attnd_http_error *e, int64_t want)
                                 (long long)want, (long long)c->http->app->cfg->max_inflight_bytes);
 }
 
+/* Counts n bytes for c, needed for `what`. Returns 0; or -1 with *e: 413
+ * limit_exceeded when n alone is over max_inflight_bytes (it can never fit),
+ * 503 overloaded when the requests in flight leave no room now. */
+static int charge(conn *c, int64_t n, const char *what, attnd_http_error *e)
+{
+    int64_t max = c->http->app->cfg->max_inflight_bytes;
+    if (n > max)
+        return attnd_http_fail(e, 413, "limit_exceeded", "",
+                               "%s would hold about %lld bytes, over max_inflight_bytes (%lld)",
+                               what, (long long)n, (long long)max);
+    if (budget_take(c, n) != 0) {
+        overloaded(c, e, n);
+        return -1;
+    }
+    return 0;
+}
+
+/* attnd_exchange.reserve: a codec's parse memory (handler.h). */
+static int exchange_reserve(attnd_exchange *x, size_t bytes, attnd_http_error *err)
+{
+    return charge(x->transport, bytes > INT64_MAX ? INT64_MAX : (int64_t)bytes,
+                  "parsing this body", err);
+}
+
+/* An upper bound of the bytes req's response takes as JSON (the largest
+ * encoding; binary v2 outputs are smaller): every output and weight as the
+ * longest float32 text ("-1.17549435e-38", 15 bytes) and a separator, 8 bytes
+ * of brackets per row, and room for the members around them. */
+static int64_t response_bound(const attnd_request *req)
+{
+    double floats = 0, rows = 0;
+    for (int i = 0; i < req->n_seqs; i++) {
+        const attn_seq *s = &req->seqs[i];
+        floats += (double)s->t * req->embed_out;
+        rows += s->t;
+        if (s->weights_mode == ATTN_WEIGHTS_PER_HEAD) {
+            floats += (double)req->num_heads * s->t * s->s;
+            rows += (double)req->num_heads * s->t;
+        } else if (s->weights_mode == ATTN_WEIGHTS_AVERAGE) {
+            floats += (double)s->t * s->s;
+            rows += s->t;
+        }
+    }
+    double n = floats * 16 + rows * 8 + 1024 + (double)req->n_seqs * 64;
+    return n > (double)INT64_MAX / 2 ? INT64_MAX / 2 : (int64_t)n;
+}
+
+/* Every Content-Length value (duplicates included), for framing checks. */
+typedef struct lengths {
+    int n, differ;
+    const char *first;
+} lengths;
+
+static enum MHD_Result collect_length(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value)
+{
+    lengths *l = cls;
+    (void)kind;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) != 0)
+        return MHD_YES;
+    value = value ? value : "";
+    if (l->n++ == 0)
+        l->first = value;
+    else if (strcmp(l->first, value) != 0)
+        l->differ = 1;
+    return MHD_YES;
+}
+
+/* The request's body framing is unambiguous (RFC 9112 6.3): at most one
+ * Content-Length value (repeats of the same value are allowed), never with
+ * Transfer-Encoding, and a Transfer-Encoding only of "chunked". Anything else
+ * could make attnd and a proxy in front of it split the stream into different
+ * requests (request smuggling), so it is 400 and the connection is closed
+ * without reading the body. A list value ("5, 6") never gets here:
+ * libmicrohttpd itself refuses it (400) and closes. Returns 0, or -1 with *e. */
+static int check_framing(conn *c, attnd_http_error *e)
+{
+    lengths l = {0};
+    MHD_get_connection_values(c->mc, MHD_HEADER_KIND, collect_length, &l);
+    const char *te = header(c, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    if (l.differ)
+        return attnd_http_fail(e, 400, "invalid_header", "Content-Length",
+                               "%d Content-Length headers with different values: the body's "
+                               "length is ambiguous", l.n);
+    if (te && l.n)
+        return attnd_http_fail(e, 400, "invalid_header", "Content-Length",
+                               "Content-Length together with Transfer-Encoding: the body's "
+                               "length is ambiguous");
+    if (te && strcasecmp(te, "chunked") != 0)
+        return attnd_http_fail(e, 400, "invalid_header", "Transfer-Encoding",
+                               "Transfer-Encoding %.60s: only chunked is accepted", te);
+    c->declared = l.n ? (long long)strtoull(l.first, NULL, 10) : -1;
+    return 0;
+}
+
 /* First call: headers are in. Decides the route and everything the headers
- * alone can refuse. Only 413 is answered at once (never read a body known to
- * be too large); other refusals wait until the body has been read and
+ * alone can refuse. Answered at once (the body is never read, the connection
+ * closes): bad framing (400), an expectation other than 100-continue (417),
+ * no API key (401), over the connection limit (503), a body over
+ * max_body_bytes (413). Other refusals wait until the body has been read and
  * discarded, so the connection stays usable. */
 static enum MHD_Result begin(conn *c)
 {
     attnd_app *app = c->http->app;
+    c->x.header = exchange_header;
+    c->x.reserve = exchange_reserve;
+    c->x.transport = c;
+    if (check_framing(c, &c->err) != 0) {
+        c->must_close = 1;
+        return send_error(c, &c->err);
+    }
+    const char *expect = header(c, MHD_HTTP_HEADER_EXPECT);
+    if (expect && strcasecmp(expect, "100-continue") != 0) {
+        /* libmicrohttpd answers 100-continue itself; nothing else can be met. */
+        c->must_close = 1;
+        return send_error(c, attnd_http_error_set(&c->err, 417, "expectation_failed", "Expect",
+                                                  "Expect: %.60s cannot be met; only "
+                                                  "100-continue is supported", expect));
+    }
     if (!attnd_auth_allows(app->auth, c->url, header(c, MHD_HTTP_HEADER_AUTHORIZATION),
                            app->cfg->metrics_require_key)) {
         /* At once: no body is read from a client without a key. */
@@ -223,10 +379,18 @@ static enum MHD_Result begin(conn *c)
                              "valid key");
         return send_error(c, &c->err);
     }
-    c->x.header = exchange_header;
-    c->x.transport = c;
     int rc = attnd_route_resolve(app, c->method, c->url, &c->x, &c->route, &c->err, &c->allow);
     c->route_id = c->route ? c->route->id : ATTND_ROUTE_OTHER;
+    if (atomic_load(&c->http->open_socks) > app->cfg->max_connections &&
+        !attnd_route_is_probe(c->route_id)) {
+        /* A connection in the probes' headroom (attnd_http_start): refused, closed. */
+        c->must_close = 1;
+        return send_error(c, attnd_http_error_set(
+                                 &c->err, 503, "too_many_connections", "",
+                                 "%d connections are open, max_connections is %d: this one "
+                                 "only serves health probes; retry later",
+                                 atomic_load(&c->http->open_socks), app->cfg->max_connections));
+    }
     if (rc != 0) {
         c->has_err = 1;
         return MHD_YES;
@@ -240,22 +404,17 @@ static enum MHD_Result begin(conn *c)
         c->has_err = 1;
         return MHD_YES;
     }
-    const char *cl = header(c, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl) { /* exact allocation up front; the check above bounded it */
-        size_t n = (size_t)strtoull(cl, NULL, 10);
-        if (budget_take(c, (int64_t)n + 1) != 0) /* at once, as for 413 */
-            return send_error(c, overloaded(c, &c->err, (int64_t)n + 1));
-        c->body = malloc(n + 1);
-        c->cap = c->body ? n + 1 : 0;
-    }
     return MHD_YES;
 }
 
-/* A chunk of body. Keeps at most max_body_bytes. Past that the answer is 413:
- * at once if libmicrohttpd allows a response mid-body (0.9.75 does not), else
- * when the body ends. A refused body is read and dropped so the connection
- * can carry the answer, but a client that sends another max_body_bytes after
- * the refusal is disconnected: discarding is bounded too. */
+/* A chunk of body. Keeps at most max_body_bytes, in a buffer that grows
+ * geometrically from 64 KiB (never past the declared length) as bytes arrive,
+ * each growth counted against max_inflight_bytes: a client that declares a
+ * large body and sends little holds little. Past max_body_bytes the answer is
+ * 413: at once if libmicrohttpd allows a response mid-body (0.9.75 does not),
+ * else when the body ends. A refused body is read and dropped so the
+ * connection can carry the answer, but a client that sends another
+ * max_body_bytes after the refusal is disconnected: discarding is bounded too. */
 static enum MHD_Result take_body(conn *c, const char *data, size_t *size)
 {
     size_t n = *size, max = (size_t)c->http->app->cfg->max_body_bytes;
@@ -273,6 +432,7 @@ static enum MHD_Result take_body(conn *c, const char *data, size_t *size)
                              "body is over max_body_bytes (%zu)", max);
         free(c->body);
         c->body = NULL;
+        budget_give(c, (int64_t)c->cap);
         c->len = c->cap = 0;
         c->has_err = 1;
         attnd_reply r = {0};
@@ -281,11 +441,14 @@ static enum MHD_Result take_body(conn *c, const char *data, size_t *size)
         return MHD_YES;
     }
     if (c->len + n + 1 > c->cap) {
+        size_t limit = max + 1;
+        if (c->declared >= 0 && (size_t)c->declared < max)
+            limit = (size_t)c->declared + 1;
         size_t cap = c->cap ? c->cap : 65536;
         while (cap < c->len + n + 1)
             cap *= 2;
-        if (cap > max + 1)
-            cap = max + 1;
+        if (cap > limit && c->len + n + 1 <= limit)
+            cap = limit;
         if (budget_take(c, (int64_t)(cap - c->cap)) != 0) {
             overloaded(c, &c->err, (int64_t)(cap - c->cap));
             c->has_err = 1;
@@ -297,6 +460,7 @@ static enum MHD_Result take_body(conn *c, const char *data, size_t *size)
         }
         char *grown = realloc(c->body, cap);
         if (!grown) {
+            budget_give(c, (int64_t)(cap - c->cap));
             attnd_http_error_set(&c->err, 500, "internal", "", "out of memory reading the body");
             c->has_err = 1;
             return MHD_YES;
@@ -315,13 +479,16 @@ static void on_done(attnd_request *req, void *ctx)
 {
     conn *c = ctx;
     (void)req;
+    attnd_http *h = c->http;
     struct MHD_Connection *mc = c->mc;
     atomic_store_explicit(&c->done, 1, memory_order_release);
     MHD_resume_connection(mc); /* c may be gone once this returns */
+    atomic_fetch_sub(&h->suspended, 1); /* h outlives every connection */
 }
 
 /* The body is complete: the handler decodes it, then it goes to the scheduler
- * of the exchange's model and the connection is suspended. */
+ * of the exchange's model and the connection is suspended. The decoded request
+ * and an upper bound of its response are counted before anything is computed. */
 static enum MHD_Result submit(conn *c)
 {
     attnd_app *app = c->http->app;
@@ -338,10 +505,12 @@ static enum MHD_Result submit(conn *c)
     free(c->body); /* the request owns native copies now */
     c->body = NULL;
     c->x.body = NULL;
+    c->len = c->cap = 0;
     budget_give(c, c->reserved);
-    if (budget_take(c, (int64_t)req->bytes) != 0) {
+    if (charge(c, (int64_t)req->bytes + response_bound(req), "this request and its response",
+               &e) != 0) {
         attnd_request_free(req);
-        return send_error(c, overloaded(c, &e, (int64_t)req->bytes));
+        return send_error(c, &e);
     }
     if (c->sock)
         atomic_store_explicit(&c->sock->busy, 1, memory_order_relaxed);
@@ -351,6 +520,7 @@ static enum MHD_Result submit(conn *c)
     c->submitted = 1;
     atomic_fetch_add(&c->http->pending, 1);
     /* Suspend before submitting: on_done may resume us at any moment after. */
+    atomic_fetch_add(&c->http->suspended, 1);
     MHD_suspend_connection(c->mc);
     attnd_submit_result sr = attnd_scheduler_submit(m->sched, req);
     if (sr == ATTND_SUBMIT_OK)
@@ -369,10 +539,12 @@ static enum MHD_Result submit(conn *c)
         attnd_http_error_set(&c->err, 503, "draining", "", "attnd is shutting down");
     c->has_err = 1;
     MHD_resume_connection(c->mc); /* called again at once: answers c->err */
+    atomic_fetch_sub(&c->http->suspended, 1);
     return MHD_YES;
 }
 
-/* Resumed after the scheduler finished c->req: the handler answers. */
+/* Resumed after the scheduler finished c->req: the handler answers, and gives
+ * back what decode held (its end is idempotent) before the response is sent. */
 static enum MHD_Result finish(conn *c)
 {
     int done = atomic_load_explicit(&c->done, memory_order_acquire);
@@ -381,6 +553,8 @@ static enum MHD_Result finish(conn *c)
         return MHD_YES; /* release builds: not ours to answer yet */
     attnd_reply r = {0};
     c->route->handler->finish(&c->x, c->req, &r);
+    if (c->route->handler->end)
+        c->route->handler->end(&c->x);
     return send_reply(c, &r);
 }
 
@@ -419,10 +593,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         c->url = url;
         c->start_ns = attnd_now_ns();
         c->route_id = ATTND_ROUTE_OTHER;
+        c->declared = -1;
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         c->sock = ci ? ci->socket_context : NULL;
         *con_cls = c;
+        atomic_fetch_add(&h->active, 1);
         attnd_metrics_in_flight_add(h->app->metrics, 1);
         return begin(c);
     }
@@ -466,17 +642,19 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
         attnd_log(ATTND_LOG_ERROR, "%s %s: connection closed while computing", c->method,
                   c->url);
         free(c->body);
+        atomic_fetch_sub(&h->active, 1);
         return;
     }
     if (c->submitted)
         atomic_fetch_sub(&h->pending, 1);
     if (c->route && c->route->handler->end)
         c->route->handler->end(&c->x);
-    budget_give(c, c->reserved);
+    budget_give(c, c->reserved); /* the response, now sent (or dropped) */
     attnd_model_release(c->x.model);
     attnd_request_free(c->req);
     free(c->body);
     free(c);
+    atomic_fetch_sub(&h->active, 1);
 }
 
 /* ------------------------------------------------------------ read timeout */
@@ -488,6 +666,10 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
 {
     attnd_http *h = cls;
     sock_state *ss = *socket_context;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+        atomic_fetch_add(&h->open_socks, 1);
+    else
+        atomic_fetch_sub(&h->open_socks, 1);
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -551,6 +733,40 @@ static void *reaper_main(void *arg)
     }
     pthread_mutex_unlock(&h->socks_mu);
     return NULL;
+}
+
+static int hex_digit(char ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+/* MHD_OPTION_UNESCAPE_CALLBACK: %HH decoding as libmicrohttpd's own, except
+ * that %00 stays as the three characters: a NUL would silently cut the path
+ * short ("/healthz%00x" answering as /healthz); kept, the path matches no
+ * route and is answered 404 not_found. Returns the new length. */
+static size_t unescape(void *cls, struct MHD_Connection *mc, char *s)
+{
+    (void)cls;
+    (void)mc;
+    char *r = s, *w = s;
+    while (*r) {
+        int hi = r[0] == '%' && r[1] ? hex_digit(r[1]) : -1;
+        int lo = hi >= 0 && r[2] ? hex_digit(r[2]) : -1;
+        if (lo >= 0 && (hi | lo) != 0) {
+            *w++ = (char)(hi * 16 + lo);
+            r += 3;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = '\0';
+    return (size_t)(w - s);
 }
 
 static void mhd_logger(void *cls, const char *fmt, va_list ap)
@@ -672,6 +888,14 @@ static void free_http(attnd_http *h)
     free(h);
 }
 
+/* Connections accepted beyond max_connections, for probes only (see
+ * attnd_http_start): 1/16 of the limit, at least 4, at most 64. */
+static unsigned probe_headroom(int max_connections)
+{
+    unsigned n = (unsigned)max_connections / 16;
+    return n < 4 ? 4 : n > 64 ? 64 : n;
+}
+
 attnd_http *attnd_http_start(attnd_app *app, char *err, size_t errlen)
 {
     const attnd_config *cfg = app->cfg;
@@ -697,13 +921,22 @@ attnd_http *attnd_http_start(attnd_app *app, char *err, size_t errlen)
         {MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert},
         {MHD_OPTION_END, 0, NULL},
     };
+    /* Probes stay answerable when clients hold every connection: libmicrohttpd
+     * accepts a few more than max_connections (probe_headroom), and begin()
+     * answers any request but a health/readiness/metrics probe on a
+     * connection beyond max_connections with 503 too_many_connections and
+     * closes it. A per-IP cap would not help behind a proxy (one address), and
+     * closing idle connections early would cut well-behaved keep-alive pools;
+     * the headroom costs a few sockets. Idle connections still close after
+     * connection_timeout_s. */
+    unsigned limit = (unsigned)cfg->max_connections + probe_headroom(cfg->max_connections);
     h->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, h,
         MHD_OPTION_ARRAY, h->tls_cert ? tls_opts : tls_opts + 2,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
-        MHD_OPTION_LISTEN_SOCKET, h->listen_fd,
+        MHD_OPTION_LISTEN_SOCKET, h->listen_fd, MHD_OPTION_UNESCAPE_CALLBACK, unescape, h,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        limit, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)cfg->connection_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
         MHD_OPTION_END);
     if (!h->daemon) {
@@ -722,9 +955,11 @@ attnd_http *attnd_http_start(attnd_app *app, char *err, size_t errlen)
     }
     attnd_log(ATTND_LOG_INFO,
               "listening on %s (port %d, %s): libmicrohttpd %s, %s, %d HTTP threads, "
-              "max %d connections, %d s idle timeout, %d s request read timeout",
+              "max %d connections (+%u for probes), %d s idle timeout, %d s request read "
+              "timeout",
               cfg->listen, h->port, h->tls_cert ? "HTTPS" : "HTTP", MHD_get_version(),
               epoll ? "epoll" : "poll", cfg->http_threads, cfg->max_connections,
+              probe_headroom(cfg->max_connections),
               cfg->connection_timeout_s, cfg->request_read_timeout_s);
     return h;
 fail:
@@ -744,15 +979,34 @@ void attnd_http_quiesce(attnd_http *h)
         close(fd);
 }
 
+/* After the last answer, how long open keep-alive connections may still send
+ * a request during a drain (it is answered, with Connection: close). */
+#define DRAIN_LINGER_MS 250
+/* attnd_http_stop waits at most this long for suspended connections. */
+#define STOP_WAIT_MS 30000
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Draining: every request that reaches attnd is answered, none is cut off by
+ * the stop that follows. Waits until nothing is in a scheduler or being
+ * answered, then keeps serving while connections are open, until none has
+ * begun a request for DRAIN_LINGER_MS (each answer closes its connection, so
+ * this ends at once when clients go away). */
 int attnd_http_wait_idle(attnd_http *h, int timeout_ms)
 {
-    struct timespec tick = {0, 5 * 1000000L};
+    int quiet = 0;
     for (int waited = 0; waited < timeout_ms; waited += 5) {
-        if (atomic_load(&h->pending) == 0)
+        int busy = atomic_load(&h->pending) + atomic_load(&h->active);
+        if (busy == 0 && (atomic_load(&h->open_socks) == 0 || quiet >= DRAIN_LINGER_MS))
             return 0;
-        nanosleep(&tick, NULL);
+        quiet = busy ? 0 : quiet + 5;
+        sleep_ms(5);
     }
-    return atomic_load(&h->pending);
+    return atomic_load(&h->pending) + atomic_load(&h->active);
 }
 
 void attnd_http_stop(attnd_http *h)
@@ -765,6 +1019,19 @@ void attnd_http_stop(attnd_http *h)
         pthread_cond_signal(&h->reaper_cv);
         pthread_mutex_unlock(&h->socks_mu);
         pthread_join(h->reaper, NULL);
+    }
+    /* libmicrohttpd aborts when stopped with a suspended connection: first let
+     * every submitted request be resumed and its answer sent (bounded). */
+    int waited = 0;
+    for (; waited < STOP_WAIT_MS &&
+           (atomic_load(&h->suspended) > 0 || atomic_load(&h->pending) > 0);
+         waited += 5)
+        sleep_ms(5);
+    if (atomic_load(&h->suspended) > 0) {
+        attnd_log(ATTND_LOG_ERROR, "stopping HTTP: %d connections still wait for a worker "
+                  "after %d ms; libmicrohttpd cannot stop under them, leaving it running",
+                  atomic_load(&h->suspended), STOP_WAIT_MS);
+        return; /* the process is exiting: leak h rather than abort */
     }
     MHD_stop_daemon(h->daemon);
     free_http(h);

@@ -37,11 +37,35 @@ const char *attnd_log_level_name(attnd_log_level level)
     return (unsigned)level < 4 ? names[level] : "?";
 }
 
+/* Copies text[0..n) into out (cap bytes, cap >= 5), each control byte (below 0x20, and
+ * 0x7f) as \xNN, so a URL or JSON key a client chose can neither forge a line nor
+ * send terminal escapes to whoever reads the log. Returns the bytes written. */
+static size_t escape_controls(const char *text, size_t n, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)text[i];
+        int ctl = ch < 0x20 || ch == 0x7f;
+        if (w + (ctl ? 4 : 1) > cap)
+            break;
+        if (!ctl) {
+            out[w++] = (char)ch;
+            continue;
+        }
+        out[w++] = '\\';
+        out[w++] = 'x';
+        out[w++] = hex[ch >> 4];
+        out[w++] = hex[ch & 15];
+    }
+    return w;
+}
+
 void attnd_log(attnd_log_level level, const char *fmt, ...)
 {
     if ((unsigned)level > ATTND_LOG_ERROR || !attnd_log_enabled(level))
         return;
-    char buf[2048];
+    char buf[2048], msg[2048];
     struct timespec ts;
     struct tm tm;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -49,17 +73,12 @@ void attnd_log(attnd_log_level level, const char *fmt, ...)
     size_t n = strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
     n += (size_t)snprintf(buf + n, sizeof buf - n, ".%03ldZ %s ", ts.tv_nsec / 1000000L,
                           tags[level]);
-    size_t head = n;
     va_list ap;
     va_start(ap, fmt);
-    int m = vsnprintf(buf + n, sizeof buf - n - 1, fmt, ap);
+    int m = vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (m < 0)
-        m = 0;
-    n += (size_t)m < sizeof buf - n - 1 ? (size_t)m : sizeof buf - n - 2;
-    for (size_t i = head; i < n; i++)
-        if (buf[i] == '\n' || buf[i] == '\r')
-            buf[i] = ' ';
+    size_t mlen = m < 0 ? 0 : (size_t)m < sizeof msg ? (size_t)m : sizeof msg - 1;
+    n += escape_controls(msg, mlen, buf + n, sizeof buf - n - 1);
     buf[n++] = '\n';
     ssize_t w = write(STDERR_FILENO, buf, n);
     (void)w; /* nowhere to report a failed log write */

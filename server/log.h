@@ -21,7 +21,9 @@ int attnd_log_level_parse(const char *s, attnd_log_level *out);
 const char *attnd_log_level_name(attnd_log_level level);
 
 /* Writes "2026-11-30T13:25:29.123Z INFO  message\n" to stderr. Messages longer
- * than ~2 KiB are truncated; newlines inside the message become spaces. */
+ * than ~2 KiB are truncated; control bytes inside the message (newlines, ESC,
+ * ...) are written as \xNN, so text from a request can never start a line of
+ * its own or reach a terminal raw. */
 void attnd_log(attnd_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

@@ -114,6 +114,12 @@ int attnd_route_is_attention(attnd_route id)
            id == ATTND_ROUTE_V2_INFER;
 }
 
+int attnd_route_is_probe(attnd_route id)
+{
+    return id == ATTND_ROUTE_HEALTHZ || id == ATTND_ROUTE_READYZ || id == ATTND_ROUTE_METRICS ||
+           id == ATTND_ROUTE_V2_LIVE || id == ATTND_ROUTE_V2_READY;
+}
+
 static int ui_serves(const attnd_app *app, const char *path)
 {
     return app->cfg->ui && attnd_handler_ops_ui_has(path);

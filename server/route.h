@@ -75,4 +75,9 @@ const char *const *attnd_route_labels(void);
  * (attnd_request_duration_seconds). */
 int attnd_route_is_attention(attnd_route id);
 
+/* 1 for the routes monitoring must always reach (/healthz, /readyz,
+ * /v2/health/live, /v2/health/ready, /metrics): http.c answers them on the
+ * connections it keeps above --max-connections. */
+int attnd_route_is_probe(attnd_route id);
+
 #endif

@@ -3,16 +3,22 @@
  * "draining" on an open connection while the queue drains, and attnd exits 0.
  * A 10 s batch delay holds all N requests in the queue until SIGTERM; the drain
  * then computes them (one worker, T = 2048, one batch), which takes long
- * enough to watch /readyz.
+ * enough to watch /readyz. drain_keepalive: requests written on idle
+ * keep-alive connections just after SIGTERM are all answered, never dropped.
  */
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <jansson.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -197,8 +203,101 @@ TEST(sigterm_drain)
     attn_layer_free(layer);
 }
 
+/* ------------------------------------------------------------ keep-alive at SIGTERM */
+
+static int raw_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* Reads one response (headers + Content-Length body) into buf. Returns its
+ * length, or -1 when the connection closed or went silent first. */
+static int read_one(int fd, char *buf, size_t cap, int timeout_ms)
+{
+    size_t len = 0;
+    for (;;) {
+        buf[len] = '\0';
+        char *end = strstr(buf, "\r\n\r\n");
+        const char *cl = strcasestr(buf, "\r\nContent-Length:");
+        if (end && cl && len >= (size_t)(end + 4 - buf) + strtoul(cl + 17, NULL, 10))
+            return (int)len;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (len + 1 >= cap || poll(&pfd, 1, timeout_ms) <= 0)
+            return -1;
+        ssize_t r = recv(fd, buf + len, cap - 1 - len, 0);
+        if (r <= 0)
+            return -1;
+        len += (size_t)r;
+    }
+}
+
+/* Idle keep-alive connections whose clients write a request 5-10 ms after
+ * SIGTERM: every request is answered (200 or 503 draining) with
+ * Connection: close, none is dropped, and attnd exits 0. */
+TEST(drain_keepalive)
+{
+    enum { K = 6 };
+    attnd_proc p;
+    if (attnd_proc_start(&p, NULL) != 0) {
+        CHECK_MSG(0, "attnd did not start");
+        return;
+    }
+    static const char ping[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    static const char body[] = "{\"query\": [[1,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,"
+                               "0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,"
+                               "0,0,0,0,0,0,0,0]]}";
+    char req[512], buf[8192];
+    int n = snprintf(req, sizeof req,
+                     "POST /v1/models/demo/attention HTTP/1.1\r\nHost: x\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     sizeof body - 1, body);
+    int fds[K];
+    for (int i = 0; i < K; i++) {
+        fds[i] = raw_connect(p.port);
+        CHECK(fds[i] >= 0 && send(fds[i], ping, sizeof ping - 1, MSG_NOSIGNAL) > 0);
+        CHECK(fds[i] >= 0 && read_one(fds[i], buf, sizeof buf, 2000) > 0); /* kept alive */
+    }
+    kill(p.pid, SIGTERM);
+    struct timespec ts = {0, 5 * 1000000L};
+    nanosleep(&ts, NULL);
+    int answered = 0, closing = 0;
+    for (int i = 0; i < K; i++) { /* 5 ms after SIGTERM and on: one request per connection */
+        if (i == K / 2) {
+            ts.tv_nsec = 5 * 1000000L; /* the rest 10 ms after */
+            nanosleep(&ts, NULL);
+        }
+        const char *what = i % 2 ? req : ping;
+        size_t len = i % 2 ? (size_t)n : sizeof ping - 1;
+        if (send(fds[i], what, len, MSG_NOSIGNAL) != (ssize_t)len)
+            continue;
+    }
+    for (int i = 0; i < K; i++) {
+        int got = read_one(fds[i], buf, sizeof buf, 3000);
+        int st = got > 0 ? http_raw_status(buf) : -1;
+        answered += st == 200 || (st == 503 && strstr(buf, "draining"));
+        closing += got > 0 && strcasestr(buf, "\r\nConnection: close\r\n") != NULL;
+        if (!(st == 200 || st == 503))
+            fprintf(stderr, "connection %d: no answer after SIGTERM (%d)\n", i, st);
+        close(fds[i]);
+    }
+    printf("%d/%d requests sent 5-10 ms after SIGTERM answered, %d with Connection: close\n",
+           answered, K, closing);
+    CHECK_INT_EQ(answered, K);
+    CHECK_INT_EQ(closing, K);
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+    unlink(p.log_path);
+}
+
 int main(void)
 {
     RUN(sigterm_drain);
+    RUN(drain_keepalive);
     return check_summary();
 }
