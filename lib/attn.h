@@ -364,8 +364,8 @@ typedef enum attn_kernel {
     ATTN_KERNEL_MATERIALIZED = 1, /* scores (T, S) per head in scratch, then softmax
                                      and one GEMM with V: the simple path        */
     ATTN_KERNEL_FUSED = 2         /* keys in blocks with an online softmax: scratch
-                                     O(block_q * block_k) per thread instead of
-                                     O(T * S); fully masked blocks are skipped.
+                                     O((h/g) * block_q * block_k) per thread instead
+                                     of O(T * S); fully masked blocks are skipped.
                                      A sequence that asks for weights still runs
                                      MATERIALIZED (the weights are T x S anyway). */
 } attn_kernel;
@@ -376,8 +376,9 @@ typedef struct attn_workspace_options {
     /* Threads computing each attn_forward, the caller included: 1 (or 0) = the
      * calling thread only; n > 1 starts n - 1 pool threads now, which live until
      * attn_workspace_free and sleep between calls; -1 = one per online CPU.
-     * Work is split over (sequence, head, query block) and over the rows of the
-     * projections. The pool runs OpenBLAS single-threaded GEMMs, so it is used
+     * Work is split over (sequence, KV head, query block) — one job computes
+     * the h/g query heads that share a KV head, reading each K/V tile once —
+     * and over the rows of the projections. The pool runs OpenBLAS single-threaded GEMMs, so it is used
      * only while openblas_get_num_threads() == 1 (the application calls
      * openblas_set_num_threads(1) or sets OPENBLAS_NUM_THREADS=1; the library
      * never changes OpenBLAS settings). While OpenBLAS has more threads the call
