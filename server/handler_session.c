@@ -10,6 +10,7 @@
 #include <assert.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -254,6 +255,77 @@ static void put_session_head(attnd_jsonbuf *b, const char *id, const char *model
     attnd_jb_i64(b, ttl_s);
 }
 
+/* The largest |x| of rows × width floats (all finite: the decoder checked). */
+static float max_abs(const float *m, size_t n)
+{
+    float best = 0;
+    for (size_t i = 0; i < n; i++)
+        best = fabsf(m[i]) > best ? fabsf(m[i]) : best;
+    return best;
+}
+
+/* One-shot cross-attention over one query row of q's, one key row of k's and
+ * one value row of v's: what the library answers is what it answers any
+ * one-shot request whose largest |query|, |key|, |value| are q, k, v, since
+ * its overflow checks bound every intermediate from those maxima alone
+ * (lib/validate.c). Returns its status (ATTN_ERR_LIMIT: would overflow). */
+static attn_status probe(const attnd_model *m, float q, float k, float v, attn_error *ae)
+{
+    const attn_layer_info *in = &m->info;
+    size_t n = (size_t)in->embed_q + (size_t)in->embed_k + (size_t)in->embed_v +
+               (size_t)in->embed_out;
+    float *buf = malloc(n * sizeof *buf);
+    if (!buf) {
+        snprintf(ae->message, sizeof ae->message, "out of memory checking the memory");
+        return ae->code = ATTN_ERR_NOMEM;
+    }
+    float *qr = buf, *kr = qr + in->embed_q, *vr = kr + in->embed_k, *out = vr + in->embed_v;
+    for (int i = 0; i < in->embed_q; i++)
+        qr[i] = q;
+    for (int i = 0; i < in->embed_k; i++)
+        kr[i] = k;
+    for (int i = 0; i < in->embed_v; i++)
+        vr[i] = v;
+    attn_seq s = {.t = 1, .s = 1, .query = qr, .key = kr, .value = vr, .output = out};
+    attn_status st = attn_forward(m->layer, &s, 1, NULL, NULL, ae);
+    free(buf);
+    return st;
+}
+
+/* A cross session's memory is checked as one-shot cross-attention with the
+ * same key/value would be: refused (the library's status) when even a zero
+ * query would overflow (the output, the projected memory); else *limit gets the
+ * largest |query| number the one-shot check accepts beside this memory, found
+ * by bisection over float32 bit patterns (monotone for positive floats; ~31
+ * probes of one row each, once per session). Appends are held to *limit, so
+ * their scores cannot overflow where the one-shot request would answer 413. */
+static attn_status memory_bound(const attnd_model *m, const create_body *cb, float *limit,
+                                attn_error *ae)
+{
+    const attn_layer_info *in = &m->info;
+    float mk = max_abs(cb->key, (size_t)cb->key_rows * (size_t)in->embed_k);
+    float mv = cb->value ? max_abs(cb->value, (size_t)cb->value_rows * (size_t)in->embed_v) : mk;
+    attn_status st = probe(m, 0.0f, mk, mv, ae);
+    if (st != ATTN_OK)
+        return st;
+    uint32_t lo = 0, hi = 0x7f7fffffu; /* 0 and FLT_MAX */
+    float f;
+    memcpy(&f, &hi, sizeof f);
+    attn_error scratch;
+    if (probe(m, f, mk, mv, &scratch) == ATTN_OK)
+        lo = hi;
+    while (hi - lo > 1) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        memcpy(&f, &mid, sizeof f);
+        if (probe(m, f, mk, mv, &scratch) == ATTN_OK)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    memcpy(limit, &lo, sizeof *limit);
+    return ATTN_OK;
+}
+
 static void create(attnd_exchange *x, attnd_reply *out)
 {
     attnd_app *app = x->app;
@@ -283,17 +355,16 @@ static void create(attnd_exchange *x, attnd_reply *out)
     }
     if (cb.key) { /* once, here on the HTTP thread: creation is rare, appends are many */
         attn_error ae = {0};
-        attn_status st = attn_project_kv(m->layer, cb.key, cb.value ? cb.value : cb.key,
-                                         cb.key_rows, s->cache_k, s->cache_v, &ae);
-        if (st != ATTN_OK) {
+        attn_status st = memory_bound(m, &cb, &s->query_limit, &ae);
+        if (st == ATTN_OK)
+            st = attn_project_kv(m->layer, cb.key, cb.value ? cb.value : cb.key, cb.key_rows,
+                                 s->cache_k, s->cache_v, &ae);
+        if (st != ATTN_OK) { /* the statuses one-shot cross-attention answers with */
             char id[ATTND_SESSION_ID_LEN + 1];
             memcpy(id, s->id, sizeof id);
             attnd_sessions_release(app->sessions, s, 0, NULL, NULL);
             attnd_sessions_delete(app->sessions, id, NULL);
-            attnd_http_error_set(&e, st == ATTN_ERR_NONFINITE ? 400 : 500,
-                                 st == ATTN_ERR_NONFINITE ? "invalid_value" : "internal", "key",
-                                 "projecting the memory failed: %s",
-                                 ae.message[0] ? ae.message : attn_strerror(st));
+            attnd_lib_error(st, &ae, "key", &e);
             goto fail;
         }
     }
@@ -439,6 +510,17 @@ static int append_decode(attnd_exchange *x, attnd_request **out, attnd_http_erro
     if (attnd_codec_decode_request_ex(x->body, x->body_len, &m->info, &app->limits, &opts, &req,
                                       err) != 0)
         goto fail;
+    float mq = s->kind == ATTND_SESSION_CROSS
+                   ? max_abs(req->seqs[0].query, (size_t)req->seqs[0].t * (size_t)m->info.embed_q)
+                   : 0;
+    if (mq > s->query_limit) { /* cross only: checked as one-shot cross-attention would be */
+        attnd_http_error_set(err, 413, "limit_exceeded", "query",
+                             "query magnitudes are so large that the attention scores over "
+                             "this session's memory would overflow float32 (largest |query| "
+                             "%g; this memory allows %g, as one-shot cross-attention would)",
+                             (double)mq, (double)s->query_limit);
+        goto fail;
+    }
     if (attnd_sessions_reserve(app->sessions, s, req->seqs[0].t, &se) != ATTND_SESSION_OK) {
         store_error(&se, err);
         goto fail;

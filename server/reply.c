@@ -97,32 +97,37 @@ int attnd_check_json_post(long long max_body_bytes, const char *content_length,
     return 0;
 }
 
+void attnd_lib_error(attn_status st, const attn_error *ae, const char *field,
+                     attnd_http_error *e)
+{
+    const char *msg = ae && ae->message[0] ? ae->message : attn_strerror(st);
+    switch (st) {
+    case ATTN_ERR_NONFINITE:
+        attnd_http_error_set(e, 400, "invalid_value", field, "%s", msg);
+        break;
+    case ATTN_ERR_SHAPE:
+        attnd_http_error_set(e, 400, "invalid_shape", field, "%s", msg);
+        break;
+    case ATTN_ERR_LIMIT:
+        attnd_http_error_set(e, 413, "limit_exceeded", field, "%s", msg);
+        break;
+    case ATTN_ERR_UNSUPPORTED:
+        attnd_http_error_set(e, 400, "unsupported", field, "%s", msg);
+        break;
+    case ATTN_ERR_INVALID_ARG:
+        attnd_http_error_set(e, 400, "invalid_value", field, "%s", msg);
+        break;
+    default:
+        attnd_http_error_set(e, 500, "internal", field, "computation failed: %s: %s",
+                             attn_strerror(st), msg);
+        break;
+    }
+}
+
 /* DONE_ERROR: the library refused a request the codec accepted. */
 static void lib_error(const attnd_request *req, attnd_http_error *e)
 {
-    const char *msg = req->lib_error.message[0] ? req->lib_error.message
-                                                : attn_strerror(req->lib_status);
-    switch (req->lib_status) {
-    case ATTN_ERR_NONFINITE:
-        attnd_http_error_set(e, 400, "invalid_value", "", "%s", msg);
-        break;
-    case ATTN_ERR_SHAPE:
-        attnd_http_error_set(e, 400, "invalid_shape", "", "%s", msg);
-        break;
-    case ATTN_ERR_LIMIT:
-        attnd_http_error_set(e, 413, "limit_exceeded", "", "%s", msg);
-        break;
-    case ATTN_ERR_UNSUPPORTED:
-        attnd_http_error_set(e, 400, "unsupported", "", "%s", msg);
-        break;
-    case ATTN_ERR_INVALID_ARG:
-        attnd_http_error_set(e, 400, "invalid_value", "", "%s", msg);
-        break;
-    default:
-        attnd_http_error_set(e, 500, "internal", "", "computation failed: %s: %s",
-                             attn_strerror(req->lib_status), msg);
-        break;
-    }
+    attnd_lib_error(req->lib_status, &req->lib_error, "", e);
 }
 
 void attnd_outcome_error(const attnd_request *req, attnd_http_error *e)

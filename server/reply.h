@@ -52,6 +52,13 @@ int attnd_check_json_post(long long max_body_bytes, const char *content_length,
                           const char *transfer_encoding, const char *content_type,
                           attnd_http_error *err);
 
+/* The wire error for a library refusal (st != ATTN_OK) with its message: 400
+ * invalid_value (non-finite, invalid argument), 400 invalid_shape, 413
+ * limit_exceeded (sizes, or magnitudes that would overflow float32), 400
+ * unsupported, else 500 internal. field names the culprit ("" when none). */
+void attnd_lib_error(attn_status st, const attn_error *ae, const char *field,
+                     attnd_http_error *e);
+
 /* The error a finished request that is not ATTND_DONE_OK answers with: 504
  * timeout, 400/413/500 from the library's status, 503 draining. */
 void attnd_outcome_error(const attnd_request *req, attnd_http_error *e);

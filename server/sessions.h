@@ -41,6 +41,9 @@ typedef struct attnd_session {
                                                 positions; 0 = keep all                 */
     int ttl_s;                               /* (fixed) idle seconds before expiry      */
     int row_k, row_v;                        /* (fixed) floats per cached row: h*d_k, h*d_v */
+    float query_limit;                       /* (fixed) cross: the largest |query| number an
+                                                append may carry, set by the creator before
+                                                it releases the slot (0 until then)     */
     float *cache_k;                          /* (slot) (cap, row_k), owned              */
     float *cache_v;                          /* (slot) (cap, row_v), owned              */
     int rows;                                /* (slot) rows held in the cache           */

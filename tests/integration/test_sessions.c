@@ -302,6 +302,81 @@ TEST_WITH(cross, const attnd_proc *p)
     free(q);
 }
 
+/* rows × E numbers of magnitude m, signs alternating. Caller frees. */
+static float *big_rows(int rows, float m)
+{
+    float *x = malloc((size_t)rows * E * sizeof *x);
+    for (int i = 0; i < rows * E; i++)
+        x[i] = (i + i / E) % 2 ? m : -m;
+    return x;
+}
+
+/* A cross memory and queries whose magnitudes one-shot cross-attention refuses
+ * (413) are refused by a session too, never answered with all-zero weights:
+ * keys of 1e20 are a fine memory, but a 1e20 query over it would overflow the
+ * scores; keys of 1e38 overflow the projected memory itself (creation, 413 as
+ * one-shot, not 500). Small queries over the 1e20 memory still work. */
+TEST_WITH(cross_magnitudes, const attnd_proc *p)
+{
+    float *key = big_rows(3, 1e20f), *q = big_rows(2, 1e20f), *huge = big_rows(3, 1e38f);
+    char url[160], code[64] = "";
+    long st;
+    snprintf(url, sizeof url, "%s/v1/models/demo/attention", p->base_url);
+    sbuf one = {0};
+    sb_printf(&one, "{\"query\":");
+    sb_matrix(&one, q, 2, E);
+    sb_printf(&one, ",\"key\":");
+    sb_matrix(&one, key, 3, E);
+    sb_printf(&one, ",\"need_weights\":true}");
+    json_t *j = call("POST", url, one.p, &st);
+    CHECK_MSG(st == 413 && err_code(j) && !strcmp(err_code(j), "limit_exceeded"),
+              "one-shot with 1e20 query and key: %ld %s", st, err_code(j) ? err_code(j) : "");
+    json_decref(j);
+
+    sbuf b = {0};
+    sb_printf(&b, "{\"key\":");
+    sb_matrix(&b, key, 3, E);
+    sb_printf(&b, "}");
+    char id[64];
+    CHECK_INT_EQ(create(p, b.p, id), 201);
+    j = append(p, id, q, 2, 1, &st);
+    snprintf(code, sizeof code, "%s", err_code(j) ? err_code(j) : "");
+    CHECK_MSG(st == 413 && !strcmp(code, "limit_exceeded") && err_field(j) &&
+                  !strcmp(err_field(j), "query"),
+              "append of 1e20 queries to a 1e20 memory: %ld '%s' (all-zero weights?)", st, code);
+    printf("cross session, 1e20 keys, 1e20 queries: append -> %ld %s\n", st, code);
+    json_decref(j);
+    uint64_t seed = 5;
+    float *small = rand_rows(&seed, 2);
+    j = append(p, id, small, 2, 1, &st);
+    CHECK_INT_EQ(st, 200);
+    json_t *w = json_array_get(json_object_get(j, "weights"), 0);
+    double sum = 0;
+    for (size_t k = 0; k < json_array_size(w); k++)
+        sum += json_number_value(json_array_get(w, k));
+    CHECK_NEAR(sum, 1.0, 1e-4);
+    json_decref(j);
+
+    sbuf h = {0};
+    sb_printf(&h, "{\"key\":");
+    sb_matrix(&h, huge, 3, E);
+    sb_printf(&h, "}");
+    snprintf(url, sizeof url, "%s/v1/models/demo/sessions", p->base_url);
+    j = call("POST", url, h.p, &st);
+    snprintf(code, sizeof code, "%s", err_code(j) ? err_code(j) : "");
+    CHECK_MSG(st == 413 && !strcmp(code, "limit_exceeded"), "create with 1e38 keys: %ld '%s'",
+              st, code);
+    printf("cross session, 1e38 keys: create -> %ld %s\n", st, code);
+    json_decref(j);
+    free(small);
+    free(one.p);
+    free(b.p);
+    free(h.p);
+    free(key);
+    free(q);
+    free(huge);
+}
+
 /* ------------------------------------------------------------ lifecycle and errors */
 
 TEST_WITH(get_delete, const attnd_proc *p)
@@ -867,6 +942,7 @@ int main(void)
     }
     RUN_WITH(self_streams, &p);
     RUN_WITH(cross, &p);
+    RUN_WITH(cross_magnitudes, &p);
     RUN_WITH(get_delete, &p);
     RUN_WITH(bad_bodies, &p);
     RUN_WITH(length_limit, &p);
