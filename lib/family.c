@@ -376,7 +376,7 @@ static attn_status family_from_model_type(const char *mt, attn_family *fam, attn
     return attn__set_error(err, ATTN_ERR_UNSUPPORTED,
                            "config.json model_type \"%.31s\" is not one attnd knows (llama, "
                            "mistral, qwen2, bert, gpt2); if its attention is one of those, "
-                           "pass family=llama|bert|gpt2",
+                           "choose the family (attnd: format=llama|bert|gpt2)",
                            mt);
 }
 
@@ -820,7 +820,7 @@ static attn_status plan_mha_or_explicit(ctx *c)
     TRY(classify_names(c, &pytorch));
     if (c->mode != ATTN__PLAN_LEGACY && pytorch != (c->plan->family == ATTN_FAMILY_MHA))
         return attn__set_error(c->err, ATTN_ERR_FORMAT,
-                               "layer '%.80s' has %s names, not %s ones: pass family=%s", c->plan->base,
+                               "layer '%.80s' has %s names, not %s ones: choose format=%s", c->plan->base,
                                pytorch ? "MultiheadAttention" : "explicit q_proj.weight",
                                attn_family_name(c->plan->family), pytorch ? "mha" : "explicit");
     c->plan->family = pytorch ? ATTN_FAMILY_MHA : ATTN_FAMILY_EXPLICIT;

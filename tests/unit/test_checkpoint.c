@@ -484,7 +484,7 @@ static const broken_case broken[] = {
      {"rope_parameters", "\"longrope\"", NULL}},
     {"llama3_missing_key", 0, -1, NULL, ATTN_ERR_FORMAT,
      {"original_max_position_embeddings", NULL, NULL}},
-    {"unknown_model_type", 0, -1, NULL, ATTN_ERR_UNSUPPORTED, {"\"gemma\"", "family=", NULL}},
+    {"unknown_model_type", 0, -1, NULL, ATTN_ERR_UNSUPPORTED, {"\"gemma\"", "format=llama", NULL}},
     {"missing_tensor", 0, -1, NULL, ATTN_ERR_MISSING_TENSOR,
      {"'model.layers.0.self_attn.k_proj.weight' not found", "nearest: ",
       "'model.layers.0.self_attn.q_proj.weight'"}},
