@@ -430,7 +430,11 @@ TEST(unread_responses_bounded)
               "with %d unread 20 MB answers: %ld '%s', want 503 overloaded", N, st, code);
     CHECK_INT_EQ(get(&p, "/healthz"), 200);
     long grown = peak - base;
+#ifndef __SANITIZE_ADDRESS__
     CHECK_MSG(grown < (96 + 48) * 1024, "RSS grew by %ld kB with a 96 MiB budget", grown);
+#else
+    /* ASan's quarantine keeps freed blocks (256 MB by default): RSS says nothing here. */
+#endif
     printf("  %-52s -> %ld %s, RSS +%ld kB\n", "8 clients never reading ~20 MB answers", st, code,
            grown);
     for (int i = 0; i < N; i++)
