@@ -43,7 +43,7 @@ struct attnd_http {
     int quiesced;
     int port;
     _Atomic int pending;         /* attention requests submitted, not yet sent  */
-    _Atomic int suspended;       /* connections suspended, not yet resumed      */
+    _Atomic int suspended;       /* suspended, and not yet answered after resume */
     _Atomic int active;          /* requests begun and not completed (conn)     */
     _Atomic int open_socks;      /* TCP connections open                        */
     _Atomic int64_t inflight_bytes; /* bodies, requests, responses held (budget) */
@@ -86,6 +86,7 @@ typedef struct conn {
     size_t len, cap;
     attnd_request *req;          /* decoded; in the scheduler while submitted   */
     int submitted;
+    int in_suspend;              /* counted in http->suspended                   */
     _Atomic int done;            /* set by on_done (worker thread)              */
     int responded;
     int status;
@@ -479,11 +480,19 @@ static void on_done(attnd_request *req, void *ctx)
 {
     conn *c = ctx;
     (void)req;
-    attnd_http *h = c->http;
     struct MHD_Connection *mc = c->mc;
     atomic_store_explicit(&c->done, 1, memory_order_release);
     MHD_resume_connection(mc); /* c may be gone once this returns */
-    atomic_fetch_sub(&h->suspended, 1); /* h outlives every connection */
+}
+
+/* c's suspension is over and its answer queued (or it never will be): no
+ * longer a reason for attnd_http_stop to wait. */
+static void unsuspended(conn *c)
+{
+    if (c->in_suspend) {
+        c->in_suspend = 0;
+        atomic_fetch_sub(&c->http->suspended, 1);
+    }
 }
 
 /* The body is complete: the handler decodes it, then it goes to the scheduler
@@ -520,6 +529,7 @@ static enum MHD_Result submit(conn *c)
     c->submitted = 1;
     atomic_fetch_add(&c->http->pending, 1);
     /* Suspend before submitting: on_done may resume us at any moment after. */
+    c->in_suspend = 1;
     atomic_fetch_add(&c->http->suspended, 1);
     MHD_suspend_connection(c->mc);
     attnd_submit_result sr = attnd_scheduler_submit(m->sched, req);
@@ -539,7 +549,7 @@ static enum MHD_Result submit(conn *c)
         attnd_http_error_set(&c->err, 503, "draining", "", "attnd is shutting down");
     c->has_err = 1;
     MHD_resume_connection(c->mc); /* called again at once: answers c->err */
-    atomic_fetch_sub(&c->http->suspended, 1);
+    unsuspended(c);
     return MHD_YES;
 }
 
@@ -555,7 +565,9 @@ static enum MHD_Result finish(conn *c)
     c->route->handler->finish(&c->x, c->req, &r);
     if (c->route->handler->end)
         c->route->handler->end(&c->x);
-    return send_reply(c, &r);
+    enum MHD_Result ok = send_reply(c, &r);
+    unsuspended(c);
+    return ok;
 }
 
 /* The request is complete (headers, and the body if any): answer it. */
@@ -647,6 +659,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     }
     if (c->submitted)
         atomic_fetch_sub(&h->pending, 1);
+    unsuspended(c); /* resumed, then closed before it was answered */
     if (c->route && c->route->handler->end)
         c->route->handler->end(&c->x);
     budget_give(c, c->reserved); /* the response, now sent (or dropped) */
@@ -1021,11 +1034,9 @@ void attnd_http_stop(attnd_http *h)
         pthread_join(h->reaper, NULL);
     }
     /* libmicrohttpd aborts when stopped with a suspended connection: first let
-     * every submitted request be resumed and its answer sent (bounded). */
-    int waited = 0;
-    for (; waited < STOP_WAIT_MS &&
-           (atomic_load(&h->suspended) > 0 || atomic_load(&h->pending) > 0);
-         waited += 5)
+     * every submitted request be resumed and its answer queued (bounded; a
+     * client that never reads its answer does not hold the stop up). */
+    for (int waited = 0; waited < STOP_WAIT_MS && atomic_load(&h->suspended) > 0; waited += 5)
         sleep_ms(5);
     if (atomic_load(&h->suspended) > 0) {
         attnd_log(ATTND_LOG_ERROR, "stopping HTTP: %d connections still wait for a worker "
