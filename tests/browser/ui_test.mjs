@@ -20,6 +20,7 @@ const { chromium } = require('playwright-core');
 const ATTND = process.env.ATTND_URL;
 const KEYED = process.env.ATTND_KEYED_URL;
 const KEY = process.env.ATTND_TEST_KEY;
+const GQA = process.env.ATTND_GQA_URL;
 const ZERO = [226, 224, 220];   // app.js paints exactly-zero weights this colour
 const TOL = 1e-6;
 // A policy attnd may send with the UI; the proxy sends it so violations would show up.
@@ -125,6 +126,39 @@ async function keyedServer(context) {
     const last = await runAndWait(page);
     check(last.status === 200 && Array.isArray(last.weights) && last.weights.length === 8,
           'keyed server: a run with the key answers 200 with 8 heads', `status ${last.status}`);
+  } finally {
+    await page.close();
+    origin.close();
+  }
+}
+
+// 8. A grouped-query checkpoint (tests/fixtures/ckpt/llama_gqa: 4 heads, 2 KV heads, RoPE):
+//    the model table shows family, kv heads and RoPE; the heatmaps sit in one line per KV
+//    head, each titled with the KV head it reads.
+async function gqaServer(context) {
+  const origin = await pageOrigin(GQA);
+  const page = await context.newPage();
+  try {
+    await page.goto(origin.url);
+    await page.waitForSelector('#models tr.model[data-model="llama"]', { timeout: 10000 });
+    const dims = await page.$$eval('#models tr.model[data-model="llama"] td[data-k]',
+      (tds) => Object.fromEntries(tds.map((td) => [td.dataset.k, td.textContent])));
+    check(dims.family === 'llama' && dims.num_heads === '4' && dims.num_kv_heads === '2' &&
+          dims.rope.startsWith('half'), 'GQA model row: llama, 4 heads, 2 kv, RoPE half',
+          JSON.stringify(dims));
+    await page.click('#models tr.model[data-model="llama"] input[type=radio]');
+    const last = await runAndWait(page);
+    check(last.status === 200 && Array.isArray(last.weights) && last.weights.length === 4,
+          'GQA model: a run answers 4 heads', `status ${last.status}`);
+    const layout = await page.evaluate(() => {
+      const kids = [...document.getElementById('maps').children];
+      return kids.map((k) => (k.tagName === 'FIGURE' ? k.querySelector('h3').firstChild.textContent
+                                                     : '|'));
+    });
+    check(JSON.stringify(layout) === JSON.stringify(
+            ['Average of 4 heads', '|', 'Head 0 · KV 0', 'Head 1 · KV 0', '|',
+             'Head 2 · KV 1', 'Head 3 · KV 1', '|']),
+          'GQA heads grouped by the KV head they share, one line per group', JSON.stringify(layout));
   } finally {
     await page.close();
     origin.close();
@@ -280,6 +314,7 @@ async function main() {
     check(offsite.length === 0, 'no request leaves the page\'s origin', offsite.join(' '));
     check(pageErrors.length === 0, 'no script errors in the page', pageErrors.join(' | '));
     await keyedServer(context);
+    await gqaServer(context);
   } finally {
     await context.close();
     origin.close();

@@ -62,10 +62,13 @@ start_attnd open
 open_url=$url
 ATTND_API_KEYS=$test_key start_attnd keyed
 keyed_url=$url
+start_attnd gqa --model llama=tests/fixtures/ckpt/llama_gqa,layer=1
+gqa_url=$url
 
 mkdir -p "$BUILD"
 rc=0
-ATTND_URL=$open_url ATTND_KEYED_URL=$keyed_url ATTND_TEST_KEY=$test_key PW_MODULES=$cache \
+ATTND_URL=$open_url ATTND_KEYED_URL=$keyed_url ATTND_TEST_KEY=$test_key ATTND_GQA_URL=$gqa_url \
+    PW_MODULES=$cache \
     USER_DATA_DIR="$tmp/profile" SCREENSHOT="$BUILD/ui-screenshot.png" \
     setsid timeout --kill-after=5 60 node tests/browser/ui_test.mjs &
 node_pid=$!
@@ -73,6 +76,6 @@ wait "$node_pid" || rc=$?
 node_pid=
 if [ $rc -ne 0 ]; then
     echo "test_ui_browser: failed (exit $rc); attnd logs:"
-    tail -n 20 "$tmp/open.log" "$tmp/keyed.log"
+    tail -n 20 "$tmp/open.log" "$tmp/keyed.log" "$tmp/gqa.log"
 fi
 exit $rc
