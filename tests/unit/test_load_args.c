@@ -1,5 +1,6 @@
 /* test_load_args.c — attnd-load's option parser: sweep syntax, ranges, durations, defaults,
- * --protocol v2 / --binary, and bad input rejected with a message instead of being guessed at. */
+ * --protocol v2 / --binary, --sessions and the options it refuses, and bad input rejected with
+ * a message instead of being guessed at. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,8 +207,117 @@ TEST(protocol)
     }
 }
 
+/* --sessions N --prefix P --steps K: its defaults, its options, and every option of the other
+ * modes it refuses, each named in the message. */
+TEST(sessions)
+{
+    load_opts o;
+    char err[256] = "";
+    const char *full[] = {"--url", "http://127.0.0.1:9000", "--model", "demo", "--sessions", "8",
+                          "--prefix", "64", "--steps", "20", "--prefill-chunk", "16", "--window",
+                          "32", "--max-retries", "5", "--duration", "3s", "--embed", "64",
+                          "--seed", "7", "--pool", "8", "--timeout", "2s", "--json", "s.json",
+                          "--csv", "s.csv", "--svg", "s.svg", "--quiet", "--max-error-rate", "0",
+                          "--protocol", "v1", NULL};
+    CHECK_INT_EQ(parse(&o, full, err, sizeof err), 0);
+    CHECK(o.sessions && !o.is_rate && o.n_levels == 1 && o.levels[0] == 8);
+    CHECK(o.prefix == 64 && o.steps == 20 && o.prefill_chunk == 16 && o.window == 32);
+    CHECK(o.max_retries == 5 && o.duration_s == 3 && o.embed == 64 && o.seed == 7);
+    CHECK(o.pool == 8 && o.timeout_s == 2 && o.max_error_rate == 0 && o.quiet);
+    CHECK_STR_EQ(o.json_path, "s.json");
+    load_opts_free(&o);
+
+    /* defaults: prefix 128, steps 32, prefill all at once, 3 retries, decode not capped */
+    const char *dflt[] = {"--model", "demo", "--sessions", "1,4:16:x2", NULL};
+    CHECK_INT_EQ(parse(&o, dflt, err, sizeof err), 0);
+    CHECK(o.sessions && o.n_levels == 4 && o.levels[0] == 1 && o.levels[3] == 16);
+    CHECK(o.prefix == 128 && o.steps == 32 && o.prefill_chunk == 0 && o.max_retries == 3);
+    CHECK(o.duration_s == 0 && o.window == 0);
+    load_opts_free(&o);
+
+    /* prefill only, decode only */
+    const char *prefill_only[] = {"--model", "demo", "--sessions", "2", "--steps", "0", NULL};
+    CHECK_INT_EQ(parse(&o, prefill_only, err, sizeof err), 0);
+    CHECK(o.steps == 0 && o.prefix == 128);
+    load_opts_free(&o);
+    const char *decode_only[] = {"--model", "demo", "--sessions", "2", "--prefix", "0",
+                                 "--max-retries", "0", NULL};
+    CHECK_INT_EQ(parse(&o, decode_only, err, sizeof err), 0);
+    CHECK(o.prefix == 0 && o.steps == 32 && o.max_retries == 0);
+    load_opts_free(&o);
+
+    /* the other modes are untouched: their duration default stays 5 s */
+    const char *plain[] = {"--model", "demo", NULL};
+    CHECK_INT_EQ(parse(&o, plain, err, sizeof err), 0);
+    CHECK(!o.sessions && o.duration_s == 5);
+    load_opts_free(&o);
+
+#define S "--model", "demo", "--sessions", "8"
+    const char *const bad[][10] = {
+        {S, "--rate", "100", NULL},
+        {"--rate", "100", S, NULL},
+        {S, "--concurrency", "4", NULL},
+        {S, "--batch", "4", NULL},
+        {S, "--cross", NULL},
+        {S, "--key-len", "8", NULL},
+        {S, "--protocol", "v2", NULL},
+        {S, "--binary", NULL},
+        {S, "--seq-len", "16", NULL},
+        {S, "--seq-len-dist", "/dev/null", NULL},
+        {S, "--need-weights", NULL},
+        {S, "--causal", NULL},
+        {S, "--key-padding", "0.5", NULL},
+        {S, "--request-file", "x.json", NULL},
+        {S, "--requests", "10", NULL},
+        {S, "--warmup", "1s", NULL},
+        {S, "--max-inflight", "8", NULL},
+        {"--sessions", "8", NULL},                          /* the session path names the model */
+        {S, "--prefix", "0", "--steps", "0", NULL},         /* nothing to send */
+        {S, "--duration", "0", NULL},
+        {S, "--prefix", "-1", NULL},
+        {S, "--steps", "many", NULL},
+        {S, "--prefill-chunk", "0", NULL},
+        {S, "--max-retries", "101", NULL},
+        {"--model", "demo", "--sessions", "0", NULL},
+        {"--model", "demo", "--sessions", "2.5", NULL},
+        {"--model", "demo", "--sessions", "100000", NULL},
+        {"--model", "demo", "--sessions", NULL},            /* missing value */
+        {"--model", "demo", "--prefix", "64", NULL},        /* session options need --sessions */
+        {"--model", "demo", "--steps", "8", NULL},
+        {"--model", "demo", "--prefill-chunk", "8", NULL},
+        {"--model", "demo", "--max-retries", "1", NULL},
+    };
+#undef S
+    const char *want[] = {
+        "--rate", "--sessions", "--concurrency", "--batch", "--cross", "--key-len", "--protocol v2",
+        "--binary", "--seq-len", "--seq-len-dist", "--need-weights", "--causal", "--key-padding",
+        "--request-file", "--requests", "--warmup", "--max-inflight", "--model", "--steps 0",
+        "--duration", "--prefix", "--steps", "--prefill-chunk", "--max-retries", "--sessions",
+        "--sessions", "--sessions", "--sessions", "--prefix", "--steps", "--prefill-chunk",
+        "--max-retries",
+    };
+    _Static_assert(sizeof bad / sizeof *bad == sizeof want / sizeof *want, "one message per case");
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err[0] = 0;
+        int rc = parse(&o, bad[i], err, sizeof err);
+        CHECK_MSG(rc == -1 && strstr(err, want[i]), "case %zu (%s %s) accepted or unclear: '%s'", i,
+                  bad[i][4] ? bad[i][4] : bad[i][0], bad[i][5] ? bad[i][5] : "", err);
+        load_opts_free(&o);
+    }
+    /* the refusals say why and point at --sessions */
+    const char *rate[] = {"--model", "demo", "--sessions", "8", "--rate", "10", NULL};
+    CHECK_INT_EQ(parse(&o, rate, err, sizeof err), -1);
+    CHECK_MSG(strstr(err, "does not combine with --sessions"), "'%s'", err);
+    load_opts_free(&o);
+    const char *prefix[] = {"--model", "demo", "--prefix", "64", NULL};
+    CHECK_INT_EQ(parse(&o, prefix, err, sizeof err), -1);
+    CHECK_STR_EQ(err, "--prefix needs --sessions");
+    load_opts_free(&o);
+}
+
 int main(void)
 {
+    RUN(sessions);
     RUN(protocol);
     RUN(sweeps);
     RUN(ranges_durations);

@@ -30,7 +30,7 @@ TEST(single)
     load_timing t;
     CHECK_INT_EQ(load_shape_push_matrix(&out, 0, 2, 3), 0); /* T=2, E_out=3 */
     CHECK_INT_EQ(load_shape_push_matrix(&w, 0, 2, 4), 0);   /* T=2, S=4 */
-    load_expect plain = {&out, NULL, "r1"}, weights = {&out, &w, NULL};
+    load_expect plain = {.output = &out, .id = "r1"}, weights = {.output = &out, .weights = &w};
 
     const char *good = "{\"model\":\"demo\",\"id\":\"r1\",\"output\":" GOOD_2x3 TIMING "}";
     CHECK_INT_EQ(check_str(200, good, &plain, &t), LOAD_OK);
@@ -102,11 +102,54 @@ TEST(batch_ragged)
     CHECK_INT_EQ(load_shape_push(&out, 0, 2), 0);
     CHECK_INT_EQ(load_shape_push_matrix(&out, 1, 1, 2), 0);
     CHECK_INT_EQ(load_shape_push_matrix(&out, 1, 2, 2), 0);
-    load_expect w = {&out, NULL, NULL};
+    load_expect w = {.output = &out};
     CHECK_INT_EQ(check_str(200, "{\"output\":[[[1,2]],[[3,4],[5,6]]]}", &w, &t), LOAD_OK);
     CHECK_INT_EQ(check_str(200, "{\"output\":[[[3,4],[5,6]],[[1,2]]]}", &w, &t), LOAD_ERR_BAD_SHAPE); /* order */
     CHECK_INT_EQ(check_str(200, "{\"output\":[[[1,2]]]}", &w, &t), LOAD_ERR_BAD_SHAPE);
     CHECK_INT_EQ(check_str(200, "{\"output\":[[1,2],[3,4],[5,6]]}", &w, &t), LOAD_ERR_BAD_SHAPE); /* unbatched */
+    load_shape_free(&out);
+}
+
+/* --sessions appends: the answer's "session" must name the stream and its new length. */
+TEST(session_append)
+{
+    load_shape out = {0};
+    load_timing t;
+    CHECK_INT_EQ(load_shape_push_matrix(&out, 0, 1, 3), 0); /* one position, E_out=3 */
+    load_expect full = {.output = &out, .session_id = "ab12", .session_length = 65,
+                        .session_full = 1};
+    load_expect windowed = full;
+    windowed.session_full = 0;
+#define S_OUT "{\"model\":\"demo\",\"output\":[[1,2,3]]" TIMING
+    CHECK_INT_EQ(check_str(200, S_OUT ",\"session\":{\"id\":\"ab12\",\"length\":65,\"cached\":65}}", &full, &t), LOAD_OK);
+    CHECK(t.has && t.batch_size == 6);
+    CHECK_INT_EQ(check_str(200, "{\"session\":{\"cached\":65,\"length\":65,\"id\":\"ab12\",\"x\":[1]},\"output\":[[1,2,3]]}", &full, &t), LOAD_OK);
+    /* a windowed session holds fewer positions than its length */
+    CHECK_INT_EQ(check_str(200, S_OUT ",\"session\":{\"id\":\"ab12\",\"length\":65,\"cached\":16}}", &windowed, &t), LOAD_OK);
+    const char *bad[] = {
+        S_OUT "}",                                                                  /* no session */
+        S_OUT ",\"session\":{\"id\":\"ab12\",\"length\":64,\"cached\":64}}",      /* did not advance */
+        S_OUT ",\"session\":{\"id\":\"ab12\",\"length\":66,\"cached\":66}}",      /* advanced twice */
+        S_OUT ",\"session\":{\"id\":\"ab13\",\"length\":65,\"cached\":65}}",      /* another stream */
+        S_OUT ",\"session\":{\"length\":65,\"cached\":65}}",                       /* no id */
+        S_OUT ",\"session\":{\"id\":\"ab12\",\"cached\":65}}",                    /* no length */
+        S_OUT ",\"session\":{\"id\":\"ab12\",\"length\":65}}",                    /* no cached */
+        S_OUT ",\"session\":{\"id\":\"ab12\",\"length\":65,\"cached\":16}}",      /* unbounded: all kept */
+        S_OUT ",\"session\":{\"id\":\"ab12\",\"length\":65.0,\"cached\":65}}",    /* not an integer */
+        S_OUT ",\"session\":{\"id\":\"ab12\",\"length\":\"65\",\"cached\":65}}",
+        S_OUT ",\"session\":[65]}",
+        S_OUT ",\"session\":{\"id\":\"ab12\",\"length\":65,\"cached\":65},\"session\":{}}",
+        "{\"output\":[[1,2]],\"session\":{\"id\":\"ab12\",\"length\":65,\"cached\":65}}", /* short row */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK_MSG(check_str(200, bad[i], &full, &t) == LOAD_ERR_BAD_SHAPE, "case %zu accepted", i);
+    CHECK_INT_EQ(check_str(200, S_OUT ",\"session\":{\"id\":\"ab12\",\"length\":65,\"cached\":66}}", &windowed, &t), LOAD_ERR_BAD_SHAPE);
+    CHECK_INT_EQ(check_str(200, S_OUT ",\"session\":{\"id\":\"ab12\",\"length\":65,\"cached\":-1}}", &windowed, &t), LOAD_ERR_BAD_SHAPE);
+    CHECK_INT_EQ(check_str(409, "{\"error\":{\"code\":\"session_busy\"}}", &full, &t), LOAD_ERR_HTTP_4XX);
+    /* without session_id the member is ignored, as in one-shot answers */
+    load_expect plain = {.output = &out};
+    CHECK_INT_EQ(check_str(200, S_OUT ",\"session\":7}", &plain, &t), LOAD_OK);
+#undef S_OUT
     load_shape_free(&out);
 }
 
@@ -512,6 +555,7 @@ int main(void)
     RUN(single);
     RUN(batch_ragged);
     RUN(kinds);
+    RUN(session_append);
     RUN(request_file);
     RUN(pool_roundtrips);
     RUN(v2_json);

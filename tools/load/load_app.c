@@ -1,5 +1,5 @@
 /* load_app.c — attnd-load's top level: options -> model widths -> request pool -> one run per
- * level -> table, JSON, CSV, SVG -> exit status. */
+ * level -> table, JSON, CSV, SVG -> exit status; --sessions goes through load_session.c. */
 #include "load_app.h"
 
 #include <curl/curl.h>
@@ -12,12 +12,89 @@
 #include "load_report.h"
 #include "load_reqgen.h"
 #include "load_runner.h"
+#include "load_sess_report.h"
+#include "load_session.h"
 #include "load_svg.h"
 
 static void on_sigint(int sig)
 {
     (void)sig;
     load_runner_stop();
+}
+
+/* --sessions: the first Ctrl-C stops the streams and deletes their sessions; a second one
+ * quits at once (the server's TTL ends what is left). */
+static void on_sigint_sessions(int sig)
+{
+    (void)sig;
+    load_sess_stop();
+    signal(SIGINT, SIG_DFL);
+}
+
+/* --sessions: one level per session count; every session deleted at the end of its level.
+ * Returns the exit status. */
+static int sessions_mode(const load_opts *o, const load_model *m)
+{
+    char err[512] = "", sub[256];
+    load_sess_runner *r = load_sess_new(o, m, err, sizeof err);
+    load_sess_stats *lv = r ? calloc(o->n_levels, sizeof *lv) : NULL;
+    size_t done = 0;
+    int status = LOAD_EXIT_SETUP;
+    if (r && !lv) snprintf(err, sizeof err, "out of memory");
+    if (!lv) goto fail;
+    signal(SIGINT, on_sigint_sessions);
+    for (; done < o->n_levels; done++) {
+        int rc = load_sess_run_level(r, (int)o->levels[done], &lv[done], err, sizeof err);
+        if (rc < 0) {
+            done++; /* report what it measured, then fail */
+            break;
+        }
+        if (rc > 0) {
+            fprintf(stderr, "attnd-load: interrupted; reporting %zu level(s)\n", done + 1);
+            done++;
+            break;
+        }
+    }
+    load_sess_report_table(stdout, lv, done);
+    fflush(stdout);
+    snprintf(sub, sizeof sub, "model %s, E %d, prefix %d%s, %d steps per stream%s", o->model,
+             m->embed_q, o->prefix, o->prefill_chunk ? " in chunks" : "", o->steps,
+             o->window ? ", windowed" : "");
+    if (err[0]) goto fail;
+    if ((o->json_path && load_sess_report_json(o->json_path, o, m, lv, done, err, sizeof err)) ||
+        (o->csv_path && load_sess_report_csv(o->csv_path, lv, done, err, sizeof err)) ||
+        (o->svg_path && load_svg_sessions_write(o->svg_path, lv, done, sub, err, sizeof err)))
+        goto fail;
+    long ok = 0, leaked = 0;
+    for (size_t i = 0; i < done; i++) {
+        ok += o->steps ? (long)lv[i].decode_tokens : lv[i].prefilled;
+        leaked += lv[i].leaked;
+    }
+    double rate = load_sess_error_rate(lv, done);
+    status = LOAD_EXIT_OK;
+    if (!ok || rate > o->max_error_rate) {
+        fprintf(stderr, "attnd-load: error rate %.4f (%s) above --max-error-rate %g\n", rate,
+                ok ? "some calls failed" : o->steps ? "no decode step succeeded"
+                                                    : "no prefill succeeded",
+                o->max_error_rate);
+        for (size_t i = 0; i < done; i++)
+            if (lv[i].first_error[0])
+                fprintf(stderr, "attnd-load: sessions %d, first error: %s\n", lv[i].sessions,
+                        lv[i].first_error);
+        status = LOAD_EXIT_ERRORS;
+    }
+    if (leaked)
+        fprintf(stderr, "attnd-load: %ld session(s) could not be deleted; the server's TTL "
+                        "will end them\n", leaked);
+    goto out;
+fail:
+    fprintf(stderr, "attnd-load: %s\n", err);
+    status = LOAD_EXIT_SETUP;
+out:
+    for (size_t i = 0; lv && i < o->n_levels; i++) load_sess_stats_free(&lv[i]);
+    free(lv);
+    load_sess_free(r);
+    return status;
 }
 
 /* "model demo, T 16:64, E 64, batch 4, 4 s per level" for the chart. */
@@ -85,6 +162,10 @@ int load_app_main(int argc, char **argv)
         m = (load_model){o.embed, o.embed, o.embed, o.embed, 1};
     else if (load_fetch_model(&o, &m, err, sizeof err))
         goto fail;
+    if (o.sessions) {
+        status = sessions_mode(&o, &m);
+        goto out;
+    }
     if (load_pool_build(&pool, &o, &m, err, sizeof err)) goto fail;
     if (!(r = load_runner_new(&o, &pool, err, sizeof err))) goto fail;
     if (!(lv = calloc(o.n_levels, sizeof *lv))) {

@@ -211,9 +211,27 @@ void load_usage(FILE *f)
         "  --requests N           measure N requests per level instead of a duration\n"
         "  --warmup D             unmeasured load before each level (default 1s)\n"
         "  --timeout D            per-request timeout (default 30s)\n"
-        "  --max-inflight N       open loop: cap on requests in flight (default 1024)\n"
+        "  --max-inflight N       open loop: cap on requests in flight (default 1024)\n",
+        f);
+    fputs(
+        "streaming sessions (decode): a mode of its own, needs --model\n"
+        "  --sessions LIST        N streams at once (LIST as for --concurrency: one level per N);\n"
+        "                         each stream: create a session, prefill --prefix positions,\n"
+        "                         --steps one-position appends (the next sent when the last\n"
+        "                         answer came: one in flight per session), then delete it.\n"
+        "                         Decoding starts when every stream has prefilled.\n"
+        "  --prefix P             positions prefilled per stream (default 128; 0 = none)\n"
+        "  --steps K              one-position appends per stream (default 32)\n"
+        "  --prefill-chunk C      prefill in appends of at most C rows (default: all at once)\n"
+        "  --window W             the sessions' window (default: unbounded)\n"
+        "  --max-retries N        503 with Retry-After: retry each call up to N times, waiting\n"
+        "                         as told (at most 5 s), before it counts (default 3)\n"
+        "  --duration D           caps each level's decode phase (default: no cap)\n"
+        "  also: --url --model --embed --seed --pool --timeout, the output options; other\n"
+        "  request and load options are refused\n"
         "output\n"
         "  --json FILE, --csv FILE, --svg FILE   results per level; SVG chart of rps and p99\n"
+        "                         (--sessions: decode tokens/s and time per token over time)\n"
         "  --quiet                no progress line on stderr\n"
         "  --max-error-rate F     exit 1 when errors/requests > F (default 0.01)\n"
         "  --help\n"
@@ -228,7 +246,8 @@ void load_usage(FILE *f)
         "  attnd-load --model demo --rate 200,400,800 --duration 10s --json r.json --svg r.svg\n"
         "  attnd-load --model demo --cross --key-len 256 --need-weights --batch 4\n"
         "  attnd-load --model demo --request-file proto/examples/self_single.request.json\n"
-        "  attnd-load --model demo --protocol v2 --binary --batch 8 --seq-len 16:128\n",
+        "  attnd-load --model demo --protocol v2 --binary --batch 8 --seq-len 16:128\n"
+        "  attnd-load --model demo --sessions 1,8,32 --prefix 512 --steps 64 --svg s.svg\n",
         f);
 }
 
@@ -236,7 +255,8 @@ enum {
     O_URL = 256, O_MODEL, O_SEQ, O_SEQDIST, O_EMBED, O_CROSS, O_KEYLEN, O_WEIGHTS, O_CAUSAL,
     O_WINDOW, O_KPAD, O_BATCH, O_REQFILE, O_POOL, O_SEED, O_CONC, O_RATE, O_DUR, O_REQS,
     O_WARM, O_TIMEOUT, O_INFLIGHT, O_JSON, O_CSV, O_SVG, O_QUIET, O_MAXERR, O_HELP,
-    O_PROTOCOL, O_BINARY,
+    O_PROTOCOL, O_BINARY, O_SESSIONS, O_PREFIX, O_STEPS, O_PCHUNK, O_RETRIES,
+    O_END /* one past the last */
 };
 
 static const struct option long_opts[] = {
@@ -270,6 +290,11 @@ static const struct option long_opts[] = {
     {"help", no_argument, 0, O_HELP},
     {"protocol", required_argument, 0, O_PROTOCOL},
     {"binary", no_argument, 0, O_BINARY},
+    {"sessions", required_argument, 0, O_SESSIONS},
+    {"prefix", required_argument, 0, O_PREFIX},
+    {"steps", required_argument, 0, O_STEPS},
+    {"prefill-chunk", required_argument, 0, O_PCHUNK},
+    {"max-retries", required_argument, 0, O_RETRIES},
     {0, 0, 0, 0},
 };
 
@@ -286,6 +311,42 @@ static void set_defaults(load_opts *o)
     o->max_inflight = 1024;
     o->max_error_rate = 0.01;
     o->protocol = 1;
+    o->prefix = 128;
+    o->steps = 32;
+    o->max_retries = 3;
+}
+
+/* The option's name for messages ("--rate"). */
+static const char *opt_name(int c) { return long_opts[c - O_URL].name; }
+
+/* Options that do not apply to --sessions, and why. */
+static const struct {
+    int opt;
+    const char *why;
+} not_for_sessions[] = {
+    {O_CONC, "--sessions N is the concurrency: one append in flight per stream"},
+    {O_RATE, "--sessions runs a closed loop per stream, not a schedule"},
+    {O_REQS, "--steps sets the appends per stream"},
+    {O_WARM, "there is no warm-up: decoding starts once every stream has prefilled"},
+    {O_INFLIGHT, "one append in flight per stream"},
+    {O_SEQ, "appends are --prefix rows (in --prefill-chunk pieces), then one row per step"},
+    {O_SEQDIST, "appends are --prefix rows (in --prefill-chunk pieces), then one row per step"},
+    {O_BATCH, "an append carries one stream's rows; the server batches the streams"},
+    {O_CROSS, "the streams are self-attention sessions"},
+    {O_KEYLEN, "the streams are self-attention sessions"},
+    {O_WEIGHTS, "appends ask for the output only"},
+    {O_CAUSAL, "a session's appends are causal already"},
+    {O_KPAD, "an append takes query rows only"},
+    {O_REQFILE, "each stream's bodies are generated"},
+    {O_BINARY, "sessions are a /v1 JSON API"},
+};
+
+/* Why option c does not combine with --sessions ("" when it does). */
+static const char *sessions_why(int c)
+{
+    for (size_t i = 0; i < sizeof not_for_sessions / sizeof *not_for_sessions; i++)
+        if (not_for_sessions[i].opt == c) return not_for_sessions[i].why;
+    return "";
 }
 
 /* Handles one option; returns 0 or -1 (err set). */
@@ -351,15 +412,36 @@ static int apply_opt(load_opts *o, int c, const char *arg, int *seen_conc, char 
     case O_DUR: return load_parse_duration(arg, &o->duration_s, err, el);
     case O_WARM: return load_parse_duration(arg, &o->warmup_s, err, el);
     case O_TIMEOUT: return load_parse_duration(arg, &o->timeout_s, err, el);
+    case O_PREFIX:
+    case O_STEPS:
+    case O_PCHUNK:
+    case O_RETRIES: {
+        long lo = c == O_PCHUNK ? 1 : 0, hi = c == O_RETRIES ? 100 : MAX_SEQ;
+        if (parse_long(arg, lo, hi, &v))
+            return errf(err, el, "--%s: '%s' is not an integer in %ld..%ld", opt_name(c), arg,
+                        lo, hi);
+        *(c == O_PREFIX  ? &o->prefix
+          : c == O_STEPS ? &o->steps
+          : c == O_PCHUNK ? &o->prefill_chunk
+                          : &o->max_retries) = (int)v;
+        return 0;
+    }
     case O_CONC:
-    case O_RATE: {
+    case O_RATE:
+    case O_SESSIONS: {
+        if (*seen_conc && (o->sessions || c == O_SESSIONS)) {
+            int other = c != O_SESSIONS ? c : o->is_rate ? O_RATE : O_CONC;
+            return errf(err, el, "--%s does not combine with --sessions (%s)", opt_name(other),
+                        sessions_why(other));
+        }
         if (*seen_conc) return errf(err, el, "give one of --concurrency / --rate, once");
         *seen_conc = 1;
         o->is_rate = c == O_RATE;
+        o->sessions = c == O_SESSIONS;
         if (load_parse_sweep(arg, !o->is_rate, &o->levels, &o->n_levels, err, el) == 0) return 0;
         char why[200];
         snprintf(why, sizeof why, "%s", err);
-        return errf(err, el, "--%s: %s", o->is_rate ? "rate" : "concurrency", why);
+        return errf(err, el, "--%s: %s", opt_name(c), why);
     }
     case O_REQFILE: {
         const char **f = realloc(o->request_files, (o->n_request_files + 1) * sizeof *f);
@@ -372,14 +454,42 @@ static int apply_opt(load_opts *o, int c, const char *arg, int *seen_conc, char 
     }
 }
 
-/* Cross-option rules. */
-static int validate(load_opts *o, char *err, size_t el)
+/* Rules of --sessions mode; given[c - O_URL] says option c was on the command line. */
+static int validate_sessions(load_opts *o, const unsigned char *given, char *err, size_t el)
 {
+    static const int only_sessions[] = {O_PREFIX, O_STEPS, O_PCHUNK, O_RETRIES};
+    if (!o->sessions) {
+        for (size_t i = 0; i < sizeof only_sessions / sizeof *only_sessions; i++)
+            if (given[only_sessions[i] - O_URL])
+                return errf(err, el, "--%s needs --sessions", opt_name(only_sessions[i]));
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof not_for_sessions / sizeof *not_for_sessions; i++)
+        if (given[not_for_sessions[i].opt - O_URL])
+            return errf(err, el, "--%s does not combine with --sessions (%s)",
+                        opt_name(not_for_sessions[i].opt), not_for_sessions[i].why);
+    if (o->protocol == 2)
+        return errf(err, el, "--protocol v2 does not combine with --sessions (sessions are a "
+                             "/v1 API)");
+    if (!o->model)
+        return errf(err, el, "--sessions needs --model (the session path names the model)");
+    if (!o->prefix && !o->steps)
+        return errf(err, el, "--sessions with --prefix 0 and --steps 0 sends nothing");
+    if (!given[O_DUR - O_URL]) o->duration_s = 0; /* no cap unless asked */
+    else if (o->duration_s <= 0) return errf(err, el, "--duration must be > 0");
+    return 0;
+}
+
+/* Cross-option rules. */
+static int validate(load_opts *o, const unsigned char *given, char *err, size_t el)
+{
+    if (validate_sessions(o, given, err, el)) return -1;
     if (strncmp(o->url, "http://", 7) && strncmp(o->url, "https://", 8))
         return errf(err, el, "--url: '%s' must start with http:// or https://", o->url);
     if (o->key_min && !o->cross) return errf(err, el, "--key-len needs --cross");
     if (o->timeout_s <= 0) return errf(err, el, "--timeout must be > 0");
-    if (!o->requests && o->duration_s <= 0) return errf(err, el, "--duration must be > 0");
+    if (!o->sessions && !o->requests && o->duration_s <= 0)
+        return errf(err, el, "--duration must be > 0");
     if (o->n_request_files && (o->cross || o->batch || o->seq_dist || o->need_weights ||
                                o->causal || o->window || o->key_padding > 0))
         return errf(err, el, "--request-file is sent as is; drop the request-shape options");
@@ -390,7 +500,8 @@ static int validate(load_opts *o, char *err, size_t el)
         return errf(err, el, "--request-file sends /v1 bodies; it does not mix with --protocol v2");
     for (size_t i = 0; !o->is_rate && i < o->n_levels; i++)
         if (o->levels[i] > MAX_CONCURRENCY)
-            return errf(err, el, "--concurrency: %g is above %d", o->levels[i], MAX_CONCURRENCY);
+            return errf(err, el, "--%s: %g is above %d", o->sessions ? "sessions" : "concurrency",
+                        o->levels[i], MAX_CONCURRENCY);
     if (!o->levels) {
         o->levels = malloc(sizeof *o->levels);
         if (!o->levels) return errf(err, el, "out of memory");
@@ -403,6 +514,7 @@ static int validate(load_opts *o, char *err, size_t el)
 int load_opts_parse(load_opts *o, int argc, char **argv, char *err, size_t errlen)
 {
     int c, seen_conc = 0;
+    unsigned char given[O_END - O_URL] = {0};
     set_defaults(o);
     optind = 0; /* GNU: full reinitialisation, so the parser can run more than once */
     opterr = 0;
@@ -417,9 +529,10 @@ int load_opts_parse(load_opts *o, int argc, char **argv, char *err, size_t errle
             return errf(err, errlen, "%s: unknown option or missing value (see --help)", bad);
         }
         if (apply_opt(o, c, optarg, &seen_conc, err, errlen)) return -1;
+        if (c >= O_URL && c < O_END) given[c - O_URL] = 1;
     }
     if (optind < argc) return errf(err, errlen, "unexpected argument '%s'", argv[optind]);
-    return validate(o, err, errlen);
+    return validate(o, given, err, errlen);
 }
 
 void load_opts_free(load_opts *o)

@@ -39,6 +39,15 @@ typedef struct load_opts {
     int help;               /* --help was given (usage already printed) */
     int protocol;           /* 1: POST /v1 attention (default); 2: KServe v2 infer */
     int binary;             /* v2 only: tensors as binary data, both ways */
+
+    /* --sessions: streaming-session decode mode, a mode of its own. levels holds the session
+     * counts (one level per count); window is the sessions' window (0 = unbounded);
+     * duration_s caps each level's decode phase (0 = no cap: --steps ends it). */
+    int sessions;           /* 1: --sessions mode */
+    int prefix;             /* positions each stream prefills (0: none) */
+    int steps;              /* one-position appends per stream */
+    int prefill_chunk;      /* most rows per prefill append; 0 = all --prefix rows at once */
+    int max_retries;        /* 503 with Retry-After: retries per call before it counts as an error */
 } load_opts;
 
 /* Parses argv into *o (defaults first). Returns 0, or -1 with a one-line reason in err.

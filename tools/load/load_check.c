@@ -290,7 +290,39 @@ typedef struct top_ctx {
     const load_expect *want;
     load_timing *timing;
     int seen_output, seen_weights, id_ok;
+    int seen_session, session_bad; /* session appends: "session" met; its members wrong */
+    int session_id_ok, session_len_ok, session_cached_ok;
 } top_ctx;
+
+static int scan_int(scan *sc, int64_t *v, int *ok);
+
+/* One member of an append's "session": {"id", "length", "cached"}. */
+static int session_member(scan *sc, const char *key, size_t klen, void *ctx)
+{
+    top_ctx *t = ctx;
+    const load_expect *w = t->want;
+    if (key_is(key, klen, "id")) {
+        const char *s;
+        size_t n;
+        if (sc->p >= sc->end || *sc->p != '"') {
+            t->session_bad = 1;
+            return scan_value(sc, NULL, 0, NULL);
+        }
+        if (scan_string(sc, &s, &n)) return -1;
+        t->session_id_ok = n == strlen(w->session_id) && memcmp(s, w->session_id, n) == 0;
+        return 0;
+    }
+    int is_len = key_is(key, klen, "length"), is_cached = key_is(key, klen, "cached");
+    if (!is_len && !is_cached) return scan_value(sc, NULL, 0, NULL);
+    int64_t v = -1;
+    int ok = 1;
+    if (scan_int(sc, &v, &ok)) return -1;
+    if (!ok) t->session_bad = 1;
+    else if (is_len) t->session_len_ok = v == w->session_length;
+    else t->session_cached_ok = v >= 0 && v <= w->session_length &&
+                                (!w->session_full || v == w->session_length);
+    return 0;
+}
 
 static int shape_member(scan *sc, const load_shape *want, int *seen)
 {
@@ -315,6 +347,13 @@ static int top_member(scan *sc, const char *key, size_t klen, void *ctx)
         t->timing->has = 1;
         return scan_object(sc, timing_member, t->timing);
     }
+    if (t->want->session_id && key_is(key, klen, "session")) {
+        if (t->seen_session++ || sc->p >= sc->end || *sc->p != '{') {
+            t->session_bad = 1;
+            return scan_value(sc, NULL, 0, NULL);
+        }
+        return scan_object(sc, session_member, t);
+    }
     if (key_is(key, klen, "id") && sc->p < sc->end && *sc->p == '"') {
         const char *s;
         size_t n;
@@ -334,7 +373,7 @@ load_kind load_check_response(long status, const char *body, size_t len,
     if (k != LOAD_OK) return k;
 
     scan sc = {body, body + len, 0, 0, 0};
-    top_ctx t = {want, timing, 0, 0, 0};
+    top_ctx t = {.want = want, .timing = timing};
     skip_ws(&sc);
     if (!body || sc.p >= sc.end || *sc.p != '{' || scan_object(&sc, top_member, &t)) k = LOAD_ERR_BAD_JSON;
     if (k == LOAD_OK) {
@@ -345,6 +384,9 @@ load_kind load_check_response(long status, const char *body, size_t len,
         int want_id = want->id && want->id[0];
         if (sc.bad_shape || !t.seen_output || t.seen_weights != (want->weights != NULL) ||
             (want_id && !t.id_ok))
+            k = LOAD_ERR_BAD_SHAPE;
+        if (want->session_id && (!t.seen_session || t.session_bad || !t.session_id_ok ||
+                                 !t.session_len_ok || !t.session_cached_ok))
             k = LOAD_ERR_BAD_SHAPE;
     }
     if (k != LOAD_OK) memset(timing, 0, sizeof *timing);

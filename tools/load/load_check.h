@@ -55,11 +55,17 @@ typedef struct load_timing {
 } load_timing;
 
 /* What a response must look like. weights == NULL means "weights must be absent".
- * id == NULL or "" means "do not check the echoed id". Borrowed by load_check_body. */
+ * id == NULL or "" means "do not check the echoed id". Borrowed by load_check_body.
+ * A session append (session_id != NULL) must also carry "session": {"id": session_id,
+ * "length": session_length, "cached": C} with 0 <= C <= length, and C == length when
+ * session_full (an unbounded session keeps every position). */
 typedef struct load_expect {
     const load_shape *output;
     const load_shape *weights;
     const char *id;
+    const char *session_id;
+    long long session_length;
+    int session_full;
 } load_expect;
 
 /* What a KServe v2 infer response must hold (--protocol v2): outputs[] with "output" FP32

@@ -187,6 +187,22 @@ done:
     return rc;
 }
 
+char *load_gen_query_body(unsigned long long *rng, int rows, int cols, size_t *len)
+{
+    sbuf b = {0};
+    uint64_t state = *rng;
+    sb_str(&b, "{\"query\":");
+    put_matrix(&b, &state, rows, cols);
+    sb_str(&b, "}");
+    *rng = state;
+    if (b.oom) {
+        free(b.s);
+        return NULL;
+    }
+    *len = b.n;
+    return b.s;
+}
+
 /* ---- KServe v2 requests ----------------------------------------------------------------------- */
 
 /* One input tensor of a v2 request: JSON data, or (binary) its bytes appended to raw. */
@@ -408,7 +424,8 @@ void load_pool_free(load_pool *p)
 
 load_expect load_req_expect(const load_req *r)
 {
-    load_expect e = {&r->output, r->want_weights ? &r->weights : NULL, r->id};
+    load_expect e = {.output = &r->output, .weights = r->want_weights ? &r->weights : NULL,
+                     .id = r->id};
     return e;
 }
 

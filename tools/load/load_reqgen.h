@@ -41,6 +41,11 @@ typedef struct load_pool {
 int load_pool_build(load_pool *p, const load_opts *o, const load_model *m, char *err, size_t el);
 void load_pool_free(load_pool *p);
 
+/* A session append body {"query": rows x cols} of uniform values in [-1, 1] (4 decimals)
+ * drawn from *rng (splitmix64 state, advanced). Returns the malloc'd NUL-terminated body
+ * with *len, or NULL when out of memory. */
+char *load_gen_query_body(unsigned long long *rng, int rows, int cols, size_t *len);
+
 /* The load_expect for one pool entry (borrows from r). */
 load_expect load_req_expect(const load_req *r);
 

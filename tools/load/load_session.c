@@ -1,0 +1,846 @@
+/* load_session.c — the --sessions engine of attnd-load (see load_session.h): a state machine
+ * per stream (create -> prefill -> barrier -> decode -> delete -> done) driven by one CURLM.
+ * Completion times are taken once per curl_multi_perform, before any answer is checked; the
+ * next request of a stream is sent after the completions of that perform are handled. */
+#include "load_session.h"
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "load_stats.h"
+
+#define MAX_BODY (64u << 20)       /* answers above this count as transport errors */
+#define MAX_RETRY_WAIT_S 5.0       /* a longer Retry-After is cut to this */
+#define PROGRESS_NS 200000000LL
+#define CHUNK_VALUES (4u << 20)    /* numbers held in distinct prefill bodies, at most */
+
+static volatile sig_atomic_t stop_requested;
+
+void load_sess_stop(void) { stop_requested = 1; }
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* ---- tallies ------------------------------------------------------------------------------- */
+
+const char *load_phase_name(load_phase p)
+{
+    static const char *const names[LOAD_PHASE_COUNT] = {"create", "prefill", "decode", "delete"};
+    return (unsigned)p < LOAD_PHASE_COUNT ? names[p] : "?";
+}
+
+void load_counts_add(load_counts *c, const char *name, long n)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (!strcmp(c->v[i].name, name)) {
+            c->v[i].n += n;
+            return;
+        }
+    if (c->n == LOAD_COUNTS_MAX) {
+        c->other += n;
+        return;
+    }
+    snprintf(c->v[c->n].name, sizeof c->v[c->n].name, "%s", name);
+    c->v[c->n++].n = n;
+}
+
+long load_counts_get(const load_counts *c, const char *name)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (!strcmp(c->v[i].name, name)) return c->v[i].n;
+    return 0;
+}
+
+/* The error object of an attnd error body (NULL when it is not one); json_decref(*root). */
+static json_t *error_object(const char *body, size_t len, json_t **root)
+{
+    *root = body && len ? json_loadb(body, len, 0, NULL) : NULL;
+    json_t *e = json_object_get(*root, "error");
+    return json_is_object(e) ? e : NULL;
+}
+
+void load_sess_kind(char *buf, size_t n, int curl_code, long status, const char *body,
+                    size_t len, int bad_response)
+{
+    if (curl_code) {
+        snprintf(buf, n, "%s", load_kind_from_curl(curl_code) == LOAD_ERR_TIMEOUT ? "timeout"
+                                                                                  : "transport");
+        return;
+    }
+    if (bad_response) {
+        snprintf(buf, n, "bad_response");
+        return;
+    }
+    json_t *root, *e = error_object(body, len, &root);
+    const char *code = json_string_value(json_object_get(e, "code"));
+    int ok = code && *code && strlen(code) <= 32;
+    for (const char *p = code; ok && *p; p++)
+        ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_';
+    if (ok) snprintf(buf, n, "http_%ld_%s", status, code);
+    else snprintf(buf, n, "http_%ld", status);
+    json_decref(root);
+}
+
+static int push2(double **a, double **b, size_t *n, size_t *cap, double x, double y)
+{
+    if (*n == *cap) {
+        size_t c = *cap ? 2 * *cap : 1024;
+        double *na = realloc(*a, c * sizeof *na);
+        if (na) *a = na;
+        double *nb = b && na ? realloc(*b, c * sizeof *nb) : NULL;
+        if (nb) *b = nb;
+        if (!na || (b && !nb)) return -1;
+        *cap = c;
+    }
+    (*a)[*n] = x;
+    if (b) (*b)[*n] = y;
+    (*n)++;
+    return 0;
+}
+
+void load_sess_add_step(load_sess_stats *s, double lat_ms, double at_s, const load_timing *t)
+{
+    s->decode_tokens++;
+    if (push2(&s->step_ms, &s->step_at_s, &s->n_steps, &s->cap_steps, lat_ms, at_s)) s->oom = 1;
+    if (t && t->has) {
+        s->n_timing++;
+        s->sum_queue_ms += t->queue_us / 1000.0;
+        s->sum_compute_ms += t->compute_us / 1000.0;
+        s->sum_batch += t->batch_size;
+    }
+}
+
+void load_sess_add_prefill(load_sess_stats *s, double ms)
+{
+    s->prefilled++;
+    if (push2(&s->prefill_ms, NULL, &s->n_prefill, &s->cap_prefill, ms, 0)) s->oom = 1;
+}
+
+void load_sess_add_error(load_sess_stats *s, load_phase ph, const char *kind, const char *detail)
+{
+    s->errors++;
+    if ((unsigned)ph < LOAD_PHASE_COUNT) s->errors_by_phase[ph]++;
+    load_counts_add(&s->errors_by_kind, kind, 1);
+    if (!s->first_error[0]) {
+        snprintf(s->first_error, sizeof s->first_error, "%s: %s", load_phase_name(ph),
+                 detail && *detail ? detail : kind);
+        for (char *p = s->first_error; *p; p++) /* ASCII only: it goes into JSON and a table */
+            if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f) *p = '?';
+    }
+}
+
+void load_sess_add_retry(load_sess_stats *s, const char *kind)
+{
+    s->retries++;
+    load_counts_add(&s->retries_by_kind, kind, 1);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void load_sess_stats_finish(load_sess_stats *s)
+{
+    size_t n = s->n_steps;
+    free(s->tpot_sorted);
+    s->tpot_sorted = n ? malloc(n * sizeof *s->tpot_sorted) : NULL;
+    if (n && !s->tpot_sorted) {
+        s->oom = 1;
+        n = 0;
+    }
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += s->tpot_sorted[i] = s->step_ms[i];
+    if (n) qsort(s->tpot_sorted, n, sizeof *s->tpot_sorted, cmp_double);
+    s->tpot_mean_ms = n ? sum / (double)n : 0;
+    s->tpot_min_ms = n ? s->tpot_sorted[0] : 0;
+    s->tpot_max_ms = n ? s->tpot_sorted[n - 1] : 0;
+    s->tpot_p50_ms = load_percentile(s->tpot_sorted, n, 50);
+    s->tpot_p90_ms = load_percentile(s->tpot_sorted, n, 90);
+    s->tpot_p99_ms = load_percentile(s->tpot_sorted, n, 99);
+    s->decode_tokens_per_s =
+        s->decode_elapsed_s > 0 ? (double)s->decode_tokens / s->decode_elapsed_s : 0;
+    s->stream_tokens_per_s =
+        s->decoding_streams ? s->decode_tokens_per_s / (double)s->decoding_streams : 0;
+    double k = (double)s->n_timing;
+    s->queue_ms = k ? s->sum_queue_ms / k : 0;
+    s->compute_ms = k ? s->sum_compute_ms / k : 0;
+    s->mean_batch = k ? s->sum_batch / k : 0;
+
+    size_t m = s->n_prefill;
+    double psum = 0;
+    if (m) qsort(s->prefill_ms, m, sizeof *s->prefill_ms, cmp_double);
+    for (size_t i = 0; i < m; i++) psum += s->prefill_ms[i];
+    s->prefill_mean_ms = m ? psum / (double)m : 0;
+    s->prefill_p50_ms = load_percentile(s->prefill_ms, m, 50);
+    s->prefill_max_ms = m ? s->prefill_ms[m - 1] : 0;
+    s->prefill_tokens_per_s =
+        s->prefill_total_s > 0 ? (double)s->prefill_tokens / s->prefill_total_s : 0;
+    s->create_mean_ms = s->n_create ? s->sum_create_ms / (double)s->n_create : 0;
+    s->delete_mean_ms = s->n_delete ? s->sum_delete_ms / (double)s->n_delete : 0;
+}
+
+void load_sess_stats_free(load_sess_stats *s)
+{
+    free(s->prefill_ms);
+    free(s->step_ms);
+    free(s->step_at_s);
+    free(s->tpot_sorted);
+    s->prefill_ms = s->step_ms = s->step_at_s = s->tpot_sorted = NULL;
+    s->n_prefill = s->cap_prefill = s->n_steps = s->cap_steps = 0;
+}
+
+/* ---- the runner ---------------------------------------------------------------------------- */
+
+typedef enum { ST_CREATE, ST_PREFILL, ST_BARRIER, ST_DECODE, ST_DELETE, ST_DONE } st_state;
+
+typedef struct qbody {
+    char *s;
+    size_t len;
+} qbody;
+
+/* A set of pre-built bodies of one row count, sent round robin, and their answers' shape. */
+typedef struct body_set {
+    qbody *b;
+    size_t n, next;
+    int rows;
+    load_shape shape; /* rows x E_out */
+} body_set;
+
+typedef struct stream {
+    CURL *easy;
+    char *buf;                 /* the answer (owned) */
+    size_t len, cap;
+    double retry_after_s;      /* the answer's Retry-After in s; -1 when absent */
+    st_state state;
+    int busy;                  /* a request in flight */
+    int waiting;               /* a retry is due at send_at */
+    int64_t send_at;
+    int tries;                 /* retries of the current call so far */
+    int64_t call_start;        /* the current call's first send */
+    int64_t prefill_start;
+    char id[64];               /* the session's id; "" before create */
+    char *append_url, *session_url; /* owned */
+    long long length;          /* positions the server committed */
+    int steps_done;
+    body_set *set;             /* the current append's bodies */
+    const qbody *body;
+} stream;
+
+struct load_sess_runner {
+    const load_opts *o;
+    load_model m;
+    CURLM *multi;
+    struct curl_slist *headers;
+    char *create_url;          /* owned */
+    char create_body[48];
+    stream *streams;           /* nstreams, owned */
+    size_t nstreams;
+    size_t *ready;             /* FIFO of stream indices whose next request is to go now */
+    size_t nready;
+    size_t *barrier;           /* streams waiting for the decode phase */
+    size_t nbarrier;
+    body_set chunk, tail, step; /* prefill appends of `chunk` rows, the last one of `tail` */
+    int tty, warned_length;
+};
+
+/* Per-level state. */
+typedef struct level {
+    load_sess_stats *st;
+    long n, active, pre_barrier, waiting;
+    int decode_started, stopping;
+    int64_t t0, decode_start, decode_cap; /* decode_cap 0: no --duration */
+    int64_t first_prefill, last_prefill_end, last_decode_end, last_progress;
+} level;
+
+static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
+{
+    stream *s = ud;
+    size_t n = size * nmemb;
+    if (s->len + n + 1 > s->cap) {
+        size_t cap = s->cap ? s->cap : 16384;
+        while (cap < s->len + n + 1) cap *= 2;
+        if (cap > MAX_BODY) return 0;
+        char *b = realloc(s->buf, cap);
+        if (!b) return 0;
+        s->buf = b;
+        s->cap = cap;
+    }
+    memcpy(s->buf + s->len, data, n);
+    s->len += n;
+    s->buf[s->len] = 0;
+    return n;
+}
+
+/* Records Retry-After (delay-seconds form; an HTTP date is not retried on). */
+static size_t on_header(char *data, size_t size, size_t nmemb, void *ud)
+{
+    static const char name[] = "retry-after:";
+    stream *s = ud;
+    size_t n = size * nmemb;
+    if (n > sizeof name - 1 && strncasecmp(data, name, sizeof name - 1) == 0) {
+        char buf[32];
+        size_t k = n - (sizeof name - 1);
+        if (k >= sizeof buf) k = sizeof buf - 1;
+        memcpy(buf, data + sizeof name - 1, k);
+        buf[k] = 0;
+        char *p = buf, *end;
+        while (*p == ' ' || *p == '\t') p++;
+        long v = strtol(p, &end, 10);
+        while (*end == ' ' || *end == '\r' || *end == '\n') end++;
+        s->retry_after_s = end != p && !*end && v >= 0 ? (double)v : -1;
+    }
+    return n;
+}
+
+static char *base_url(const char *url)
+{
+    char *b = strdup(url);
+    if (b)
+        for (size_t n = strlen(b); n && b[n - 1] == '/'; n--) b[n - 1] = 0;
+    return b;
+}
+
+static void raise_fd_limit(size_t n)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= n + 64) return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > n + 64 ? n + 64 : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+/* count bodies of rows x E_q from *rng. 0 / -1 (no memory). */
+static int build_set(body_set *set, size_t count, int rows, const load_model *m,
+                     unsigned long long *rng)
+{
+    set->rows = rows;
+    if (!rows || !count) return 0;
+    if (load_shape_push_matrix(&set->shape, 0, rows, m->embed_out)) return -1;
+    if (!(set->b = calloc(count, sizeof *set->b))) return -1;
+    for (; set->n < count; set->n++)
+        if (!(set->b[set->n].s = load_gen_query_body(rng, rows, m->embed_q, &set->b[set->n].len)))
+            return -1;
+    return 0;
+}
+
+static void free_set(body_set *set)
+{
+    for (size_t i = 0; i < set->n; i++) free(set->b[i].s);
+    free(set->b);
+    load_shape_free(&set->shape);
+    memset(set, 0, sizeof *set);
+}
+
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+/* Distinct bodies of `rows` rows: at most --pool, `uses` (how often they can be sent) and
+ * CHUNK_VALUES numbers in all; at least one. */
+static size_t set_count(const load_opts *o, const load_model *m, size_t uses, int rows)
+{
+    size_t per = (size_t)rows * (size_t)m->embed_q, cap = per ? CHUNK_VALUES / per : 1;
+    size_t n = min_size(min_size((size_t)o->pool, uses), cap ? cap : 1);
+    return n ? n : 1;
+}
+
+load_sess_runner *load_sess_new(const load_opts *o, const load_model *m, char *err, size_t el)
+{
+    load_sess_runner *r = calloc(1, sizeof *r);
+    char *base = base_url(o->url), *name = NULL;
+    CURL *esc = curl_easy_init();
+    size_t n = 1;
+    for (size_t i = 0; i < o->n_levels; i++)
+        if ((size_t)o->levels[i] > n) n = (size_t)o->levels[i];
+    if (!r || !base || !esc || !(name = curl_easy_escape(esc, o->model, 0))) goto oom;
+    r->o = o;
+    r->m = *m;
+    r->tty = isatty(STDERR_FILENO);
+    if (asprintf(&r->create_url, "%s/v1/models/%s/sessions", base, name) < 0) {
+        r->create_url = NULL;
+        goto oom;
+    }
+    if (o->window) snprintf(r->create_body, sizeof r->create_body, "{\"window\":%d}", o->window);
+    else snprintf(r->create_body, sizeof r->create_body, "{}");
+
+    int chunk = o->prefill_chunk && o->prefill_chunk < o->prefix ? o->prefill_chunk : o->prefix;
+    int full = chunk ? o->prefix / chunk : 0, tail = chunk ? o->prefix % chunk : 0;
+    unsigned long long rng = o->seed;
+    if (build_set(&r->chunk, set_count(o, m, n * (size_t)full, chunk), chunk, m, &rng) ||
+        build_set(&r->tail, set_count(o, m, n, tail), tail, m, &rng) ||
+        build_set(&r->step, set_count(o, m, n * (size_t)o->steps, 1), o->steps ? 1 : 0, m, &rng))
+        goto oom;
+
+    r->headers = curl_slist_append(NULL, "Content-Type: application/json");
+    if (r->headers) r->headers = curl_slist_append(r->headers, "Expect:");
+    r->multi = curl_multi_init();
+    r->streams = calloc(n, sizeof *r->streams);
+    r->ready = calloc(n, sizeof *r->ready);
+    r->barrier = calloc(n, sizeof *r->barrier);
+    if (!r->headers || !r->multi || !r->streams || !r->ready || !r->barrier) goto oom;
+    r->nstreams = n;
+    raise_fd_limit(n);
+    for (size_t i = 0; i < n; i++) {
+        stream *s = &r->streams[i];
+        if (!(s->easy = curl_easy_init())) goto oom;
+        curl_easy_setopt(s->easy, CURLOPT_HTTPHEADER, r->headers);
+        curl_easy_setopt(s->easy, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(s->easy, CURLOPT_TCP_NODELAY, 1L);
+        curl_easy_setopt(s->easy, CURLOPT_TIMEOUT_MS, (long)(o->timeout_s * 1000));
+        curl_easy_setopt(s->easy, CURLOPT_WRITEFUNCTION, on_write);
+        curl_easy_setopt(s->easy, CURLOPT_WRITEDATA, s);
+        curl_easy_setopt(s->easy, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(s->easy, CURLOPT_HEADERDATA, s);
+        curl_easy_setopt(s->easy, CURLOPT_PRIVATE, s);
+    }
+    curl_multi_setopt(r->multi, CURLMOPT_MAXCONNECTS, (long)n);
+    curl_free(name);
+    curl_easy_cleanup(esc);
+    free(base);
+    return r;
+oom:
+    snprintf(err, el, "out of memory setting up %zu sessions", n);
+    curl_free(name);
+    if (esc) curl_easy_cleanup(esc);
+    free(base);
+    load_sess_free(r);
+    return NULL;
+}
+
+static void reset_stream(stream *s)
+{
+    free(s->append_url);
+    free(s->session_url);
+    s->append_url = s->session_url = NULL;
+}
+
+void load_sess_free(load_sess_runner *r)
+{
+    if (!r) return;
+    for (size_t i = 0; i < r->nstreams; i++) {
+        stream *s = &r->streams[i];
+        if (s->busy) curl_multi_remove_handle(r->multi, s->easy);
+        if (s->easy) curl_easy_cleanup(s->easy);
+        free(s->buf);
+        reset_stream(s);
+    }
+    if (r->multi) curl_multi_cleanup(r->multi);
+    curl_slist_free_all(r->headers);
+    free_set(&r->chunk);
+    free_set(&r->tail);
+    free_set(&r->step);
+    free(r->streams);
+    free(r->ready);
+    free(r->barrier);
+    free(r->create_url);
+    free(r);
+}
+
+/* ---- one stream ---------------------------------------------------------------------------- */
+
+static int pre_barrier_state(st_state s) { return s == ST_CREATE || s == ST_PREFILL; }
+
+static size_t idx(const load_sess_runner *r, const stream *s) { return (size_t)(s - r->streams); }
+
+/* Starts s's next call in its state: picks the append's body, queues the request. */
+static void next_call(load_sess_runner *r, stream *s)
+{
+    s->tries = 0;
+    s->set = NULL;
+    s->body = NULL;
+    if (s->state == ST_PREFILL)
+        s->set = r->o->prefix - s->length >= r->chunk.rows && r->chunk.n ? &r->chunk : &r->tail;
+    else if (s->state == ST_DECODE)
+        s->set = &r->step;
+    if (s->set) {
+        s->body = &s->set->b[s->set->next];
+        s->set->next = (s->set->next + 1) % s->set->n;
+    }
+    r->ready[r->nready++] = idx(r, s);
+}
+
+/* Moves s to state next; a state that sends queues its first request. */
+static void set_state(load_sess_runner *r, level *lv, stream *s, st_state next)
+{
+    if (pre_barrier_state(s->state) && !pre_barrier_state(next)) lv->pre_barrier--;
+    s->state = next;
+    if (next == ST_BARRIER) {
+        r->barrier[r->nbarrier++] = idx(r, s);
+    } else if (next == ST_DONE) {
+        lv->active--;
+        reset_stream(s);
+    } else if (next == ST_DELETE && !s->id[0]) { /* never created: nothing to delete */
+        set_state(r, lv, s, ST_DONE);
+    } else {
+        next_call(r, s);
+    }
+}
+
+/* Sends s's current call. 0, or -1 when curl refuses the handle. */
+static int send_call(load_sess_runner *r, level *lv, stream *s, int64_t now)
+{
+    CURL *e = s->easy;
+    s->len = 0;
+    s->retry_after_s = -1;
+    if (!s->tries) s->call_start = now;
+    if (s->state == ST_DELETE) {
+        curl_easy_setopt(e, CURLOPT_URL, s->session_url);
+        curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "DELETE");
+    } else {
+        const char *body = s->state == ST_CREATE ? r->create_body : s->body->s;
+        size_t len = s->state == ST_CREATE ? strlen(r->create_body) : s->body->len;
+        curl_easy_setopt(e, CURLOPT_URL, s->state == ST_CREATE ? r->create_url : s->append_url);
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, NULL);
+        curl_easy_setopt(e, CURLOPT_POST, 1L);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    }
+    if (s->state == ST_PREFILL && !s->tries && s->length == 0) {
+        s->prefill_start = now;
+        if (!lv->first_prefill) lv->first_prefill = now;
+    }
+    if (curl_multi_add_handle(r->multi, e) != CURLM_OK) return -1;
+    s->busy = 1;
+    return 0;
+}
+
+/* "HTTP 404 model_not_found: no model named ..." / a curl error / a bad answer, for the
+ * first-error line. */
+static void describe(char *buf, size_t n, int cc, long status, const stream *s, int bad)
+{
+    if (cc) {
+        snprintf(buf, n, "%s", curl_easy_strerror((CURLcode)cc));
+        return;
+    }
+    if (bad) {
+        snprintf(buf, n, "unexpected answer (HTTP %ld): %.160s", status, s->buf ? s->buf : "");
+        return;
+    }
+    json_t *root, *e = error_object(s->buf, s->len, &root);
+    const char *code = json_string_value(json_object_get(e, "code"));
+    const char *msg = json_string_value(json_object_get(e, "message"));
+    snprintf(buf, n, "HTTP %ld%s%s%s%.200s", status, code ? " " : "", code ? code : "",
+             msg ? ": " : "", msg ? msg : "");
+    json_decref(root);
+}
+
+static void fail_call(level *lv, stream *s, load_phase ph, int cc, long status, int bad)
+{
+    char kind[64], detail[300];
+    load_sess_kind(kind, sizeof kind, cc, status, s->buf, s->len, bad);
+    describe(detail, sizeof detail, cc, status, s, bad);
+    load_sess_add_error(lv->st, ph, kind, detail);
+}
+
+/* The 201 of a create: takes the id, builds the stream's URLs. 0, or -1 (a bad answer). */
+static int take_session(load_sess_runner *r, stream *s)
+{
+    json_t *root = s->buf ? json_loadb(s->buf, s->len, 0, NULL) : NULL;
+    const char *id = json_string_value(json_object_get(root, "id"));
+    json_t *max_len = json_object_get(root, "max_length");
+    int ok = id && *id && strlen(id) < sizeof s->id &&
+             strspn(id, "0123456789abcdefABCDEF") == strlen(id); /* it goes into URLs */
+    if (ok) {
+        snprintf(s->id, sizeof s->id, "%s", id);
+        char *base = base_url(r->o->url);
+        if (!base || asprintf(&s->append_url, "%s/v1/sessions/%s/append", base, id) < 0)
+            s->append_url = NULL;
+        if (!base || asprintf(&s->session_url, "%s/v1/sessions/%s", base, id) < 0)
+            s->session_url = NULL;
+        free(base);
+        if (!s->append_url || !s->session_url) ok = 0; /* out of memory: as a bad answer */
+        if (!ok) s->id[0] = 0;
+    }
+    long long total = (long long)r->o->prefix + r->o->steps;
+    if (ok && json_is_integer(max_len) && json_integer_value(max_len) < total && !r->warned_length) {
+        r->warned_length = 1;
+        fprintf(stderr, "attnd-load: --prefix + --steps = %lld is beyond the sessions' max_length "
+                        "%lld: appends past it will fail (use --window, or a larger --max-seq-len "
+                        "on the server)\n", total, (long long)json_integer_value(max_len));
+    }
+    json_decref(root);
+    return ok ? 0 : -1;
+}
+
+static int retryable(const load_sess_runner *r, const level *lv, const stream *s, int cc,
+                     long status)
+{
+    return !cc && status == 503 && s->retry_after_s >= 0 && s->tries < r->o->max_retries &&
+           (!lv->stopping || s->state == ST_DELETE);
+}
+
+/* After a successful step (or when the decode phase opens, steps_done == 0): the next step,
+ * or the end of the stream's decode. */
+static void after_step(load_sess_runner *r, level *lv, stream *s, int64_t now)
+{
+    load_sess_stats *st = lv->st;
+    if (s->steps_done >= r->o->steps) {
+        st->completed++;
+        set_state(r, lv, s, ST_DELETE);
+    } else if (lv->stopping || (lv->decode_cap && now >= lv->decode_cap)) {
+        st->steps_cut += r->o->steps - s->steps_done;
+        set_state(r, lv, s, ST_DELETE);
+    } else if (s->state == ST_DECODE) {
+        next_call(r, s);
+    } else {
+        set_state(r, lv, s, ST_DECODE);
+    }
+}
+
+/* An answer to s's call arrived at end (or curl gave up: cc). */
+static void complete(load_sess_runner *r, level *lv, stream *s, int cc, int64_t end)
+{
+    load_sess_stats *st = lv->st;
+    const load_opts *o = r->o;
+    long status = 0;
+    curl_multi_remove_handle(r->multi, s->easy);
+    s->busy = 0;
+    if (!cc) curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (retryable(r, lv, s, cc, status)) {
+        char kind[64];
+        load_sess_kind(kind, sizeof kind, cc, status, s->buf, s->len, 0);
+        load_sess_add_retry(st, kind);
+        s->tries++;
+        double wait = s->retry_after_s < MAX_RETRY_WAIT_S ? s->retry_after_s : MAX_RETRY_WAIT_S;
+        s->send_at = end + (int64_t)(wait * 1e9);
+        s->waiting = 1;
+        lv->waiting++;
+        return;
+    }
+    st->calls++;
+    double ms = (double)(end - s->call_start) / 1e6;
+    load_timing t = {0};
+    load_kind k = LOAD_OK;
+    if (s->state == ST_PREFILL || s->state == ST_DECODE) {
+        load_expect want = {.output = &s->set->shape, .session_id = s->id,
+                            .session_length = s->length + s->set->rows,
+                            .session_full = o->window == 0};
+        k = cc ? load_kind_from_curl(cc) : load_check_response(status, s->buf, s->len, &want, &t);
+    }
+    int bad = k == LOAD_ERR_BAD_JSON || k == LOAD_ERR_BAD_SHAPE;
+    switch (s->state) {
+    case ST_CREATE:
+        if (!cc && status == 201 && take_session(r, s) == 0) {
+            st->created++;
+            st->n_create++;
+            st->sum_create_ms += ms;
+            if (ms > st->max_create_ms) st->max_create_ms = ms;
+            if (lv->stopping) {
+                st->steps_cut += o->steps;
+                set_state(r, lv, s, ST_DELETE);
+            } else {
+                set_state(r, lv, s, o->prefix ? ST_PREFILL : ST_BARRIER);
+            }
+        } else {
+            fail_call(lv, s, LOAD_PHASE_CREATE, cc, status, !cc && status == 201);
+            st->failed++;
+            st->steps_lost += o->steps;
+            set_state(r, lv, s, ST_DONE);
+        }
+        return;
+    case ST_PREFILL:
+        if (end > lv->last_prefill_end) lv->last_prefill_end = end;
+        if (k != LOAD_OK) {
+            fail_call(lv, s, LOAD_PHASE_PREFILL, cc, status, bad);
+            st->failed++;
+            st->steps_lost += o->steps;
+            set_state(r, lv, s, ST_DELETE);
+            return;
+        }
+        s->length += s->set->rows;
+        st->prefill_tokens += s->set->rows;
+        if (s->length >= o->prefix) {
+            load_sess_add_prefill(st, (double)(end - s->prefill_start) / 1e6);
+            set_state(r, lv, s, ST_BARRIER);
+        } else if (lv->stopping) {
+            st->steps_cut += o->steps;
+            set_state(r, lv, s, ST_DELETE);
+        } else {
+            next_call(r, s);
+        }
+        return;
+    case ST_DECODE:
+        if (end > lv->last_decode_end) lv->last_decode_end = end;
+        if (k != LOAD_OK) {
+            fail_call(lv, s, LOAD_PHASE_DECODE, cc, status, bad);
+            st->failed++;
+            st->steps_lost += o->steps - s->steps_done - 1;
+            set_state(r, lv, s, ST_DELETE);
+            return;
+        }
+        if (!s->steps_done) st->decoding_streams++;
+        s->length++;
+        s->steps_done++;
+        load_sess_add_step(st, ms, (double)(end - lv->decode_start) / 1e9, &t);
+        after_step(r, lv, s, end);
+        return;
+    case ST_DELETE:
+        if (!cc && status == 204) {
+            st->deleted++;
+            st->n_delete++;
+            st->sum_delete_ms += ms;
+            if (ms > st->max_delete_ms) st->max_delete_ms = ms;
+        } else if (!cc && (status == 404 || status == 410)) {
+            st->gone++; /* evicted or expired meanwhile: nothing left to delete */
+        } else {
+            fail_call(lv, s, LOAD_PHASE_DELETE, cc, status, 0);
+            st->leaked++; /* may still be there */
+        }
+        set_state(r, lv, s, ST_DONE);
+        return;
+    default: return;
+    }
+}
+
+/* Every stream has created and prefilled (or failed): the decode phase starts for all. */
+static void open_decode(load_sess_runner *r, level *lv, int64_t now)
+{
+    lv->decode_started = 1;
+    lv->decode_start = now;
+    lv->decode_cap = r->o->duration_s > 0 ? now + (int64_t)(r->o->duration_s * 1e9) : 0;
+    for (size_t i = 0; i < r->nbarrier; i++) {
+        stream *s = &r->streams[r->barrier[i]];
+        s->steps_done = 0;
+        after_step(r, lv, s, now);
+    }
+    r->nbarrier = 0;
+}
+
+/* A due retry: sent again, or, once stopping, given up (the steps it carried are cut). */
+static int due_retries(load_sess_runner *r, level *lv, int64_t now, int64_t *next_wake)
+{
+    for (size_t i = 0; lv->waiting && i < (size_t)lv->n; i++) {
+        stream *s = &r->streams[i];
+        if (!s->waiting) continue;
+        if (lv->stopping && s->state != ST_DELETE) {
+            s->waiting = 0;
+            lv->waiting--;
+            lv->st->steps_cut += r->o->steps - s->steps_done;
+            set_state(r, lv, s, ST_DELETE);
+            continue;
+        }
+        if (s->send_at > now) {
+            if (!*next_wake || s->send_at < *next_wake) *next_wake = s->send_at;
+            continue;
+        }
+        s->waiting = 0;
+        lv->waiting--;
+        if (send_call(r, lv, s, now)) return -1;
+    }
+    return 0;
+}
+
+static void progress(load_sess_runner *r, level *lv, int64_t now, int final)
+{
+    const load_sess_stats *st = lv->st;
+    if (r->o->quiet) return;
+    if (!final && (!r->tty || now - lv->last_progress < PROGRESS_NS)) return;
+    lv->last_progress = now;
+    double el = (double)(now - lv->t0) / 1e9;
+    long want = (long)lv->n * r->o->steps;
+    if (!r->tty) {
+        fprintf(stderr, "sessions %ld: %ld created, %ld prefilled, %lld/%ld steps, %ld errors, "
+                        "%ld deleted, %.1f s\n", lv->n, st->created, st->prefilled,
+                st->decode_tokens, want, st->errors, st->deleted, el);
+        return;
+    }
+    fprintf(stderr, "\rsessions %-5ld %6.1fs  created %-5ld prefilled %-5ld steps %lld/%-7ld "
+                    "errors %-5ld retries %-5ld deleted %-5ld\033[K", lv->n, el, st->created,
+            st->prefilled, st->decode_tokens, want, st->errors, st->retries, st->deleted);
+    if (final) fputc('\n', stderr);
+}
+
+static int run_loop(load_sess_runner *r, level *lv, char *err, size_t el)
+{
+    for (;;) {
+        int64_t now = now_ns(), wake = 0;
+        if (stop_requested && !lv->stopping) lv->stopping = 1;
+        if (lv->waiting && due_retries(r, lv, now, &wake))
+            return snprintf(err, el, "curl_multi_add_handle failed"), -1;
+        if (!lv->decode_started && lv->pre_barrier == 0) open_decode(r, lv, now);
+        for (size_t i = 0; i < r->nready; i++)
+            if (send_call(r, lv, &r->streams[r->ready[i]], now))
+                return snprintf(err, el, "curl_multi_add_handle failed"), -1;
+        r->nready = 0;
+        if (lv->active == 0) return 0;
+        progress(r, lv, now, 0);
+        int running = 0, left;
+        if (curl_multi_perform(r->multi, &running) != CURLM_OK)
+            return snprintf(err, el, "curl_multi_perform failed"), -1;
+        int64_t end = now_ns(); /* one completion time for everything this perform finished */
+        CURLMsg *msg;
+        while ((msg = curl_multi_info_read(r->multi, &left))) {
+            if (msg->msg != CURLMSG_DONE) continue;
+            char *priv = NULL;
+            CURL *easy = msg->easy_handle;
+            CURLcode cc = msg->data.result;
+            curl_easy_getinfo(easy, CURLINFO_PRIVATE, &priv);
+            complete(r, lv, (stream *)(void *)priv, (int)cc, end);
+        }
+        if (r->nready || (!lv->decode_started && lv->pre_barrier == 0)) continue;
+        int timeout_ms = 100;
+        if (wake) {
+            int64_t ms = (wake - now_ns()) / 1000000 + 1;
+            if (ms < timeout_ms) timeout_ms = ms < 0 ? 0 : (int)ms;
+        }
+        if (curl_multi_poll(r->multi, NULL, 0, timeout_ms, NULL) != CURLM_OK)
+            return snprintf(err, el, "curl_multi_poll failed"), -1;
+    }
+}
+
+int load_sess_run_level(load_sess_runner *r, int n, load_sess_stats *st, char *err, size_t el)
+{
+    const load_opts *o = r->o;
+    level lv = {0};
+    memset(st, 0, sizeof *st);
+    if (n < 1 || (size_t)n > r->nstreams) return snprintf(err, el, "bad level %d", n), -1;
+    st->sessions = n;
+    st->prefix = o->prefix;
+    st->steps = o->steps;
+    lv.st = st;
+    lv.n = lv.active = lv.pre_barrier = n;
+    lv.t0 = now_ns();
+    r->nready = r->nbarrier = 0;
+    for (int i = 0; i < n; i++) {
+        stream *s = &r->streams[i];
+        s->state = ST_CREATE;
+        s->id[0] = 0;
+        s->length = 0;
+        s->steps_done = 0;
+        s->waiting = 0;
+        next_call(r, s);
+    }
+    int rc = run_loop(r, &lv, err, el);
+    progress(r, &lv, now_ns(), 1);
+    if (rc) { /* a local failure: give the handles back; the server's TTL ends the sessions */
+        for (int i = 0; i < n; i++) {
+            stream *s = &r->streams[i];
+            if (s->busy) curl_multi_remove_handle(r->multi, s->easy);
+            s->busy = 0;
+            if (s->state != ST_DONE && s->id[0]) st->leaked++;
+            reset_stream(s);
+        }
+    }
+    st->prefill_total_s =
+        lv.first_prefill ? (double)(lv.last_prefill_end - lv.first_prefill) / 1e9 : 0;
+    st->decode_elapsed_s =
+        lv.last_decode_end > lv.decode_start ? (double)(lv.last_decode_end - lv.decode_start) / 1e9
+                                             : 0;
+    load_sess_stats_finish(st);
+    if (rc) return -1;
+    return stop_requested ? 1 : 0;
+}
