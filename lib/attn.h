@@ -334,6 +334,26 @@ typedef struct attn_seq {
      * (key given, or cache_append = 0) over a rotary layer is refused
      * (UNSUPPORTED): the positions of two sequences are undefined. */
     const int64_t *position_ids;
+
+    /* Appended in 0.3: how the KV cache is stored (all zero = the contiguous
+     * float32 cache above, unchanged). See "KV cache layouts" below.
+     *  - cache_block_rows = 0: contiguous: row i of the cache at row i.
+     *  - cache_block_rows = B > 0 (a power of two, 1..65536): paged. cache_k and
+     *    cache_v are the bases of caller-owned pools of equal-sized blocks;
+     *    logical row i is row i % B of pool block cache_block_table[i / B].
+     *    The table has ceil(s / B) entries, each >= 0 (the caller keeps them
+     *    inside its pools). Sessions may share blocks (forks of a prefix): the
+     *    library only reads rows below cache_len, and an append writes rows
+     *    [cache_len, cache_len + t) — plus, for INT8, requantises the earlier
+     *    rows of the blocks those rows fall in — so the caller guarantees the
+     *    blocks holding rows >= cache_len are its own (copy-on-write a shared
+     *    partial last block before appending).
+     *  - cache_dtype: what a cached element is (attn_kv_dtype). cache_k and
+     *    cache_v point to that storage, cast to float * (the library accesses
+     *    it only as cache_dtype says); INT8 needs a paged cache. */
+    int cache_block_rows;
+    const int32_t *cache_block_table;
+    int cache_dtype;        /* an attn_kv_dtype; 0 = ATTN_KV_F32 */
 } attn_seq;
 
 /* Counters filled by attn_forward (optional). */
@@ -424,6 +444,80 @@ void attn_workspace_get_options(const attn_workspace *ws, attn_workspace_options
  * layers (UNSUPPORTED: a memory has no positions). Thread-safe. */
 attn_status attn_project_kv(const attn_layer *layer, const float *key, const float *value,
                             int s, float *k_out, float *v_out, attn_error *err);
+
+/* ------------------------------------------------------- KV cache layouts
+ *
+ * Element types of a KV cache (attn_seq.cache_dtype). Append-only.
+ *   F32   exact (the default).
+ *   F16   IEEE binary16, round-to-nearest-even; magnitudes beyond 65504 are
+ *         stored as +-65504 (never inf). Relative error per element <= 2^-11
+ *         (normal range); absolute <= 2^-25 below 2^-14.
+ *   BF16  bfloat16 (the top half of a float32), round-to-nearest-even:
+ *         relative error per element <= 2^-8.
+ *   INT8  symmetric int8 with one float32 scale per (block, KV head): element
+ *         x of KV head j in block b is stored as q = round_half_even(x / s)
+ *         clamped to [-127, 127], read as q * s. A block filled in one call
+ *         (attn_kv_store, or an append covering it from its first row) gets
+ *         s = max|x| / 127 over its rows of that head (0 if all are 0):
+ *         |error| <= s/2. When an append adds rows whose max|x| exceeds
+ *         127 * s, the scale grows to s' = max(max|x| / 127, 2 s) and the
+ *         block's earlier rows of that head are requantised
+ *         (q' = round_half_even(q * s / s')). Because every growth at least
+ *         doubles s, a block's accumulated error stays <= s_final (the scale
+ *         it ends with, <= 2 max|x| / 127 of the block) however the rows
+ *         arrived; rows written in one go keep the s/2 bound.
+ * Attention-output error vs F32, as tests/unit/test_kvpaged.c bounds it
+ * (random layers incl. GQA/RoPE, inputs |x| <= 1, streams of up to 300 rows,
+ * error relative to max(1, max|output|)): F16 <= 1e-3, BF16 <= 1e-2, INT8
+ * <= 3e-2. Measured maxima there: F16 2.4e-4, BF16 2.0e-3, INT8 8.2e-3
+ * (the test prints them).
+ *
+ * Storage of KV head j's d (= d_k for K, d_v for V) elements of row i:
+ *   contiguous (F32, F16, BF16): elements [i*g*d + j*d, +d) of the buffer,
+ *     each 4 (F32) or 2 (F16, BF16 as uint16_t bits) bytes.
+ *   paged, F32/F16/BF16: block bytes = B * g * d * elem_size; row i % B of
+ *     the block in the same layout as a contiguous row.
+ *   paged, INT8: a block is g float32 scales (KV head 0 first) followed by
+ *     B rows of g*d int8 (row-major, as above), the whole padded to a
+ *     multiple of 4 bytes: block bytes = 4*g + round_up(B*g*d, 4).
+ * Block b of a pool starts at byte b * block bytes of cache_k (cache_v).
+ * Pools must be 4-byte aligned. */
+typedef enum attn_kv_dtype {
+    ATTN_KV_F32 = 0,
+    ATTN_KV_F16 = 1,
+    ATTN_KV_BF16 = 2,
+    ATTN_KV_INT8 = 3
+} attn_kv_dtype;
+
+/* Bytes of one block of K and of V for this layer (block_rows > 0), or of one
+ * row (block_rows = 0, contiguous; not for INT8). Fails with INVALID_ARG
+ * (err names the field: dtype, block_rows) or LIMIT; outputs written only on OK. */
+attn_status attn_kv_block_bytes(const attn_layer *layer, attn_kv_dtype dtype, int block_rows,
+                                size_t *k_bytes, size_t *v_bytes, attn_error *err);
+
+/* Where a cache lives, for attn_kv_store / attn_kv_load: the same meaning as
+ * attn_seq's cache_k, cache_v, cache_dtype, cache_block_rows and
+ * cache_block_table (the table must cover every row touched). Zero-initialise. */
+typedef struct attn_kv_cache {
+    void *k, *v;
+    attn_kv_dtype dtype;
+    int block_rows;
+    const int32_t *block_table;
+} attn_kv_cache;
+
+/* Writes n rows of projected keys k (n, g*d_k) and values v (n, g*d_v) — e.g.
+ * from attn_project_kv — to rows [row0, row0 + n) of the cache, converting to
+ * its dtype exactly as an append does (INT8: rows [block start, row0) of the
+ * first block already hold data and may be requantised, see above; rows past
+ * row0 + n in a block are ignored). Inputs must be finite (NONFINITE names
+ * the element). Nothing is written on failure. Thread-safe for disjoint blocks. */
+attn_status attn_kv_store(const attn_layer *layer, const attn_kv_cache *cache, int row0, int n,
+                          const float *k, const float *v, attn_error *err);
+
+/* Reads rows [row0, row0 + n) of the cache back as float32 (what the kernels
+ * see): k (n, g*d_k), v (n, g*d_v). For tests and tools. */
+attn_status attn_kv_load(const attn_layer *layer, const attn_kv_cache *cache, int row0, int n,
+                         float *k, float *v, attn_error *err);
 
 #ifdef __cplusplus
 }

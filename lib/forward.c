@@ -9,6 +9,7 @@
  */
 #include "forward.h"
 
+#include "kvcache.h"
 #include "mask.h"
 #include "rope.h"
 #include "softmax.h"
@@ -74,11 +75,12 @@ static uint64_t count_flops(const attn_layer *l, const attn_seq *seqs, int n, si
     return f;
 }
 
-size_t attn__blas_scratch_floats(int r, int t, int s, int d_k, int d_v)
+size_t attn__blas_scratch_floats(int r, int t, int s, int d_k, int d_v, int gather)
 {
     /* validated: r*t*s fits (h*t*s floats are indexable) */
     size_t rows = (size_t)r * (size_t)t, n = (rows * (size_t)s + 15) / 16 * 16;
-    if (r > 1) n += (rows * (size_t)d_k + 15) / 16 * 16 + rows * (size_t)d_v; /* stacked Q, Z */
+    if (r > 1) n += (rows * (size_t)d_k + 15) / 16 * 16 + (rows * (size_t)d_v + 15) / 16 * 16; /* stacked Q, Z */
+    if (gather) n += ((size_t)s * (size_t)d_k + 15) / 16 * 16 + (size_t)s * (size_t)d_v; /* K_j, V_j */
     return n;
 }
 
@@ -102,14 +104,21 @@ static attn_status plan_jobs(const attn_layer *l, const attn_seq *seqs, int n,
         tile > SIZE_MAX / 64)
         return attn__set_error(err, ATTN_ERR_LIMIT, "fused tile of %d heads x %d x %d overflows", r,
                                p->block_q, p->block_k);
-    const size_t fused_need = attn__fused_scratch_floats(r, p->block_q, p->block_k, l->d_k, l->d_v);
     for (int i = 0; i < n; i++) {
+        const int gather = !attn__kv_is_plain(&seqs[i]);
         if (seq_fused(ws, &seqs[i])) {
             jobs += (size_t)l->g * (size_t)ceil_div(seqs[i].t, p->block_q);
-            if (fused_need > need) need = fused_need;
+            size_t fs = attn__fused_scratch_floats(r, p->block_q, p->block_k, l->d_k, l->d_v, 0);
+            if (gather) /* room for a converted K and V tile at attn__kv_tile_ld strides */
+                fs = attn__fused_scratch_floats(r, p->block_q, p->block_k, attn__kv_tile_ld(l, 0),
+                                                attn__kv_tile_ld(l, 1), 1);
+            if (fs > need) need = fs;
         } else {
             jobs += seqs[i].weights_mode == ATTN_WEIGHTS_AVERAGE ? 1 : (size_t)l->g;
-            size_t ts = attn__blas_scratch_floats(r, seqs[i].t, seqs[i].s, l->d_k, l->d_v);
+            size_t ts = attn__blas_scratch_floats(r, seqs[i].t, seqs[i].s, l->d_k, l->d_v, 0);
+            if (gather)
+                ts += attn__blas_scratch_floats(1, 0, seqs[i].s, attn__kv_tile_ld(l, 0),
+                                                attn__kv_tile_ld(l, 1), 1);
             if (ts > need) need = ts;
         }
         if (jobs > INT_MAX)
@@ -369,9 +378,13 @@ static void store_cache_rows(const attn_layer *l, const attn_seq *seqs, int n, c
     for (int i = 0; i < n; i++) {
         const attn_seq *s = &seqs[i];
         const size_t rows = (size_t)kv_rows(s);
-        if (s->cache_k != NULL && rows > 0) {
+        if (s->cache_k != NULL && rows > 0 && attn__kv_is_plain(s)) {
             memcpy(s->cache_k + (size_t)s->cache_len * l->kv_k_dim, k, rows * l->kv_k_dim * sizeof *k);
             memcpy(s->cache_v + (size_t)s->cache_len * l->kv_v_dim, v, rows * l->kv_v_dim * sizeof *v);
+        } else if (s->cache_k != NULL && rows > 0) { /* paged and/or converted */
+            attn__kv kv;
+            attn__kv_from_seq(l, s, &kv);
+            attn__kv_write(l, &kv, s->cache_len, (int)rows, k, v);
         }
         k += rows * l->kv_k_dim;
         v += rows * l->kv_v_dim;
@@ -552,9 +565,19 @@ void attn__head_blas(const attn__fwd_ctx *ctx, const attn__head_job *job, float 
     const int T = s->t, S = s->s, r = l->h / l->g, kvh = job->kv_head, h0 = kvh * r;
     const int rows = r * T, dk = l->d_k, dv = l->d_v;
     const size_t ts = (size_t)T * (size_t)S;
-    const float *k = job->k + (size_t)kvh * dk;
-    const float *v = job->v + (size_t)kvh * dv;
+    const float *k, *v;
+    int ldk = ctx->ldk, ldv = ctx->ldv;
     float *z0 = job->z + (size_t)h0 * dv;
+    if (attn__kv_is_plain(s)) {
+        k = job->k + (size_t)kvh * dk;
+        v = job->v + (size_t)kvh * dv;
+    } else { /* paged / compact cache: K_j and V_j converted after the kernel's own scratch */
+        float *kb = scratch + attn__blas_scratch_floats(r, T, S, dk, dv, 0);
+        attn__kv kv;
+        attn__kv_from_seq(l, s, &kv);
+        k = attn__kv_rows(l, &kv, 0, kvh, 0, S, kb, &ldk);
+        v = attn__kv_rows(l, &kv, 1, kvh, 0, S, kb + ((size_t)S * attn__kv_tile_ld(l, 0) + 15) / 16 * 16, &ldv);
+    }
     const float *qs = ctx->q + (size_t)job->q_row * ctx->ldq + (size_t)h0 * dk;
     int ldqs = ctx->ldq, ldzs = job->ldz;
     float *zs = z0;
@@ -577,11 +600,11 @@ void attn__head_blas(const attn__fwd_ctx *ctx, const attn__head_job *job, float 
             memcpy(scratch + (size_t)hh * ts, attn__mask_float_plane(s, h0 + hh), ts * sizeof *scratch);
     else if (rows == 1) memset(scratch, 0, ts * sizeof *scratch); /* see linear_rows on GEMV */
     if (rows == 1) /* one query (a streamed token): GEMV, several times faster than a 1-row GEMM */
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, S, dk, ctx->scale, k, ctx->ldk, qs, 1, 1.0f,
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, S, dk, ctx->scale, k, ldk, qs, 1, 1.0f,
                     scratch, 1);
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, S, dk, ctx->scale, qs, ldqs,
-                    k, ctx->ldk, has_fmask ? 1.0f : 0.0f, scratch, S);
+                    k, ldk, has_fmask ? 1.0f : 0.0f, scratch, S);
 
     for (int hh = 0; hh < r; hh++) {
         const uint8_t *bmask = attn__mask_bool_plane(s, h0 + hh);
@@ -596,10 +619,10 @@ void attn__head_blas(const attn__fwd_ctx *ctx, const attn__head_job *job, float 
 
     if (rows == 1) {
         memset(zs, 0, (size_t)dv * sizeof *zs);
-        cblas_sgemv(CblasRowMajor, CblasTrans, S, dv, 1.0f, v, ctx->ldv, scratch, 1, 1.0f, zs, 1);
+        cblas_sgemv(CblasRowMajor, CblasTrans, S, dv, 1.0f, v, ldv, scratch, 1, 1.0f, zs, 1);
     } else {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dv, S, 1.0f, scratch, S, v,
-                    ctx->ldv, 0.0f, zs, ldzs);
+                    ldv, 0.0f, zs, ldzs);
     }
     if (r > 1)
         for (int hh = 0; hh < r; hh++)
@@ -649,10 +672,13 @@ attn_status attn__forward_kv_bytes(const attn_layer *layer, const attn_seq *seqs
     if ((st = attn__ws_reserve(w, plan.bytes, err))) goto done;
     attn__head_job *jobs = (attn__head_job *)((char *)w->buf + plan.off_jobs);
     make_jobs(layer, seqs, n_seqs, w, &plan, w->buf, jobs);
-    const uint64_t row_bytes = (uint64_t)(layer->d_k + layer->d_v) * sizeof(float);
     for (int j = 0; j < plan.n_jobs; j++) {
         const attn__head_job *jb = &jobs[j];
         const attn_seq *s = &seqs[jb->seq];
+        /* the cache's element size (INT8's per-block scales not counted) */
+        const int dt = s->cache_k ? s->cache_dtype : ATTN_KV_F32;
+        const uint64_t row_bytes = (uint64_t)(layer->d_k + layer->d_v) *
+                                   (dt == ATTN_KV_F32 ? 4u : dt == ATTN_KV_INT8 ? 1u : 2u);
         int rows = s->s; /* the materialised kernel reads all S keys */
         if (jb->kernel == attn__head_fused) { /* only the key range the block can see */
             int klo = s->s, khi = 0;

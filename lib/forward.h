@@ -69,8 +69,10 @@ struct attn__head_job {
  * writes z, so z may alias q (same columns). */
 void attn__head_blas(const attn__fwd_ctx *ctx, const attn__head_job *job, float *scratch);
 
-/* Scratch floats a materialised job needs (r = h/g query heads per KV head). */
-size_t attn__blas_scratch_floats(int r, int t, int s, int d_k, int d_v);
+/* Scratch floats a materialised job needs (r = h/g query heads per KV head);
+ * gather = 1 adds room for the S keys and values of one KV head, converted
+ * from a paged or compact cache. */
+size_t attn__blas_scratch_floats(int r, int t, int s, int d_k, int d_v, int gather);
 
 /* The fused kernel: rows [t0, t0+nt) (nt <= block_q) of the group's r query
  * heads, stacked into r*nt rows, against key tiles of block_k with an online
@@ -79,12 +81,14 @@ size_t attn__blas_scratch_floats(int r, int t, int s, int d_k, int d_v);
  * alias q. Never returns weights (jobs asking for weights use attn__head_blas). */
 void attn__head_fused(const attn__fwd_ctx *ctx, const attn__head_job *job, float *scratch);
 
-/* Scratch floats a fused job needs, for any nt <= block_q. */
-size_t attn__fused_scratch_floats(int r, int block_q, int block_k, int d_k, int d_v);
+/* Scratch floats a fused job needs, for any nt <= block_q; gather = 1 adds one
+ * K and one V tile for sequences whose cache is paged or not float32. */
+size_t attn__fused_scratch_floats(int r, int block_q, int block_k, int d_k, int d_v, int gather);
 
 /* For benchmarks and tests: the bytes of K and V the head kernels of this
  * forward call would stream (each job reads each K/V row of the key range it
- * visits once, d_k + d_v floats per KV head), without computing anything.
+ * visits once, d_k + d_v elements of the cache's dtype per KV head), without
+ * computing anything.
  * Same validation as attn_forward; uses ws (NULL = default options) only to
  * plan. */
 attn_status attn__forward_kv_bytes(const attn_layer *layer, const attn_seq *seqs, int n_seqs,

@@ -8,6 +8,7 @@
  */
 #include "forward.h"
 
+#include "kvcache.h"
 #include "mask.h"
 #include "softmax.h"
 
@@ -25,20 +26,24 @@ typedef struct fused_scratch {
     float *mx;    /* (r*nt) running max of each row's visible scores */
     float *sum;   /* (r*nt) running sum of exp(score - mx) */
     int *lo, *hi; /* (nt) each query row's visible key interval (same for every head) */
+    float *kt, *vt; /* (block_k, d_k), (block_k, d_v): a paged / compact cache's tile
+                       converted to float32 (only when the plan asked for them) */
 } fused_scratch;
 
 static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
-size_t attn__fused_scratch_floats(int r, int block_q, int block_k, int d_k, int d_v)
+size_t attn__fused_scratch_floats(int r, int block_q, int block_k, int d_k, int d_v, int gather)
 {
+    /* gather: d_k / d_v are the converted tiles' row strides (attn__kv_tile_ld) */
     /* r <= h, r*block_q rows of r*block_q*block_k floats: the caller checks
      * that the total fits (plan_call multiplies with overflow checks). */
     size_t bq = (size_t)block_q, rows = (size_t)r * bq;
     return round16(rows * (size_t)block_k) + round16(rows * (size_t)d_k) +
-           (r > 1 ? round16(rows * (size_t)d_v) : 0) + 2 * round16(rows) + 2 * round16(bq);
+           (r > 1 ? round16(rows * (size_t)d_v) : 0) + 2 * round16(rows) + 2 * round16(bq) +
+           (gather ? round16((size_t)block_k * (size_t)d_k) + round16((size_t)block_k * (size_t)d_v) : 0);
 }
 
-static fused_scratch carve(float *p, int r, int block_q, int block_k, int d_k, int d_v)
+static fused_scratch carve(float *p, int r, int block_q, int block_k, int d_k, int d_v, int ldkt)
 {
     size_t bq = (size_t)block_q, rows = (size_t)r * bq;
     fused_scratch f;
@@ -49,6 +54,8 @@ static fused_scratch carve(float *p, int r, int block_q, int block_k, int d_k, i
     f.sum = f.mx + round16(rows);
     f.lo = (int *)(f.sum + round16(rows));
     f.hi = (int *)(f.sum + round16(rows) + round16(bq));
+    f.kt = f.sum + round16(rows) + 2 * round16(bq);
+    f.vt = f.kt + round16((size_t)block_k * (size_t)ldkt);
     return f;
 }
 
@@ -56,7 +63,7 @@ static fused_scratch carve(float *p, int r, int block_q, int block_k, int d_k, i
  * the materialised path's baddbmm, restricted to the tile, for the r heads
  * at once: K's tile is read by one GEMM for the whole group. */
 static void score_tile(const attn__fwd_ctx *ctx, const attn_seq *s, int h0, int r,
-                       const fused_scratch *f, const float *k, int t0, int nt, int s0, int n)
+                       const fused_scratch *f, const float *ks, int ldk, int t0, int nt, int s0, int n)
 {
     const int dk = ctx->layer->d_k, ld = ctx->block_k, rows = r * nt;
     const int has_fmask = s->attn_mask_kind == ATTN_MASK_FLOAT;
@@ -67,30 +74,29 @@ static void score_tile(const attn__fwd_ctx *ctx, const attn_seq *s, int h0, int 
                 memcpy(f->tile + (size_t)(hh * nt + t) * ld, fmask + (size_t)(t0 + t) * s->s + s0,
                        (size_t)n * sizeof(float));
         }
-    const float *ks = k + (size_t)s0 * ctx->ldk;
     if (rows == 1) { /* one query of one head (a streamed MHA token): GEMV, several times
                         faster than a 1-row GEMM. Zero y first: whether beta = 0 ignores
                         NaN garbage in y differs between OpenBLAS versions. */
         if (!has_fmask) memset(f->tile, 0, (size_t)n * sizeof(float));
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, n, dk, ctx->scale, ks, ctx->ldk, f->qb, 1,
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, n, dk, ctx->scale, ks, ldk, f->qb, 1,
                     has_fmask ? 1.0f : 0.0f, f->tile, 1);
     } else {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, dk, ctx->scale, f->qb, dk, ks,
-                    ctx->ldk, has_fmask ? 1.0f : 0.0f, f->tile, ld);
+                    ldk, has_fmask ? 1.0f : 0.0f, f->tile, ld);
     }
 }
 
 /* acc (rows, d_v) (+)= P (rows, n) V (n, d_v): beta 0 for the first tile, then 1. */
-static void accumulate_pv(const attn__fwd_ctx *ctx, const float *p, const float *v, int rows, int n,
-                          float beta, float *acc, int ldacc)
+static void accumulate_pv(const attn__fwd_ctx *ctx, const float *p, const float *v, int ldv, int rows,
+                          int n, float beta, float *acc, int ldacc)
 {
     const int dv = ctx->layer->d_v;
     if (rows == 1) { /* as in score_tile; acc may hold Q (z can alias q) or garbage */
         if (beta == 0.0f) memset(acc, 0, (size_t)dv * sizeof *acc);
-        cblas_sgemv(CblasRowMajor, CblasTrans, n, dv, 1.0f, v, ctx->ldv, p, 1, beta, acc, 1);
+        cblas_sgemv(CblasRowMajor, CblasTrans, n, dv, 1.0f, v, ldv, p, 1, beta, acc, 1);
     } else {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dv, n, 1.0f, p, ctx->block_k, v,
-                    ctx->ldv, beta, acc, ldacc);
+                    ldv, beta, acc, ldacc);
     }
 }
 
@@ -158,7 +164,14 @@ void attn__head_fused(const attn__fwd_ctx *ctx, const attn__head_job *job, float
     const attn_seq *s = &ctx->seqs[job->seq];
     const int r = l->h / l->g, kvh = job->kv_head, h0 = kvh * r;
     const int t0 = job->t0, nt = job->nt, dk = l->d_k, dv = l->d_v, rows = r * nt;
-    const fused_scratch f = carve(scratch, r, ctx->block_q, ctx->block_k, dk, dv);
+    const fused_scratch f = carve(scratch, r, ctx->block_q, ctx->block_k, dk, dv, attn__kv_tile_ld(l, 0));
+    /* A paged or compact cache is read tile by tile through attn__kv_rows
+     * (in place when a float32 tile lies inside one block, else converted
+     * into kt / vt); the same tiles as a contiguous cache, so paged float32
+     * gives bit-identical results. */
+    const int plain = attn__kv_is_plain(s);
+    attn__kv kv;
+    if (!plain) attn__kv_from_seq(l, s, &kv);
     float *z = job->z + (size_t)t0 * job->ldz + (size_t)h0 * dv;
     /* One head: accumulate straight into z (as before GQA); a group: into acc. */
     float *acc = r == 1 ? z : f.acc;
@@ -187,12 +200,14 @@ void attn__head_fused(const attn__fwd_ctx *ctx, const attn__head_job *job, float
             memcpy(f.qb + (size_t)(hh * nt + t) * dk, q + (size_t)t * ctx->ldq, (size_t)dk * sizeof(float));
     }
 
-    const float *k = job->k + (size_t)kvh * dk;
-    const float *v = job->v + (size_t)kvh * dv;
+    const float *k = plain ? job->k + (size_t)kvh * dk : NULL;
+    const float *v = plain ? job->v + (size_t)kvh * dv : NULL;
     int any_gemm = 0;
     for (int s0 = klo; s0 < khi; s0 += ctx->block_k) {
         const int n = khi - s0 < ctx->block_k ? khi - s0 : ctx->block_k;
-        score_tile(ctx, s, h0, r, &f, k, t0, nt, s0, n);
+        int ldk = ctx->ldk, ldv = ctx->ldv;
+        const float *ks = plain ? k + (size_t)s0 * ctx->ldk : attn__kv_rows(l, &kv, 0, kvh, s0, n, f.kt, &ldk);
+        score_tile(ctx, s, h0, r, &f, ks, ldk, t0, nt, s0, n);
         int any = 0;
         for (int hh = 0; hh < r; hh++) {
             const uint8_t *bplane = attn__mask_bool_plane(s, h0 + hh);
@@ -205,8 +220,8 @@ void attn__head_fused(const attn__fwd_ctx *ctx, const attn__head_job *job, float
         }
         if (!any) continue; /* every key of the tile blocked for every row */
         /* acc (+)= P V[s0..s0+n); the first product overwrites */
-        accumulate_pv(ctx, f.tile, v + (size_t)s0 * ctx->ldv, rows, n, any_gemm ? 1.0f : 0.0f, acc,
-                      ldacc);
+        const float *vs = plain ? v + (size_t)s0 * ctx->ldv : attn__kv_rows(l, &kv, 1, kvh, s0, n, f.vt, &ldv);
+        accumulate_pv(ctx, f.tile, vs, ldv, rows, n, any_gemm ? 1.0f : 0.0f, acc, ldacc);
         any_gemm = 1;
     }
     finish_rows(&f, acc, ldacc, z, job->ldz, r, nt, dv, any_gemm);

@@ -3,6 +3,7 @@
  */
 #include "validate.h"
 
+#include "kvcache.h"
 #include "rope.h"
 
 #include <float.h>
@@ -30,6 +31,10 @@ static attn_status check_cache_pointers(const attn_seq *s, int i, attn_error *er
             return attn__set_error(err, ATTN_ERR_INVALID_ARG,
                                    "seqs[%d]: cache_len = %d / cache_append = %d set but cache_k is NULL",
                                    i, s->cache_len, s->cache_append);
+        if (s->cache_block_rows != 0 || s->cache_block_table != NULL || s->cache_dtype != 0)
+            return attn__set_error(err, ATTN_ERR_INVALID_ARG,
+                                   "seqs[%d]: cache_block_rows / cache_block_table / cache_dtype set but "
+                                   "cache_k is NULL", i);
         return ATTN_OK;
     }
     if (s->cache_k == NULL || s->cache_v == NULL)
@@ -41,6 +46,45 @@ static attn_status check_cache_pointers(const attn_seq *s, int i, attn_error *er
     if (s->cache_append != 0 && s->cache_append != 1)
         return attn__set_error(err, ATTN_ERR_INVALID_ARG, "seqs[%d].cache_append = %d, must be 0 or 1",
                                i, s->cache_append);
+    if (s->cache_dtype < ATTN_KV_F32 || s->cache_dtype > ATTN_KV_INT8)
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG,
+                               "seqs[%d].cache_dtype = %d is not a known attn_kv_dtype", i, s->cache_dtype);
+    const int b = s->cache_block_rows;
+    if (b < 0 || b > 65536 || (b & (b - 1)) != 0)
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG,
+                               "seqs[%d].cache_block_rows = %d, must be 0 (contiguous) or a power of two "
+                               "in [1, 65536]", i, b);
+    if (b > 0 && s->cache_block_table == NULL)
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG,
+                               "seqs[%d].cache_block_table is NULL but cache_block_rows = %d", i, b);
+    if (b == 0 && s->cache_block_table != NULL)
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG,
+                               "seqs[%d].cache_block_table is set but cache_block_rows = 0 (contiguous)", i);
+    if (b == 0 && s->cache_dtype == ATTN_KV_INT8)
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG,
+                               "seqs[%d].cache_dtype = INT8 needs a paged cache (cache_block_rows > 0)", i);
+    return ATTN_OK;
+}
+
+/* A paged cache's table: ceil(s / block_rows) entries, each >= 0, each
+ * block's bytes addressable. (Shape already checked.) */
+static attn_status check_block_table(const attn_layer *l, const attn_seq *s, int i, attn_error *err)
+{
+    if (s->cache_k == NULL || s->cache_block_rows == 0) return ATTN_OK;
+    size_t kb, vb, end;
+    if (!attn__kv_sizes(l, s->cache_dtype, s->cache_block_rows, &kb, &vb))
+        return attn__set_error(err, ATTN_ERR_LIMIT, "seqs[%d]: a block of %d rows overflows", i,
+                               s->cache_block_rows);
+    const int n = (s->s + s->cache_block_rows - 1) / s->cache_block_rows;
+    for (int b = 0; b < n; b++) {
+        const int32_t e = s->cache_block_table[b];
+        if (e < 0)
+            return attn__set_error(err, ATTN_ERR_INVALID_ARG, "seqs[%d].cache_block_table[%d] = %d, must be >= 0",
+                                   i, b, (int)e);
+        if (!attn__mul_size((size_t)e + 1, kb > vb ? kb : vb, &end))
+            return attn__set_error(err, ATTN_ERR_LIMIT, "seqs[%d].cache_block_table[%d] = %d: offset overflows",
+                                   i, b, (int)e);
+    }
     return ATTN_OK;
 }
 
@@ -269,7 +313,8 @@ attn_status attn__validate_forward(const attn_layer *layer, const attn_seq *seqs
     for (int i = 0; i < n_seqs; i++) {
         attn_status st;
         if ((st = check_pointers(&seqs[i], i, err)) || (st = check_rope(layer, &seqs[i], i, err)) ||
-            (st = check_shape(layer, &seqs[i], i, err)))
+            (st = check_shape(layer, &seqs[i], i, err)) ||
+            (st = check_block_table(layer, &seqs[i], i, err)))
             return st;
         rows_q += seqs[i].t;
         rows_kv += seqs[i].s;
