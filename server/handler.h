@@ -22,7 +22,7 @@
 
 typedef struct attnd_exchange attnd_exchange;
 
-/* A request header's value, or NULL when absent. */
+/* A request header's (or query argument's) value, or NULL when absent. */
 typedef const char *(*attnd_header_fn)(const attnd_exchange *x, const char *name);
 
 /* Counts bytes of memory the exchange is about to hold (a parse tree) against
@@ -46,6 +46,7 @@ struct attnd_exchange {
                                   valid in answer and decode only                */
     size_t body_len;
     attnd_header_fn header;
+    attnd_header_fn query;     /* a URL query argument (?name=value), or NULL      */
     attnd_reserve_fn reserve;  /* NULL: nothing is counted                       */
     void *transport;           /* http.c's, for header and reserve               */
     void *state;               /* the handler's own, from decode until end       */

@@ -57,6 +57,7 @@ static int store_error(const attnd_session_error *se, attnd_http_error *e)
 }
 
 static void release_model(void *m) { attnd_model_release(m); }
+static void retain_model(void *m) { attnd_model_retain(m); }
 
 attnd_sessions *attnd_session_store_create(const attnd_config *cfg, attnd_metrics *metrics)
 {
@@ -66,6 +67,7 @@ attnd_sessions *attnd_session_store_create(const attnd_config *cfg, attnd_metric
         .ttl_s = cfg->session_ttl_s,
         .max_length = cfg->max_seq_len,
         .release_model = release_model,
+        .retain_model = retain_model,
         .metrics = metrics,
     };
     attnd_sessions *st = attnd_sessions_create(&sc);
@@ -391,6 +393,20 @@ fail:
 
 /* ------------------------------------------------------------ GET, DELETE */
 
+/* One session's description (GET /v1/sessions/{id}, and each entry of the list). */
+static void put_info(attnd_jsonbuf *b, const attnd_session_info *si)
+{
+    put_session_head(b, si->id, si->model_name, si->kind, si->window, si->ttl_s);
+    attnd_jb_puts(b, ",\"length\":");
+    attnd_jb_i64(b, (long long)si->length);
+    attnd_jb_puts(b, ",\"cached\":");
+    attnd_jb_i64(b, si->rows);
+    attnd_jb_puts(b, ",\"bytes\":");
+    attnd_jb_i64(b, (long long)si->bytes);
+    attnd_jb_printf(b, ",\"idle_s\":%.3f,\"busy\":%s}", si->idle_s,
+                    si->busy ? "true" : "false");
+}
+
 static void get_info(attnd_app *app, const char *id, attnd_reply *out)
 {
     attnd_session_info si;
@@ -402,15 +418,97 @@ static void get_info(attnd_app *app, const char *id, attnd_reply *out)
         return;
     }
     attnd_jsonbuf b = {0};
-    put_session_head(&b, si.id, si.model_name, si.kind, si.window, si.ttl_s);
-    attnd_jb_puts(&b, ",\"length\":");
-    attnd_jb_i64(&b, (long long)si.length);
-    attnd_jb_puts(&b, ",\"cached\":");
-    attnd_jb_i64(&b, si.rows);
-    attnd_jb_puts(&b, ",\"bytes\":");
-    attnd_jb_i64(&b, (long long)si.bytes);
-    attnd_jb_printf(&b, ",\"idle_s\":%.3f,\"busy\":%s}", si.idle_s, si.busy ? "true" : "false");
+    put_info(&b, &si);
     reply_json(out, 200, &b);
+}
+
+/* ------------------------------------------------------------ list, fork */
+
+#define LIST_DEFAULT 100
+#define LIST_MAX 1000
+
+/* GET /v1/sessions[?limit=N&after=ID]: a page in id order, and where the next starts. */
+static void list(attnd_exchange *x, attnd_reply *out)
+{
+    attnd_http_error e;
+    const char *limit = x->query(x, "limit"), *after = x->query(x, "after");
+    long n_want = LIST_DEFAULT;
+    if (limit) {
+        char *end;
+        n_want = strtol(limit, &end, 10);
+        if (end == limit || *end || n_want < 1 || n_want > LIST_MAX) {
+            attnd_http_fail(&e, 400, "invalid_value", "limit",
+                            "limit must be an integer in 1..%d, got \"%.40s\"", LIST_MAX, limit);
+            attnd_reply_error(out, &e);
+            return;
+        }
+    }
+    attnd_session_info *page = malloc((size_t)n_want * sizeof *page);
+    attnd_session_error se;
+    int n = 0, total = 0;
+    if (!page || attnd_sessions_list(x->app->sessions, after ? after : "", (int)n_want, page, &n,
+                                     &total, &se) != ATTND_SESSION_OK) {
+        free(page);
+        attnd_http_fail(&e, 500, "internal", "", "out of memory listing sessions");
+        attnd_reply_error(out, &e);
+        return;
+    }
+    attnd_jsonbuf b = {0};
+    attnd_jb_puts(&b, "{\"sessions\":[");
+    for (int i = 0; i < n; i++) {
+        if (i)
+            attnd_jb_putc(&b, ',');
+        put_info(&b, &page[i]);
+    }
+    attnd_jb_puts(&b, "],\"total\":");
+    attnd_jb_i64(&b, total);
+    attnd_jb_puts(&b, ",\"next\":");
+    if (n == n_want && n > 0) /* there may be more: the next page starts after this id */
+        attnd_jb_string(&b, page[n - 1].id);
+    else
+        attnd_jb_puts(&b, "null");
+    attnd_jb_putc(&b, '}');
+    free(page);
+    reply_json(out, 200, &b);
+}
+
+/* POST /v1/sessions/{id}/fork: a new session with a copy of this one's cache
+ * (no body, or an empty JSON object). */
+static void fork_session(attnd_exchange *x, attnd_reply *out)
+{
+    attnd_http_error e;
+    attnd_session_error se;
+    char id[64];
+    if (x->body_len) {
+        json_error_t je;
+        json_t *j = json_loadb(x->body, x->body_len, 0, &je);
+        int parsed = j != NULL, empty = json_is_object(j) && json_object_size(j) == 0;
+        json_decref(j);
+        if (!empty) {
+            attnd_http_fail(&e, 400, parsed ? "unknown_field" : "invalid_json", "",
+                            "a fork takes no body (or {}): it copies the session as it is");
+            attnd_reply_error(out, &e);
+            return;
+        }
+    }
+    path_id(x, id, sizeof id);
+    attnd_session *child = NULL;
+    if (attnd_sessions_fork(x->app->sessions, id, &child, &se) != ATTND_SESSION_OK) {
+        store_error(&se, &e);
+        attnd_reply_error(out, &e);
+        return;
+    }
+    attnd_jsonbuf b = {0};
+    put_session_head(&b, child->id, child->model_name, child->kind, child->window, child->ttl_s);
+    attnd_jb_puts(&b, ",\"length\":");
+    attnd_jb_i64(&b, (long long)child->length);
+    attnd_jb_puts(&b, ",\"cached\":");
+    attnd_jb_i64(&b, child->rows);
+    attnd_jb_puts(&b, ",\"forked_from\":");
+    attnd_jb_string(&b, id);
+    attnd_jb_putc(&b, '}');
+    attnd_sessions_release(x->app->sessions, child, 0, NULL, NULL);
+    reply_json(out, 201, &b);
 }
 
 /* GET, HEAD or DELETE /v1/sessions/{id}. */
@@ -603,6 +701,10 @@ const attnd_handler attnd_handler_session_create = {
 };
 const attnd_handler attnd_handler_session = {
     .protocol = "session", .answer = resource, .error = attnd_reply_error};
+const attnd_handler attnd_handler_session_list = {
+    .protocol = "session", .answer = list, .error = attnd_reply_error};
+const attnd_handler attnd_handler_session_fork = {
+    .protocol = "session", .answer = fork_session, .error = attnd_reply_error};
 const attnd_handler attnd_handler_session_append = {
     .protocol = "session",
     .check_headers = attnd_handler_check_json,

@@ -1,6 +1,7 @@
 /* handler_session.h — the streaming-session routes on the wire:
  * POST /v1/models/{name}/sessions (create), GET and DELETE /v1/sessions/{id},
- * and POST /v1/sessions/{id}/append, which goes through the model's scheduler
+ * GET /v1/sessions (a page of them), POST /v1/sessions/{id}/fork (a copy that
+ * lives on its own), and POST /v1/sessions/{id}/append, which goes through the model's scheduler
  * like any attention request with its attn_seq pointing into the session's KV
  * cache. The store itself (ids, budget, eviction) is sessions.c; bodies are
  * decoded here (create) or by codec.c (append); errors are in the /v1 form.
@@ -14,6 +15,8 @@
 extern const attnd_handler attnd_handler_session_create; /* POST /v1/models/{name}/sessions */
 extern const attnd_handler attnd_handler_session;        /* GET, DELETE /v1/sessions/{id}   */
 extern const attnd_handler attnd_handler_session_append; /* POST /v1/sessions/{id}/append   */
+extern const attnd_handler attnd_handler_session_list;   /* GET /v1/sessions                */
+extern const attnd_handler attnd_handler_session_fork;   /* POST /v1/sessions/{id}/fork     */
 
 /* Creates the store from cfg's kv_cache_bytes / max_sessions / session_ttl_s /
  * max_seq_len, releasing model versions with attnd_model_release, and starts its

@@ -216,6 +216,13 @@ static const char *exchange_header(const attnd_exchange *x, const char *name)
     return header(x->transport, name);
 }
 
+/* attnd_exchange.query: the URL's query arguments. */
+static const char *exchange_query(const attnd_exchange *x, const char *name)
+{
+    const conn *c = x->transport;
+    return MHD_lookup_connection_value(c->mc, MHD_GET_ARGUMENT_KIND, name);
+}
+
 /* Counts n more bytes against max_inflight_bytes for c. Returns 0, or -1 (and
  * counts nothing) when that would go over the budget. */
 static int budget_take(conn *c, int64_t n)
@@ -358,6 +365,7 @@ static enum MHD_Result begin(conn *c)
 {
     attnd_app *app = c->http->app;
     c->x.header = exchange_header;
+    c->x.query = exchange_query;
     c->x.reserve = exchange_reserve;
     c->x.transport = c;
     if (check_framing(c, &c->err) != 0) {

@@ -32,6 +32,8 @@ static const char *const labels[ATTND_ROUTE_COUNT] = {
     [ATTND_ROUTE_SESSIONS] = "/v1/models/{name}/sessions",
     [ATTND_ROUTE_SESSION] = "/v1/sessions/{id}",
     [ATTND_ROUTE_SESSION_APPEND] = "/v1/sessions/{id}/append",
+    [ATTND_ROUTE_SESSION_LIST] = "/v1/sessions",
+    [ATTND_ROUTE_SESSION_FORK] = "/v1/sessions/{id}/fork",
 };
 
 #define GET "GET, HEAD"
@@ -72,6 +74,10 @@ static const attnd_route_def routes[] = {
      &attnd_handler_session},
     {ATTND_ROUTE_SESSION_APPEND,   "/v1/sessions/{id}/append",     POST,    NONE,    1, NULL,
      &attnd_handler_session_append},
+    {ATTND_ROUTE_SESSION_LIST,     "/v1/sessions",                 GET,     NONE,    1, NULL,
+     &attnd_handler_session_list},
+    {ATTND_ROUTE_SESSION_FORK,     "/v1/sessions/{id}/fork",       POST,    NONE,    1, NULL,
+     &attnd_handler_session_fork},
     /* /v2: Open Inference Protocol (KServe v2); /versions/1 is the one version */
     {ATTND_ROUTE_V2_SERVER,        "/v2",                          GET,     NONE,    0, NULL,
      &attnd_handler_v2_server},

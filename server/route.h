@@ -31,6 +31,8 @@ typedef enum attnd_route {
     ATTND_ROUTE_SESSIONS,            /* POST /v1/models/{name}/sessions  */
     ATTND_ROUTE_SESSION,             /* GET, DELETE /v1/sessions/{id}    */
     ATTND_ROUTE_SESSION_APPEND,      /* POST /v1/sessions/{id}/append    */
+    ATTND_ROUTE_SESSION_LIST,        /* GET /v1/sessions                 */
+    ATTND_ROUTE_SESSION_FORK,        /* POST /v1/sessions/{id}/fork      */
     ATTND_ROUTE_COUNT
 } attnd_route;
 

@@ -668,6 +668,102 @@ attnd_session_result attnd_sessions_delete(attnd_sessions *st, const char *id,
     return s ? ATTND_SESSION_OK : err->result;
 }
 
+attnd_session_result attnd_sessions_fork(attnd_sessions *st, const char *id,
+                                         attnd_session **out, attnd_session_error *err)
+{
+    attnd_session_error local;
+    if (!err)
+        err = &local;
+    *out = NULL;
+    attnd_session *parent = NULL, *child = NULL;
+    attnd_session_result r = attnd_sessions_acquire(st, id, &parent, err);
+    if (r != ATTND_SESSION_OK)
+        return r;
+    attnd_session_params p = {
+        .kind = parent->kind,
+        .window = parent->window,
+        .ttl_s = parent->ttl_s,
+        .row_k = parent->row_k,
+        .row_v = parent->row_v,
+        .rows = parent->kind == ATTND_SESSION_CROSS ? parent->rows : 0,
+        .model_name = parent->model_name,
+        .model = parent->model,
+    };
+    r = attnd_sessions_open(st, &p, &child, err);
+    if (r == ATTND_SESSION_OK && parent->kind == ATTND_SESSION_SELF && parent->rows > 0)
+        r = attnd_sessions_reserve(st, child, parent->rows, err);
+    if (r == ATTND_SESSION_OK) {
+        /* Both slots are held: nobody else touches either cache now. */
+        memcpy(child->cache_k, parent->cache_k,
+               (size_t)parent->rows * (size_t)parent->row_k * sizeof(float));
+        memcpy(child->cache_v, parent->cache_v,
+               (size_t)parent->rows * (size_t)parent->row_v * sizeof(float));
+        pthread_mutex_lock(&st->mu);
+        child->rows = parent->rows;
+        child->length = parent->length;
+        if (st->cfg.retain_model && child->model)
+            st->cfg.retain_model(child->model);
+        pthread_mutex_unlock(&st->mu);
+        *out = child;
+    } else if (child) {
+        char cid[ATTND_SESSION_ID_LEN + 1];
+        memcpy(cid, child->id, sizeof cid);
+        pthread_mutex_lock(&st->mu);
+        child->model = NULL; /* it never took a reference */
+        pthread_mutex_unlock(&st->mu);
+        attnd_sessions_release(st, child, 0, NULL, NULL);
+        attnd_sessions_delete(st, cid, NULL);
+    }
+    attnd_sessions_release(st, parent, 0, NULL, NULL);
+    return r;
+}
+
+static void fill_info(const attnd_session *s, int64_t now, attnd_session_info *out)
+{
+    memset(out, 0, sizeof *out);
+    memcpy(out->id, s->id, sizeof out->id);
+    memcpy(out->model_name, s->model_name, sizeof out->model_name);
+    out->kind = s->kind;
+    out->window = s->window;
+    out->ttl_s = s->ttl_s;
+    out->rows = s->rows;
+    out->length = s->length;
+    out->bytes = s->bytes;
+    out->busy = s->busy;
+    out->idle_s =
+        s->busy || now < s->last_used_ns ? 0.0 : (double)(now - s->last_used_ns) / 1e9;
+}
+
+static int by_id(const void *a, const void *b)
+{
+    return strcmp(((const attnd_session_info *)a)->id, ((const attnd_session_info *)b)->id);
+}
+
+attnd_session_result attnd_sessions_list(attnd_sessions *st, const char *after, int cap,
+                                         attnd_session_info *out, int *n, int *total,
+                                         attnd_session_error *err)
+{
+    *n = 0;
+    pthread_mutex_lock(&st->mu);
+    int count = st->count, k = 0;
+    attnd_session_info *all = count ? malloc((size_t)count * sizeof *all) : NULL;
+    if (count && !all) {
+        pthread_mutex_unlock(&st->mu);
+        return session_fail(err, ATTND_SESSION_INTERNAL, "", "out of memory listing sessions");
+    }
+    int64_t now = now_ns(st);
+    for (attnd_session *s = st->lru_head; s && k < count; s = s->lru_next)
+        fill_info(s, now, &all[k++]);
+    pthread_mutex_unlock(&st->mu);
+    qsort(all, (size_t)k, sizeof *all, by_id);
+    for (int i = 0; i < k && *n < cap; i++)
+        if (!after || strcmp(all[i].id, after) > 0)
+            out[(*n)++] = all[i];
+    *total = k;
+    free(all);
+    return ATTND_SESSION_OK;
+}
+
 int attnd_sessions_sweep(attnd_sessions *st)
 {
     attnd_session *freelist = NULL;

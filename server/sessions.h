@@ -69,6 +69,8 @@ typedef struct attnd_sessions_config {
     void *clock_ctx;
     /* Called (outside the lock) with session->model when a session is freed; may be NULL. */
     void (*release_model)(void *model);
+    /* Called (under the lock) to take one more reference for a fork; may be NULL. */
+    void (*retain_model)(void *model);
     attnd_metrics *metrics;    /* sessions / bytes gauges and eviction counters; may be NULL */
 } attnd_sessions_config;
 
@@ -174,6 +176,24 @@ attnd_session_result attnd_sessions_get(attnd_sessions *st, const char *id,
  * Returns OK, or NOT_FOUND / EXPIRED. */
 attnd_session_result attnd_sessions_delete(attnd_sessions *st, const char *id,
                                            attnd_session_error *err);
+
+/* Forks session id: a new session with a copy of its cache, length and
+ * settings (kind, window, ttl_s), which then lives on its own — appends to one
+ * never change the other's answers. The child holds its own reference to the
+ * parent's model (cfg.retain_model). Returns OK and *out with the child's append
+ * slot held by the caller (release it with 0); or, with *err, what acquire
+ * returns for the parent (NOT_FOUND, EXPIRED, BUSY: the parent is read under its
+ * slot) and what open and reserve return for the child (TOO_MANY, CACHE_FULL,
+ * TOO_LARGE, INTERNAL). The copy counts against the budget in full. */
+attnd_session_result attnd_sessions_fork(attnd_sessions *st, const char *id,
+                                         attnd_session **out, attnd_session_error *err);
+
+/* A page of sessions in id order: those with id > after ("" = from the start),
+ * at most cap of them, into out; *n gets how many, *total how many exist.
+ * Returns OK, or INTERNAL (no memory). Does not count as use. */
+attnd_session_result attnd_sessions_list(attnd_sessions *st, const char *after, int cap,
+                                         attnd_session_info *out, int *n, int *total,
+                                         attnd_session_error *err);
 
 /* Expires every idle session past its TTL. Returns how many. */
 int attnd_sessions_sweep(attnd_sessions *st);
