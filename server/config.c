@@ -99,6 +99,9 @@ static const option options[] = {
      "serve HTTPS with this PEM certificate chain (with --tls-key)"},
     {"tls-key", NULL, NULL, OPT_STR, F(tls_key), "", 0, 0, "FILE",
      "the PEM private key for --tls-cert"},
+    {"kv-dtype", NULL, NULL, OPT_STR, F(kv_dtype_name), "f32", 0, 0, "f32|f16|bf16",
+     "how sessions' KV caches store keys and values (per model: kv_dtype= in --model); f16 "
+     "and bf16 halve the bytes each decode step reads, f32 is exact"},
     {"kv-cache-bytes", NULL, NULL, OPT_SIZE, F(kv_cache_bytes), "256M", 1, BIG, "BYTES",
      "KV cache memory of all streaming sessions; beyond it the least recently used go"},
     {"session-ttl-s", NULL, NULL, OPT_INT, F(session_ttl_s), "600", 1, 604800, "S",
@@ -245,7 +248,24 @@ nomem:
 }
 
 /* The keys a model spec takes after NAME=PATH. */
-static const char spec_keys[] = "heads, kv_heads, layer, layers, format, prefix";
+static const char spec_keys[] = "heads, kv_heads, layer, layers, format, prefix, kv_dtype";
+
+/* "f32", "f16", "bf16" -> an attn_kv_dtype. Returns 0, or -1 with err. */
+static int parse_kv_dtype(const char *what, const char *v, int *out, char *err, size_t errlen)
+{
+    static const char *const names[] = {"f32", "f16", "bf16"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(v, names[i]) == 0) {
+            *out = i; /* ATTN_KV_F32, ATTN_KV_F16, ATTN_KV_BF16 */
+            return 0;
+        }
+    if (strcmp(v, "int8") == 0)
+        set_err(err, errlen, "%s: int8 needs the paged KV cache, which the session store does "
+                "not use yet: choose f32, f16 or bf16", what);
+    else
+        set_err(err, errlen, "%s must be f32, f16 or bf16, got '%.40s'", what, v);
+    return -1;
+}
 
 static int parse_family(const char *v, int *out)
 {
@@ -291,6 +311,11 @@ static int set_spec_key(attnd_model_spec *m, const char *key, const char *v, cha
         }
     } else if (strcmp(key, "prefix") == 0) {
         m->prefix = (char *)v; /* borrowed from the caller's buffer; add_model copies */
+    } else if (strcmp(key, "kv_dtype") == 0) {
+        char what[120];
+        snprintf(what, sizeof what, "model '%s': kv_dtype", m->name);
+        if (parse_kv_dtype(what, v, &m->kv_dtype, err, errlen) != 0)
+            return -1;
     } else {
         set_err(err, errlen, "model '%s': unknown key '%s' (keys: %s)", m->name, key, spec_keys);
         return -1;
@@ -345,7 +370,7 @@ static int add_model_spec(attnd_config *cfg, const char *spec, size_t len, char 
         return -1;
     }
     *eq = '\0';
-    attnd_model_spec m = {.name = buf, .path = eq + 1, .layer = -1};
+    attnd_model_spec m = {.name = buf, .path = eq + 1, .layer = -1, .kv_dtype = -1};
     char *rest = path_end(m.path);
     if (rest)
         *rest++ = '\0';
@@ -503,7 +528,7 @@ static int file_model(attnd_config *cfg, json_t *m, size_t idx, char *err, size_
                 idx);
         return -1;
     }
-    attnd_model_spec spec = {.name = "", .path = "", .layer = -1};
+    attnd_model_spec spec = {.name = "", .path = "", .layer = -1, .kv_dtype = -1};
     const char *name = NULL, *path = NULL;
     const char *key;
     json_t *v;
@@ -516,7 +541,8 @@ static int file_model(attnd_config *cfg, json_t *m, size_t idx, char *err, size_
         } else if (strcmp(key, "path") == 0 && json_is_string(v)) {
             path = json_string_value(v);
         } else if ((strcmp(key, "format") == 0 || strcmp(key, "prefix") == 0 ||
-                    strcmp(key, "layers") == 0) && json_is_string(v)) {
+                    strcmp(key, "layers") == 0 || strcmp(key, "kv_dtype") == 0) &&
+                   json_is_string(v)) {
             spec.name = (char *)(name ? name : "");
             if (set_spec_key(&spec, key, json_string_value(v), err, errlen) != 0)
                 return -1;
@@ -745,6 +771,8 @@ attnd_config_action attnd_config_load(attnd_config *cfg, int argc, char *const *
                 "\"models\" in the config file)");
         goto fail;
     }
+    if (parse_kv_dtype("--kv-dtype", cfg->kv_dtype_name, &cfg->kv_dtype, err, errlen) != 0)
+        goto fail;
     if (!*cfg->tls_cert != !*cfg->tls_key) {
         set_err(err, errlen, "--tls-cert and --tls-key go together: give both or neither");
         goto fail;
@@ -830,6 +858,9 @@ static void format_value(const attnd_config *cfg, const option *o, char *buf, si
                                       attn_family_name((attn_family)m->family));
             if (m->prefix && n < cap)
                 n += (size_t)snprintf(buf + n, cap - n, ",prefix=%s", m->prefix);
+            if (m->kv_dtype >= 0 && n < cap)
+                n += (size_t)snprintf(buf + n, cap - n, ",kv_dtype=%s",
+                                      m->kv_dtype == 0 ? "f32" : m->kv_dtype == 1 ? "f16" : "bf16");
         }
         break;
     }

@@ -22,6 +22,7 @@ typedef struct attnd_model_spec {
                         attnd_models_expand before anything is served)             */
     int family;      /* format=: an attn_family (0 = auto)                         */
     char *prefix;    /* prefix=: a state_dict prefix, or NULL                     */
+    int kv_dtype;    /* kv_dtype=: an attn_kv_dtype, or -1 = --kv-dtype           */
 } attnd_model_spec;
 
 typedef struct attnd_config {
@@ -53,6 +54,8 @@ typedef struct attnd_config {
     int ui;                      /* 1: serve the playground at / and /ui/       */
     char *tls_cert;              /* PEM files; both or neither                  */
     char *tls_key;
+    char *kv_dtype_name;         /* --kv-dtype: f32, f16, bf16                  */
+    int kv_dtype;                /* the same as an attn_kv_dtype (set by load)  */
     int64_t kv_cache_bytes;      /* streaming sessions' KV caches, all together */
     int session_ttl_s;           /* idle session expiry; per-session ttl_s caps at it */
     int max_sessions;            /* streaming sessions held at once             */

@@ -328,6 +328,27 @@ static attn_status memory_bound(const attnd_model *m, const create_body *cb, flo
     return ATTN_OK;
 }
 
+/* A cross session's memory: projected once, then stored in the model's kv dtype
+ * (float32: straight into the cache). */
+static attn_status project_memory(const attnd_model *m, const create_body *cb, attnd_session *s,
+                                  attn_error *ae)
+{
+    const float *value = cb->value ? cb->value : cb->key;
+    if (m->kv_dtype == ATTN_KV_F32)
+        return attn_project_kv(m->layer, cb->key, value, cb->key_rows, s->cache_k, s->cache_v,
+                               ae);
+    float *k = malloc((size_t)cb->key_rows * (size_t)s->row_k * sizeof *k);
+    float *v = malloc((size_t)cb->key_rows * (size_t)s->row_v * sizeof *v);
+    attn_status st = k && v ? attn_project_kv(m->layer, cb->key, value, cb->key_rows, k, v, ae)
+                            : ATTN_ERR_NOMEM;
+    attn_kv_cache cache = {.k = s->cache_k, .v = s->cache_v, .dtype = m->kv_dtype};
+    if (st == ATTN_OK)
+        st = attn_kv_store(m->layer, &cache, 0, cb->key_rows, k, v, ae);
+    free(k);
+    free(v);
+    return st;
+}
+
 static void create(attnd_exchange *x, attnd_reply *out)
 {
     attnd_app *app = x->app;
@@ -345,6 +366,7 @@ static void create(attnd_exchange *x, attnd_reply *out)
         .ttl_s = (int)cb.ttl_s,
         .row_k = attnd_kv_heads(in) * in->head_dim_k, /* the cache holds the KV heads */
         .row_v = attnd_kv_heads(in) * in->head_dim_v,
+        .elem_bytes = m->kv_dtype == ATTN_KV_F32 ? 4 : 2, /* f16, bf16 */
         .rows = cb.key_rows,
         .model_name = m->name,
         .model = m,
@@ -359,8 +381,7 @@ static void create(attnd_exchange *x, attnd_reply *out)
         attn_error ae = {0};
         attn_status st = memory_bound(m, &cb, &s->query_limit, &ae);
         if (st == ATTN_OK)
-            st = attn_project_kv(m->layer, cb.key, cb.value ? cb.value : cb.key, cb.key_rows,
-                                 s->cache_k, s->cache_v, &ae);
+            st = project_memory(m, &cb, s, &ae);
         if (st != ATTN_OK) { /* the statuses one-shot cross-attention answers with */
             char id[ATTND_SESSION_ID_LEN + 1];
             memcpy(id, s->id, sizeof id);
@@ -572,6 +593,7 @@ static int attach_cache(attnd_app *app, const attnd_model *m, attnd_session *s,
     q->s = keys;
     q->cache_k = s->cache_k;
     q->cache_v = s->cache_v;
+    q->cache_dtype = m->kv_dtype;
     q->cache_len = s->rows;
     q->cache_append = self;
     q->is_causal = self;

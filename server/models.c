@@ -118,6 +118,7 @@ static attnd_model *version_load(int index, const attnd_model_spec *spec,
                      : ci.family >= ATTN_FAMILY_LLAMA ? 0 /* the only layer */
                                                       : -1;
     m->sliding_window = ci.sliding_window;
+    m->kv_dtype = (attn_kv_dtype)(spec->kv_dtype >= 0 ? spec->kv_dtype : cfg->kv_dtype);
     m->load_ms = (double)(attnd_now_ns() - t0) / 1e6;
     attn_layer_get_info(m->layer, &m->info);
     if (smoke_forward(m, err, errlen))

@@ -33,6 +33,7 @@ typedef struct attnd_model {
     attn_family family;        /* the checkpoint family it was read as         */
     int layer_index;           /* its layer in the checkpoint, -1 = a bare layer */
     int sliding_window;        /* config.json's, reported only; 0 = none       */
+    attn_kv_dtype kv_dtype;    /* how its sessions' KV caches store elements   */
     attnd_scheduler *sched;    /* owned                                        */
     char loaded_at[32];        /* ISO-8601 UTC, e.g. "2026-11-30T13:25:29Z"    */
     double load_ms;

@@ -64,6 +64,9 @@ session_fail(attnd_session_error *err, attnd_session_result r, const char *field
     return r;
 }
 
+/* Bytes of one cached element for params p (4 when unset: float32). */
+static int elem_of(const attnd_session_params *p) { return p->elem_bytes > 0 ? p->elem_bytes : 4; }
+
 /* The result a public function returns for rc (0 or -1 with *err filled). */
 static attnd_session_result result_of(int rc, const attnd_session_error *err)
 {
@@ -94,9 +97,9 @@ static size_t id_hash(const attnd_sessions *st, const char *id)
     return (size_t)h & (st->n_buckets - 1);
 }
 
-static size_t session_bytes(int cap, int row_k, int row_v)
+static size_t session_bytes(int cap, int row_k, int row_v, int elem)
 {
-    return sizeof(attnd_session) + (size_t)cap * ((size_t)row_k + (size_t)row_v) * sizeof(float);
+    return sizeof(attnd_session) + (size_t)cap * ((size_t)row_k + (size_t)row_v) * (size_t)elem;
 }
 
 static void publish(attnd_sessions *st)
@@ -379,8 +382,8 @@ static attnd_session *new_session(const attnd_sessions *st, const attnd_session_
     attnd_session *s = calloc(1, sizeof *s);
     int rows = p->kind == ATTND_SESSION_CROSS ? p->rows : 0;
     if (s && rows > 0) {
-        s->cache_k = malloc((size_t)rows * (size_t)p->row_k * sizeof(float));
-        s->cache_v = malloc((size_t)rows * (size_t)p->row_v * sizeof(float));
+        s->cache_k = malloc((size_t)rows * (size_t)p->row_k * (size_t)elem_of(p));
+        s->cache_v = malloc((size_t)rows * (size_t)p->row_v * (size_t)elem_of(p));
     }
     if (!s || (rows > 0 && (!s->cache_k || !s->cache_v))) {
         if (s) {
@@ -400,7 +403,8 @@ static attnd_session *new_session(const attnd_sessions *st, const attnd_session_
     s->row_v = p->row_v;
     s->rows = rows;
     s->cap = rows;
-    s->bytes = session_bytes(rows, p->row_k, p->row_v);
+    s->elem_bytes = elem_of(p);
+    s->bytes = session_bytes(rows, p->row_k, p->row_v, s->elem_bytes);
     return s;
 }
 
@@ -413,10 +417,10 @@ attnd_session_result attnd_sessions_open(attnd_sessions *st, const attnd_session
     *out = NULL;
     if (check_params(st, p, err) != 0) return err->result;
     int rows = p->kind == ATTND_SESSION_CROSS ? p->rows : 0;
-    if (session_bytes(rows, p->row_k, p->row_v) > st->cfg.budget_bytes) {
+    if (session_bytes(rows, p->row_k, p->row_v, elem_of(p)) > st->cfg.budget_bytes) {
         session_fail(err, ATTND_SESSION_TOO_LARGE, "key",
                      "the session's memory (%zu bytes) is over kv_cache_bytes (%zu)",
-                     session_bytes(rows, p->row_k, p->row_v), st->cfg.budget_bytes);
+                     session_bytes(rows, p->row_k, p->row_v, elem_of(p)), st->cfg.budget_bytes);
         return err->result;
     }
     attnd_session *s = new_session(st, p, err), *freelist = NULL;
@@ -501,11 +505,10 @@ static void compact_window(attnd_sessions *st, attnd_session *s, int t)
     if (s->window == 0 || s->rows + t <= s->cap) return;
     int keep = s->rows < s->window - 1 ? s->rows : s->window - 1;
     if (keep < s->rows) {
-        size_t from = (size_t)(s->rows - keep);
-        memmove(s->cache_k, s->cache_k + from * (size_t)s->row_k,
-                (size_t)keep * (size_t)s->row_k * sizeof(float));
-        memmove(s->cache_v, s->cache_v + from * (size_t)s->row_v,
-                (size_t)keep * (size_t)s->row_v * sizeof(float));
+        size_t from = (size_t)(s->rows - keep), e = (size_t)s->elem_bytes;
+        char *k = (char *)s->cache_k, *v = (char *)s->cache_v;
+        memmove(k, k + from * (size_t)s->row_k * e, (size_t)keep * (size_t)s->row_k * e);
+        memmove(v, v + from * (size_t)s->row_v * e, (size_t)keep * (size_t)s->row_v * e);
     }
     pthread_mutex_lock(&st->mu);
     s->rows = keep;
@@ -522,7 +525,8 @@ static int grown_cap(const attnd_sessions *st, const attnd_session *s, int need)
     int64_t most = s->window ? 2 * (int64_t)s->window : st->cfg.max_length;
     if (want > most) want = most;
     if (want < need) want = need;
-    if (session_bytes((int)want, s->row_k, s->row_v) > st->cfg.budget_bytes) want = need;
+    if (session_bytes((int)want, s->row_k, s->row_v, s->elem_bytes) > st->cfg.budget_bytes)
+        want = need;
     return (int)want;
 }
 
@@ -560,15 +564,16 @@ static int account_growth(attnd_sessions *st, attnd_session *s, size_t bytes,
  * memory the cache keeps its old capacity and the count goes back: -1 + *err. */
 static int grow_buffers(attnd_sessions *st, attnd_session *s, int cap, attnd_session_error *err)
 {
-    float *k = realloc(s->cache_k, (size_t)cap * (size_t)s->row_k * sizeof(float));
+    const size_t e = (size_t)s->elem_bytes;
+    float *k = realloc(s->cache_k, (size_t)cap * (size_t)s->row_k * e);
     if (k) s->cache_k = k;
-    float *v = k ? realloc(s->cache_v, (size_t)cap * (size_t)s->row_v * sizeof(float)) : NULL;
+    float *v = k ? realloc(s->cache_v, (size_t)cap * (size_t)s->row_v * e) : NULL;
     if (v) s->cache_v = v;
     pthread_mutex_lock(&st->mu);
     if (k && v) {
         s->cap = cap;
     } else { /* the old buffers (or a bigger k) still hold cap rows */
-        size_t old = session_bytes(s->cap, s->row_k, s->row_v);
+        size_t old = session_bytes(s->cap, s->row_k, s->row_v, s->elem_bytes);
         if (!s->removed) st->bytes -= s->bytes - old;
         s->bytes = old;
         publish(st);
@@ -598,7 +603,7 @@ attnd_session_result attnd_sessions_reserve(attnd_sessions *st, attnd_session *s
     int need = s->rows + t;
     if (need <= s->cap) return ATTND_SESSION_OK;
     int cap = grown_cap(st, s, need);
-    if (account_growth(st, s, session_bytes(cap, s->row_k, s->row_v), err) != 0)
+    if (account_growth(st, s, session_bytes(cap, s->row_k, s->row_v, s->elem_bytes), err) != 0)
         return err->result;
     return result_of(grow_buffers(st, s, cap, err), err);
 }
@@ -685,6 +690,7 @@ attnd_session_result attnd_sessions_fork(attnd_sessions *st, const char *id,
         .ttl_s = parent->ttl_s,
         .row_k = parent->row_k,
         .row_v = parent->row_v,
+        .elem_bytes = parent->elem_bytes,
         .rows = parent->kind == ATTND_SESSION_CROSS ? parent->rows : 0,
         .model_name = parent->model_name,
         .model = parent->model,
@@ -695,12 +701,13 @@ attnd_session_result attnd_sessions_fork(attnd_sessions *st, const char *id,
     if (r == ATTND_SESSION_OK) {
         /* Both slots are held: nobody else touches either cache now. */
         memcpy(child->cache_k, parent->cache_k,
-               (size_t)parent->rows * (size_t)parent->row_k * sizeof(float));
+               (size_t)parent->rows * (size_t)parent->row_k * (size_t)parent->elem_bytes);
         memcpy(child->cache_v, parent->cache_v,
-               (size_t)parent->rows * (size_t)parent->row_v * sizeof(float));
+               (size_t)parent->rows * (size_t)parent->row_v * (size_t)parent->elem_bytes);
         pthread_mutex_lock(&st->mu);
         child->rows = parent->rows;
         child->length = parent->length;
+        child->query_limit = parent->query_limit; /* a cross memory's bound comes along */
         if (st->cfg.retain_model && child->model)
             st->cfg.retain_model(child->model);
         pthread_mutex_unlock(&st->mu);

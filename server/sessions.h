@@ -40,7 +40,10 @@ typedef struct attnd_session {
     int window;                              /* (fixed) self: keep the last window
                                                 positions; 0 = keep all                 */
     int ttl_s;                               /* (fixed) idle seconds before expiry      */
-    int row_k, row_v;                        /* (fixed) floats per cached row: h*d_k, h*d_v */
+    int row_k, row_v;                        /* (fixed) elements per cached row: g*d_k, g*d_v */
+    int elem_bytes;                          /* (fixed) bytes of an element: 4 (f32) or 2
+                                                (f16, bf16), the model's kv dtype; the
+                                                caches stay typed float* as attn_seq has */
     float query_limit;                       /* (fixed) cross: the largest |query| number an
                                                 append may carry, set by the creator before
                                                 it releases the slot (0 until then)     */
@@ -103,7 +106,8 @@ typedef struct attnd_session_params {
     attnd_session_kind kind;
     int window;                /* self only; 0 = unbounded; 0 <= window <= max_length */
     int ttl_s;                 /* 0 = the default; larger than cfg.ttl_s is capped   */
-    int row_k, row_v;          /* >= 1                                               */
+    int row_k, row_v;          /* elements per row, >= 1                             */
+    int elem_bytes;            /* bytes per element: 0 or 4 = float32, 2 = f16/bf16  */
     int rows;                  /* cross: memory rows (allocated now); self: 0        */
     const char *model_name;
     void *model;               /* handed back to release_model when freed            */
