@@ -8,6 +8,12 @@
  * A deliberately simple closed-loop libcurl-multi client: `conc` transfers in
  * flight, each re-sent as soon as it completes, for a fixed time per cell
  * after a short warm-up. The full load generator is attnd-load.
+ *
+ * Then a sweep: layer width E = 64, 256, 1024, 2048 (head_dim 64, 8 heads at
+ * E = 64) and query length T = 1, 8, 32, 128, batching on (no delay) vs off at
+ * concurrency 64, with the ratio: where cross-client batching pays, and by how
+ * much (the README's advice quotes it). Target: T = 1 on the 2048-wide layer at
+ * concurrency 64 reaches >= 6x batching off.
  * Usage: bench_batching [seconds-per-cell]  (default $BENCH_SECONDS, else 2).
  * The daemon is $ATTND_BIN, else $BUILD/attnd, else build/attnd.
  */
@@ -235,6 +241,76 @@ static int print_table(double seconds, cell res[N_MODES][N_SIZES][N_CONCS])
     return rc;
 }
 
+/* ------------------------------------------------------------ width x T sweep */
+
+enum { N_WIDTHS = 4, N_TS = 4, SWEEP_CONC = 64 };
+static const int widths[N_WIDTHS] = { 64, 256, 1024, 2048 };
+static const int ts[N_TS] = { 1, 8, 32, 128 };
+
+/* Starts attnd serving a written E-wide layer as "w", batching on (16) or off (1). */
+static int start_sweep(const char *path, int e, int on, attnd_proc *p)
+{
+    char arg[600];
+    snprintf(arg, sizeof arg, "w=%s,heads=%d", path, e >= 512 ? e / 64 : e / 32 ? e / 32 : 1);
+    const char *args[] = { "--model", arg, "--log-level", "warn", "--max-batch-requests",
+                           on ? "16" : "1", NULL };
+    return attnd_proc_start(p, args);
+}
+
+static int sweep(double seconds)
+{
+    int rc = 0;
+    double ratio_target = 0;
+    printf("\nsweep: batching on (16, no delay) vs off (1), concurrency %d, %.1f s per cell\n",
+           SWEEP_CONC, seconds);
+    printf("%6s %5s | %9s %9s | %6s\n", "E", "T", "on req/s", "off req/s", "ratio");
+    for (int w = 0; w < N_WIDTHS && rc == 0; w++) {
+        int e = widths[w];
+        char path[] = "/tmp/attnd-bench-sweep-XXXXXX";
+        int fd = mkstemp(path);
+        if (fd >= 0) close(fd);
+        int heads = e >= 512 ? e / 64 : e / 32 ? e / 32 : 1;
+        if (fd < 0 || bench_write_mha_model(path, e, heads, &rng) != 0) {
+            fprintf(stderr, "bench_batching: cannot write %s\n", path);
+            return 1;
+        }
+        attnd_proc on, off;
+        if (start_sweep(path, e, 1, &on) != 0) {
+            unlink(path);
+            return 1;
+        }
+        if (start_sweep(path, e, 0, &off) != 0) {
+            attnd_proc_stop(&on);
+            unlink(path);
+            return 1;
+        }
+        char url_on[200], url_off[200];
+        snprintf(url_on, sizeof url_on, "%s/v1/models/w/attention", on.base_url);
+        snprintf(url_off, sizeof url_off, "%s/v1/models/w/attention", off.base_url);
+        for (int k = 0; k < N_TS; k++) {
+            body b[N_BODIES];
+            for (int i = 0; i < N_BODIES; i++)
+                b[i] = make_body(ts[k], e);
+            run_cell(url_on, b, 8, 0.2);
+            run_cell(url_off, b, 8, 0.2);
+            cell x = run_cell(url_on, b, SWEEP_CONC, seconds);
+            cell y = run_cell(url_off, b, SWEEP_CONC, seconds);
+            double r = y.rps > 0 ? x.rps / y.rps : 0;
+            printf("%6d %5d | %9.0f %9.0f | %5.2fx\n", e, ts[k], x.rps, y.rps, r);
+            if (x.done == 0 || y.done == 0 || x.errors || y.errors) rc = 1;
+            if (e == 2048 && ts[k] == 1) ratio_target = r;
+            for (int i = 0; i < N_BODIES; i++)
+                free(b[i].p);
+        }
+        attnd_proc_stop(&on);
+        attnd_proc_stop(&off);
+        unlink(path);
+    }
+    printf("target: T=1, E=2048, concurrency %d, batching >= 6x off: %.2fx: %s\n", SWEEP_CONC,
+           ratio_target, ratio_target >= 6 ? "met" : "not met");
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *env_s = getenv("BENCH_SECONDS"), *build = getenv("BUILD");
@@ -274,6 +350,8 @@ int main(int argc, char **argv)
         measure_all(procs, bodies, seconds, res);
         rc = print_table(seconds, res);
     }
+    if (rc == 0 && !getenv("BENCH_BATCHING_NO_SWEEP"))
+        rc = sweep(seconds < 1.5 ? seconds : 1.5);
     for (int m = 0; m < started; m++) attnd_proc_stop(&procs[m]);
     for (int s = 0; s < N_SIZES; s++)
         for (int i = 0; i < N_BODIES; i++) free(bodies[s][i].p);
