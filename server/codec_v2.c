@@ -755,6 +755,13 @@ static const float *output_tensor(const attnd_request *req, const attnd_v2_call 
 char *attnd_codec_v2_encode_response(const attnd_request *req, const attnd_v2_call *call,
                                      const char *model_name, size_t *len, size_t *header_len)
 {
+    return attnd_codec_v2_encode_response_with(req, call, model_name, NULL, len, header_len);
+}
+
+char *attnd_codec_v2_encode_response_with(const attnd_request *req, const attnd_v2_call *call,
+                                          const char *model_name, const char *parameters,
+                                          size_t *len, size_t *header_len)
+{
     attnd_jsonbuf b = {0};
     int any_binary = 0;
     if (!req || !call || req->n_seqs < 1)
@@ -767,8 +774,13 @@ char *attnd_codec_v2_encode_response(const attnd_request *req, const attnd_v2_ca
         attnd_jb_string(&b, req->id);
     }
     attnd_jb_printf(&b,
-                    ",\"parameters\":{\"queue_us\":%lld,\"compute_us\":%lld,\"batch_size\":%d}",
+                    ",\"parameters\":{\"queue_us\":%lld,\"compute_us\":%lld,\"batch_size\":%d",
                     (long long)req->queue_us, (long long)req->compute_us, req->batch_size);
+    if (parameters && *parameters) {
+        attnd_jb_putc(&b, ',');
+        attnd_jb_puts(&b, parameters);
+    }
+    attnd_jb_putc(&b, '}');
     attnd_jb_puts(&b, ",\"outputs\":[");
     for (int i = 0; i < call->n_outputs; i++) {
         int64_t shape[4];

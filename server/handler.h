@@ -86,6 +86,21 @@ int attnd_handler_check_json(attnd_exchange *x, attnd_http_error *err);
  * when x has no reserve. */
 int attnd_handler_reserve(void *x, size_t bytes, attnd_http_error *err);
 
+/* The v2 binary tensor convention (Triton's binary_tensor_data): a JSON header
+ * of Inference-Header-Content-Length bytes, then raw tensors. */
+extern const char attnd_tensor_header[];   /* "Inference-Header-Content-Length" */
+extern const char attnd_binary_type[];     /* "application/octet-stream"        */
+
+/* x's Inference-Header-Content-Length: -1 when absent, -2 when it is not a
+ * non-negative decimal integer. */
+long long attnd_handler_tensor_header_length(const attnd_exchange *x);
+
+/* check_headers for a body in that convention: as attnd_handler_check_json,
+ * except that any media type will do when the header is given (which must then
+ * be an integer: 400 naming it), and application/octet-stream without it means
+ * an all-JSON body (the decoder says if it is not). */
+int attnd_handler_check_tensor_post(attnd_exchange *x, attnd_http_error *err);
+
 /* What a decoded request must also satisfy on its model, whatever the
  * protocol: no cross-attention over a rotary layer (400 unsupported, field
  * "key"). Returns 0, or -1 with *err. */

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "codec.h"
+#include "codec_v2.h"
 #include "jsonbuf.h"
 #include "jsonnum.h"
 
@@ -25,6 +26,8 @@ typedef struct attnd_session_call {
     attnd_session *sess;  /* the append slot, held from decode until finish/end */
     float *weights;       /* owned: (h or 1, T, S) when need_weights            */
     int64_t *positions;   /* owned: (T) absolute positions, rotary models only  */
+    int binary;           /* a v2 binary-tensor append: answer the same way     */
+    attnd_v2_call v2;     /* its outputs (binary only)                          */
     int t;                /* positions this append adds                         */
     int64_t start_ns;
 } attnd_session_call;
@@ -607,6 +610,41 @@ static int attach_cache(attnd_app *app, const attnd_model *m, attnd_session *s,
  * session's model, makes room in the cache and builds the request whose one
  * sequence reads and writes the cache; x->model becomes a reference to the
  * session's model version, x->state the call. On failure nothing is held. */
+/* The body's query rows: the JSON form, or a v2 infer body with binary tensors
+ * (Inference-Header-Content-Length), which may carry only query [1,T,E_q] and
+ * asks for no weights: positions, masks and keys come from the session. */
+static int decode_rows(attnd_exchange *x, attnd_session_call *call, const attnd_model *m,
+                       const attnd_decode_opts *opts, attnd_request **req,
+                       attnd_http_error *err)
+{
+    long long hl = attnd_handler_tensor_header_length(x);
+    if (hl < 0)
+        return attnd_codec_decode_request_ex(x->body, x->body_len, &m->info, &x->app->limits,
+                                             opts, req, err);
+    size_t json_len = (unsigned long long)hl < x->body_len ? (size_t)hl : x->body_len;
+    if (x->reserve && x->reserve(x, attnd_json_tree_bound(x->body, json_len), err) != 0)
+        return -1;
+    call->binary = 1;
+    if (attnd_codec_v2_decode(x->body, x->body_len, hl, &m->info, &x->app->limits, req,
+                              &call->v2, err) != 0)
+        return -1;
+    const attn_seq *q = &(*req)->seqs[0];
+    const char *bad = (*req)->n_seqs != 1 ? "query"
+                      : q->key                               ? "key"
+                      : q->key_padding_mask || q->attn_mask ? "attn_mask"
+                      : q->position_ids                      ? "position_ids"
+                      : (*req)->need_weights                 ? "attn_weights"
+                                                              : NULL;
+    if (!bad)
+        return 0;
+    attnd_request_free(*req);
+    *req = NULL;
+    return attnd_http_fail(err, 400, "invalid_value", bad,
+                           "a binary append carries the next rows of one stream: query "
+                           "[1,T,E_q] only (no key, masks or position_ids: the session has "
+                           "them; attention weights: use the JSON form)");
+}
+
 static int append_decode(attnd_exchange *x, attnd_request **out, attnd_http_error *err)
 {
     const attnd_decode_opts opts = {.query_only = 1, .caller_weights = 1,
@@ -627,8 +665,7 @@ static int append_decode(attnd_exchange *x, attnd_request **out, attnd_http_erro
     call->start_ns = attnd_now_ns();
     attnd_session *s = call->sess;
     attnd_model *m = s->model;
-    if (attnd_codec_decode_request_ex(x->body, x->body_len, &m->info, &app->limits, &opts, &req,
-                                      err) != 0)
+    if (decode_rows(x, call, m, &opts, &req, err) != 0)
         goto fail;
     float mq = s->kind == ATTND_SESSION_CROSS
                    ? max_abs(req->seqs[0].query, (size_t)req->seqs[0].t * (size_t)m->info.embed_q)
@@ -672,6 +709,26 @@ static char *session_members(const char *id, int64_t length, int rows)
     return attnd_jb_finish(&b, NULL);
 }
 
+/* A binary append's answer: the v2 response (outputs as asked, binary or JSON),
+ * with the session's state among its parameters. */
+static void finish_binary(const attnd_session_call *call, const attnd_request *req,
+                          const char *model, const char *id, int64_t length, int rows,
+                          attnd_reply *out)
+{
+    char params[160];
+    snprintf(params, sizeof params, "\"session_id\":\"%s\",\"session_length\":%lld,"
+             "\"session_cached\":%d", id, (long long)length, rows);
+    size_t header_len = 0;
+    out->status = 200;
+    out->body = attnd_codec_v2_encode_response_with(req, &call->v2, model, params, &out->len,
+                                                    &header_len);
+    out->content_type = header_len ? attnd_binary_type : attnd_json_type;
+    if (header_len) {
+        out->header_name = attnd_tensor_header;
+        snprintf(out->header_value, sizeof out->header_value, "%zu", header_len);
+    }
+}
+
 /* Append, part 2, once the scheduler finished req: commits the new positions if
  * the compute succeeded (else the cache is as before), gives the slot back,
  * and answers with the /v1 attention response plus "session". */
@@ -692,6 +749,10 @@ static void append_finish(attnd_exchange *x, const attnd_request *req, attnd_rep
                                      attnd_now_ns() - call->start_ns);
     if (!attnd_handler_succeeded(x, req, attnd_reply_error, out))
         return;
+    if (call->binary) {
+        finish_binary(call, req, model->name, id, length, rows, out);
+        return;
+    }
     char *members = session_members(id, length, rows);
     size_t len = 0;
     char *body = members ? attnd_codec_encode_response_with(req, model->name, members, &len)
@@ -729,7 +790,7 @@ const attnd_handler attnd_handler_session_fork = {
     .protocol = "session", .answer = fork_session, .error = attnd_reply_error};
 const attnd_handler attnd_handler_session_append = {
     .protocol = "session",
-    .check_headers = attnd_handler_check_json,
+    .check_headers = attnd_handler_check_tensor_post, /* JSON, or v2 binary tensors */
     .decode = append_decode,
     .finish = append_finish,
     .end = append_end,

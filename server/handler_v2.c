@@ -12,8 +12,6 @@
 
 #include "codec_v2.h"
 
-static const char binary_type[] = "application/octet-stream";
-static const char ihcl_header[] = "Inference-Header-Content-Length";
 
 static void v2_error(attnd_reply *out, const attnd_http_error *err)
 {
@@ -22,42 +20,9 @@ static void v2_error(attnd_reply *out, const attnd_http_error *err)
     attnd_reply_error_body(out, err, body, len);
 }
 
-/* The Inference-Header-Content-Length value: -1 when absent, -2 when malformed. */
-static long long header_length(const char *ihcl)
-{
-    if (!ihcl)
-        return -1;
-    errno = 0;
-    char *end;
-    long long n = strtoll(ihcl, &end, 10);
-    if (errno || end == ihcl || *end != '\0' || n < 0)
-        return -2;
-    return n;
-}
-
-/* As the JSON check, except that the body may be application/octet-stream (or
- * any type) when Inference-Header-Content-Length is given, which must then be a
- * decimal integer. */
-static int check_infer(attnd_exchange *x, attnd_http_error *err)
-{
-    const char *ihcl = x->header(x, ihcl_header);
-    const char *content_type = x->header(x, "Content-Type");
-    long long hl = header_length(ihcl);
-    if (hl == -2)
-        return attnd_http_fail(err, 400, "invalid_request", ihcl_header,
-                               "Inference-Header-Content-Length must be a non-negative "
-                               "integer, not %.40s", ihcl);
-    if (hl >= 0) /* binary tensors follow the JSON header: any media type will do */
-        content_type = attnd_json_type;
-    else if (content_type && strncasecmp(content_type, binary_type, sizeof binary_type - 1) == 0)
-        content_type = attnd_json_type; /* then the body must be all JSON: the decoder says so */
-    return attnd_check_json_post(x->app->cfg->max_body_bytes, x->header(x, "Content-Length"),
-                                 x->header(x, "Transfer-Encoding"), content_type, err);
-}
-
 static int decode_infer(attnd_exchange *x, attnd_request **out, attnd_http_error *err)
 {
-    long long hl = header_length(x->header(x, ihcl_header));
+    long long hl = attnd_handler_tensor_header_length(x);
     size_t json_len = hl >= 0 && (unsigned long long)hl < x->body_len ? (size_t)hl : x->body_len;
     if (x->reserve && x->reserve(x, attnd_json_tree_bound(x->body, json_len), err) != 0)
         return -1; /* the whole header is parsed by jansson: count its tree first */
@@ -84,9 +49,9 @@ static void finish_infer(attnd_exchange *x, const attnd_request *req, attnd_repl
     out->status = 200;
     out->body =
         attnd_codec_v2_encode_response(req, x->state, x->model->name, &out->len, &header_len);
-    out->content_type = header_len ? binary_type : attnd_json_type;
+    out->content_type = header_len ? attnd_binary_type : attnd_json_type;
     if (header_len) { /* binary tensors follow a JSON header of this many bytes */
-        out->header_name = ihcl_header;
+        out->header_name = attnd_tensor_header;
         snprintf(out->header_value, sizeof out->header_value, "%zu", header_len);
     }
 }
@@ -139,7 +104,7 @@ const attnd_handler attnd_handler_v2_model_ready = {
     .protocol = "v2", .answer = ready, .error = v2_error};
 const attnd_handler attnd_handler_v2_infer = {
     .protocol = "v2",
-    .check_headers = check_infer,
+    .check_headers = attnd_handler_check_tensor_post,
     .decode = decode_infer,
     .finish = finish_infer,
     .end = end_infer,
