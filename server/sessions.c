@@ -699,11 +699,14 @@ attnd_session_result attnd_sessions_fork(attnd_sessions *st, const char *id,
     if (r == ATTND_SESSION_OK && parent->kind == ATTND_SESSION_SELF && parent->rows > 0)
         r = attnd_sessions_reserve(st, child, parent->rows, err);
     if (r == ATTND_SESSION_OK) {
-        /* Both slots are held: nobody else touches either cache now. */
-        memcpy(child->cache_k, parent->cache_k,
-               (size_t)parent->rows * (size_t)parent->row_k * (size_t)parent->elem_bytes);
-        memcpy(child->cache_v, parent->cache_v,
-               (size_t)parent->rows * (size_t)parent->row_v * (size_t)parent->elem_bytes);
+        /* Both slots are held: nobody else touches either cache now. (An empty
+         * parent has no buffers: memcpy must not see their NULLs.) */
+        if (parent->rows > 0) {
+            memcpy(child->cache_k, parent->cache_k,
+                   (size_t)parent->rows * (size_t)parent->row_k * (size_t)parent->elem_bytes);
+            memcpy(child->cache_v, parent->cache_v,
+                   (size_t)parent->rows * (size_t)parent->row_v * (size_t)parent->elem_bytes);
+        }
         pthread_mutex_lock(&st->mu);
         child->rows = parent->rows;
         child->length = parent->length;

@@ -40,6 +40,8 @@ static long call(const char *method, const char *path, const char *body, json_t 
     char url[256];
     snprintf(url, sizeof url, "%s%s", proc.base_url, path);
     http_result r;
+    if (out)
+        *out = NULL;
     if (http_do(method, url, body, body ? strlen(body) : 0, NULL, &r) != 0)
         return -1;
     json_error_t je;
