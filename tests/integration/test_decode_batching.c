@@ -133,7 +133,10 @@ static int largest_batch(const attnd_proc *p)
 TEST(decode_steps_batch_together)
 {
     attnd_proc p;
-    const char *args[] = {"--workers", "1", "--max-batch-requests", "64", NULL};
+    /* A 5 ms queue delay lets a batch fill whatever the machine's load: the test
+     * is about the budget (8 steps when a step counted its cache), not timing. */
+    const char *args[] = {"--workers", "1", "--max-batch-requests", "64",
+                          "--max-queue-delay-us", "5000", NULL};
     if (attnd_proc_start(&p, args) != 0) {
         CHECK_MSG(0, "daemon did not start");
         return;
@@ -153,7 +156,7 @@ TEST(kv_bytes_bound_a_batch)
     snprintf(budget, sizeof budget, "%d", 4 * (CACHED + STEPS) * 8 * 16 * 4);
     attnd_proc p;
     const char *args[] = {"--workers", "1", "--max-batch-requests", "64",
-                          "--max-batch-kv-bytes", budget, NULL};
+                          "--max-queue-delay-us", "5000", "--max-batch-kv-bytes", budget, NULL};
     if (attnd_proc_start(&p, args) != 0) {
         CHECK_MSG(0, "daemon did not start");
         return;
