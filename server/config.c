@@ -53,7 +53,7 @@ static const option options[] = {
      "model served by POST /v1/attention (default: the only model, if just one)"},
     {"log-level", NULL, NULL, OPT_LEVEL, F(log_level), "info", 0, 0, "LEVEL",
      "debug, info, warn or error"},
-    {"workers", NULL, NULL, OPT_INT, F(workers), "2", 1, 1024, "N",
+    {"workers", NULL, NULL, OPT_INT, F(workers), "2", 1, 256, "N",
      "compute threads per model (each runs whole batches)"},
     {"max-batch-requests", NULL, NULL, OPT_INT, F(max_batch_requests), "16", 1, 65536, "N",
      "requests per batch at most (1 turns batching off)"},
@@ -174,8 +174,8 @@ static int parse_int64(const char *s, int allow_suffix, int64_t *out)
     }
     if (*end)
         return -1;
-    if (v > 0 && v > INT64_MAX / mult)
-        return -1;
+    if ((v > 0 && v > INT64_MAX / mult) || (v < 0 && v < INT64_MIN / mult))
+        return -1; /* out of range: refused, never wrapped */
     *out = (int64_t)v * mult;
     return 0;
 }
