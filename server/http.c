@@ -533,6 +533,7 @@ static enum MHD_Result submit(conn *c)
         atomic_store_explicit(&c->sock->busy, 1, memory_order_relaxed);
     req->on_done = on_done;
     req->on_done_ctx = c;
+    req->layer = m->layer; /* one scheduler serves every version of the model */
     c->req = req;
     c->submitted = 1;
     atomic_fetch_add(&c->http->pending, 1);

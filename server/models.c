@@ -1,6 +1,7 @@
-/* models.c — loads the configured layers, starts their schedulers, swaps in
- * new versions on reload (reference counted), and describes models as JSON
- * (ModelInfo in proto/openapi.yaml).
+/* models.c — loads the configured layers, starts one scheduler per model (its
+ * slot's, shared by every version: a reload swaps the layer, not the threads),
+ * swaps in new versions on reload (reference counted), and describes models as
+ * JSON (ModelInfo in proto/openapi.yaml).
  */
 #include "models.h"
 
@@ -17,18 +18,18 @@
 /* Scheduler batch hook: runs on a worker thread after every batch. */
 static void on_batch(void *ctx, int n_requests, size_t n_tokens, int64_t compute_us)
 {
-    attnd_model *m = ctx;
+    attnd_model_slot *slot = ctx;
     (void)compute_us; /* per-request compute time is recorded from each request */
-    if (m->metrics)
-        attnd_metrics_batch(m->metrics, m->index, n_requests, n_tokens);
+    if (slot->metrics)
+        attnd_metrics_batch(slot->metrics, slot->index, n_requests, n_tokens);
 }
 
-/* Frees a version: drains its scheduler (no forward runs after), the layer. */
+/* Frees a version: its layer (the last request on it has finished: each holds
+ * a reference; the scheduler is the slot's). */
 static void version_free(attnd_model *m)
 {
     if (!m)
         return;
-    attnd_scheduler_free(m->sched);
     attn_layer_free(m->layer);
     free(m->path);
     free(m);
@@ -85,7 +86,7 @@ static attn_load_options load_options(const attnd_model_spec *spec)
     return lo;
 }
 
-static attnd_model *version_load(int index, const attnd_model_spec *spec,
+static attnd_model *version_load(attnd_model_slot *slot, const attnd_model_spec *spec,
                                  const attnd_config *cfg, attnd_metrics *metrics, char *err,
                                  size_t errlen)
 {
@@ -97,7 +98,7 @@ static attnd_model *version_load(int index, const attnd_model_spec *spec,
         free(m);
         return NULL;
     }
-    m->index = index;
+    m->index = slot->index;
     m->metrics = metrics;
     atomic_init(&m->refs, 1);
     snprintf(m->name, sizeof m->name, "%s", spec->name);
@@ -136,12 +137,14 @@ static attnd_model *version_load(int index, const attnd_model_spec *spec,
         .max_queue = cfg->max_queue,
         .workers = cfg->workers,
     };
-    m->sched = attnd_scheduler_create(m->layer, &sc, on_batch, m, serr, sizeof serr);
-    if (!m->sched) {
+    if (!slot->sched) /* the first version: its layer is only the default */
+        slot->sched = attnd_scheduler_create(m->layer, &sc, on_batch, slot, serr, sizeof serr);
+    if (!slot->sched) {
         snprintf(err, errlen, "model '%s': cannot start its scheduler: %s", spec->name,
                  serr[0] ? serr : "unknown error");
         goto fail;
     }
+    m->sched = slot->sched;
     const attn_layer_info *in = &m->info;
     char layer[24] = "";
     if (m->layer_index >= 0)
@@ -167,15 +170,20 @@ int attnd_models_load(attnd_models *ms, const attnd_config *cfg, attnd_metrics *
     memset(ms, 0, sizeof *ms);
     ms->metrics = metrics;
     ms->items = calloc((size_t)cfg->n_models, sizeof *ms->items);
-    if (!ms->items || pthread_mutex_init(&ms->mu, NULL) != 0) {
+    ms->slots = calloc((size_t)cfg->n_models, sizeof *ms->slots);
+    if (!ms->items || !ms->slots || pthread_mutex_init(&ms->mu, NULL) != 0) {
         free(ms->items);
+        free(ms->slots);
         ms->items = NULL;
+        ms->slots = NULL;
         snprintf(err, errlen, "out of memory");
         return -1;
     }
     ms->mu_ready = 1;
+    ms->n_slots = cfg->n_models;
     for (int i = 0; i < cfg->n_models; i++) {
-        attnd_model *m = version_load(i, &cfg->models[i], cfg, metrics, err, errlen);
+        ms->slots[i] = (attnd_model_slot){.index = i, .metrics = metrics};
+        attnd_model *m = version_load(&ms->slots[i], &cfg->models[i], cfg, metrics, err, errlen);
         if (!m)
             goto fail;
         ms->items[i] = m;
@@ -211,7 +219,8 @@ int attnd_models_reload(attnd_models *ms, const attnd_config *cfg, char *err, si
     }
     int rc = 0;
     for (int i = 0; i < ms->n && rc == 0; i++)
-        if (!(fresh[i] = version_load(i, &cfg->models[i], cfg, ms->metrics, err, errlen)))
+        if (!(fresh[i] = version_load(&ms->slots[i], &cfg->models[i], cfg, ms->metrics, err,
+                                      errlen)))
             rc = -1;
     if (rc == 0) {
         pthread_mutex_lock(&ms->mu);
@@ -282,17 +291,19 @@ int attnd_models_queue_depth(attnd_models *ms, int i)
 
 void attnd_models_drain(attnd_models *ms)
 {
-    for (int i = 0; i < ms->n; i++) {
-        attnd_model *m = attnd_models_acquire(ms, i);
-        attnd_scheduler_drain(m->sched);
-        attnd_model_release(m);
-    }
+    for (int i = 0; i < ms->n; i++)
+        attnd_scheduler_drain(ms->slots[i].sched);
 }
 
 void attnd_models_free(attnd_models *ms)
 {
     for (int i = 0; i < ms->n; i++)
         attnd_model_release(ms->items[i]);
+    /* The versions pinned by sessions are gone too (main frees the sessions
+     * first): no request can reach a scheduler now. */
+    for (int i = 0; ms->slots && i < ms->n_slots; i++)
+        attnd_scheduler_free(ms->slots[i].sched);
+    free(ms->slots);
     if (ms->mu_ready)
         pthread_mutex_destroy(&ms->mu);
     free(ms->items);

@@ -34,15 +34,27 @@ typedef struct attnd_model {
     int layer_index;           /* its layer in the checkpoint, -1 = a bare layer */
     int sliding_window;        /* config.json's, reported only; 0 = none       */
     attn_kv_dtype kv_dtype;    /* how its sessions' KV caches store elements   */
-    attnd_scheduler *sched;    /* owned                                        */
+    attnd_scheduler *sched;    /* borrowed: its model slot's, which every version
+                                  of the model shares (a reload adds no threads) */
     char loaded_at[32];        /* ISO-8601 UTC, e.g. "2026-11-30T13:25:29Z"    */
     double load_ms;
     attnd_metrics *metrics;    /* borrowed, for the batch hook                 */
     _Atomic int refs;          /* the registry's 1 + one per holder            */
 } attnd_model;
 
+/* What one configured model keeps across its versions: the scheduler every
+ * version submits to (each request names its version's layer), and what the
+ * scheduler's batch hook needs. */
+typedef struct attnd_model_slot {
+    int index;
+    attnd_metrics *metrics;    /* borrowed                                     */
+    attnd_scheduler *sched;    /* owned; made with the slot's first version     */
+} attnd_model_slot;
+
 typedef struct attnd_models {
     int n;
+    attnd_model_slot *slots;   /* n_slots (= the configured models), owned     */
+    int n_slots;
     attnd_model **items;       /* n current versions, in configuration order;
                                   read or swap only under mu                   */
     pthread_mutex_t mu;
@@ -91,8 +103,8 @@ void attnd_model_release(attnd_model *m);
 /* Model i's queue depth now, or -1. Never waits on compute. */
 int attnd_models_queue_depth(attnd_models *ms, int i);
 
-/* Stops every current scheduler, answering everything queued (see
- * attnd_scheduler_drain). */
+/* Stops every model's scheduler, answering everything queued for any version
+ * of it, current or pinned by a session (see attnd_scheduler_drain). */
 void attnd_models_drain(attnd_models *ms);
 
 /* Releases every current version (the last reference frees it) and the

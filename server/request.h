@@ -79,6 +79,9 @@ struct attnd_request {
     int batch_size;            /* requests in the batch this one ran in           */
 
     /* ---- completion (set by the HTTP layer before submit) ---- */
+    const attn_layer *layer;   /* the version of the model it was decoded for (one
+                                  scheduler serves every version of a model; NULL
+                                  = the scheduler's default layer)                */
     attnd_done_fn on_done;     /* called once, from a worker thread               */
     void *on_done_ctx;
 

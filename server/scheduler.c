@@ -56,9 +56,8 @@ typedef struct req_list {
 } req_list;
 
 struct attnd_scheduler {
-    const attn_layer *layer; /* borrowed */
+    const attn_layer *layer; /* borrowed: for requests that name none          */
     attnd_sched_config cfg;
-    size_t kv_row_bytes;     /* one key + value row: g * (d_k + d_v) floats    */
     attnd_batch_hook hook;
     void *hook_ctx;
 
@@ -126,11 +125,22 @@ static void finish_all(req_list *l)
 
 /* ------------------------------------------------------------ batch cutting */
 
+/* The layer req computes with: its own (a model version), or the default. */
+static const attn_layer *layer_of(const attnd_scheduler *s, const attnd_request *r)
+{
+    return r->layer ? r->layer : s->layer;
+}
+
 /* What req costs a batch: the positions projected for it (its query rows, and
  * the key rows of cross-attention; a cache's rows are projected already) and
- * the key/value bytes its attention reads (every key it attends to). */
+ * the key/value bytes its attention reads (every key it attends to, g * (d_k +
+ * d_v) floats each). */
 static void measure(const attnd_scheduler *s, attnd_request *req)
 {
+    attn_layer_info in;
+    attn_layer_get_info(layer_of(s, req), &in);
+    int g = in.num_kv_heads > 0 ? in.num_kv_heads : in.num_heads;
+    size_t row_bytes = (size_t)g * (size_t)(in.head_dim_k + in.head_dim_v) * sizeof(float);
     size_t rows = 0, keys = 0;
     for (int i = 0; i < req->n_seqs; i++) {
         const attn_seq *q = &req->seqs[i];
@@ -138,7 +148,7 @@ static void measure(const attnd_scheduler *s, attnd_request *req)
         keys += (size_t)q->s;
     }
     req->rows = rows;
-    req->kv_bytes = keys > SIZE_MAX / s->kv_row_bytes ? SIZE_MAX : keys * s->kv_row_bytes;
+    req->kv_bytes = keys > SIZE_MAX / row_bytes ? SIZE_MAX : keys * row_bytes;
 }
 
 /* Scans the queue once (mu held). Unlinks expired requests into *expired.
@@ -163,7 +173,8 @@ static int scan_queue(attnd_scheduler *s, int64_t now, req_list *batch, req_list
             continue;
         }
         if (count == s->cfg.max_batch_requests ||
-            (count > 0 && (rows >= s->cfg.max_batch_tokens ||
+            (count > 0 && (layer_of(s, r) != layer_of(s, q->head) || /* one layer a batch */
+                           rows >= s->cfg.max_batch_tokens ||
                            r->rows > s->cfg.max_batch_tokens - rows ||
                            kv_bytes >= s->cfg.max_batch_kv_bytes ||
                            r->kv_bytes > s->cfg.max_batch_kv_bytes - kv_bytes))) {
@@ -250,7 +261,8 @@ static void set_result(attnd_request *r, attn_status st)
 static void run_each_alone(sched_worker *w, req_list *batch)
 {
     for (attnd_request *r = batch->head; r; r = r->next)
-        set_result(r, attn_forward(w->s->layer, r->seqs, r->n_seqs, w->ws, NULL, &r->lib_error));
+        set_result(r, attn_forward(layer_of(w->s, r), r->seqs, r->n_seqs, w->ws, NULL,
+                                   &r->lib_error));
 }
 
 /* Runs one batch: concatenates the requests' sequences, one attn_forward,
@@ -277,7 +289,7 @@ static void run_batch(sched_worker *w, req_list *batch)
             k += r->n_seqs;
         }
         attn_error err;
-        attn_status st = attn_forward(s->layer, w->seqs, k, w->ws, NULL, &err);
+        attn_status st = attn_forward(layer_of(s, batch->head), w->seqs, k, w->ws, NULL, &err);
         if (st == ATTN_OK) {
             for (attnd_request *r = batch->head; r; r = r->next) set_result(r, ATTN_OK);
         } else {
@@ -416,10 +428,7 @@ attnd_scheduler *attnd_scheduler_create(const attn_layer *layer, const attnd_sch
     s->layer = layer;
     s->cfg = *cfg;
     if (s->cfg.max_batch_kv_bytes == 0) s->cfg.max_batch_kv_bytes = SIZE_MAX;
-    attn_layer_info in;
-    attn_layer_get_info(layer, &in);
-    int g = in.num_kv_heads > 0 ? in.num_kv_heads : in.num_heads;
-    s->kv_row_bytes = (size_t)g * (size_t)(in.head_dim_k + in.head_dim_v) * sizeof(float);
+
     s->hook = hook;
     s->hook_ctx = hook_ctx;
     if (init_sync(s) != 0) {

@@ -43,7 +43,11 @@ typedef enum attnd_submit_result {
     ATTND_SUBMIT_CLOSED = 2  /* draining: accepts nothing more                */
 } attnd_submit_result;
 
-/* Starts the workers. The layer is borrowed and must outlive the scheduler.
+/* Starts the workers. layer is the default for requests that name none
+ * (attnd_request.layer); a request naming its own (one model's versions share a
+ * scheduler) runs with that one, and a batch holds requests of one layer only.
+ * Every layer a request names must outlive the request; the default one is
+ * borrowed and only read for requests without a layer.
  * Returns NULL on failure (bad config, allocation, thread creation) with a
  * sentence naming the problem in err[errlen] when err is non-NULL (the
  * start-up convention). */
