@@ -22,15 +22,24 @@
  * sleeps on cv_queue until a submit or the oldest request's delay expires.
  *
  * Every on_done, and the batch hook, runs with the mutex released.
+ *
+ * Cores. Each worker computes on its own thread, so under load W workers keep
+ * W cores busy without oversubscribing them. A batch that starts while no other
+ * worker is computing runs on a workspace with one thread per core instead (the
+ * library's pool, with single-threaded OpenBLAS), so a lone large request uses
+ * every idle core. If another worker starts meanwhile, the two share the cores
+ * for the rest of that batch.
  */
 #include "scheduler.h"
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Threads beyond this are a configuration mistake, not a plan. */
 #define SCHED_MAX_WORKERS 256
@@ -43,7 +52,10 @@
 typedef struct sched_worker {
     attnd_scheduler *s;
     pthread_t thread;
-    attn_workspace *ws; /* owned */
+    attn_workspace *ws; /* owned: the calling thread only                     */
+    attn_workspace *ws_wide; /* owned: every core, for a batch that runs while no
+                                other worker computes (a lone large request);
+                                NULL with one core                             */
     attn_seq *seqs;     /* owned, seq_cap entries */
     int seq_cap;
 } sched_worker;
@@ -69,6 +81,7 @@ struct attnd_scheduler {
     int closing;             /* drain started: no submits, no delay (mu)      */
     int sync_ready;          /* mutexes and condvars initialised              */
 
+    _Atomic int computing;    /* workers inside run_batch now                  */
     pthread_mutex_t drain_mu; /* serialises drain; guards joined              */
     int joined;
     sched_worker *workers;    /* cfg.workers entries                          */
@@ -258,10 +271,10 @@ static void set_result(attnd_request *r, attn_status st)
 /* Runs every request of the batch alone: the fallback when the joint forward
  * failed, so one bad request cannot fail the others, and each error names a
  * sequence index of its own request. */
-static void run_each_alone(sched_worker *w, req_list *batch)
+static void run_each_alone(sched_worker *w, attn_workspace *ws, req_list *batch)
 {
     for (attnd_request *r = batch->head; r; r = r->next)
-        set_result(r, attn_forward(layer_of(w->s, r), r->seqs, r->n_seqs, w->ws, NULL,
+        set_result(r, attn_forward(layer_of(w->s, r), r->seqs, r->n_seqs, ws, NULL,
                                    &r->lib_error));
 }
 
@@ -278,10 +291,13 @@ static void run_batch(sched_worker *w, req_list *batch)
         n_seqs += r->n_seqs;
     }
 
+    /* Alone: every core; else this worker's own thread (see "Cores" above). */
+    int others = atomic_fetch_add(&s->computing, 1);
+    attn_workspace *ws = others == 0 && w->ws_wide ? w->ws_wide : w->ws;
     if (batch->count == 1) {
-        run_each_alone(w, batch);
+        run_each_alone(w, ws, batch);
     } else if (reserve_seqs(w, n_seqs) != 0) {
-        run_each_alone(w, batch); /* no memory to pack: still answer correctly */
+        run_each_alone(w, ws, batch); /* no memory to pack: still answer correctly */
     } else {
         int k = 0;
         for (attnd_request *r = batch->head; r; r = r->next) {
@@ -289,13 +305,14 @@ static void run_batch(sched_worker *w, req_list *batch)
             k += r->n_seqs;
         }
         attn_error err;
-        attn_status st = attn_forward(layer_of(s, batch->head), w->seqs, k, w->ws, NULL, &err);
+        attn_status st = attn_forward(layer_of(s, batch->head), w->seqs, k, ws, NULL, &err);
         if (st == ATTN_OK) {
             for (attnd_request *r = batch->head; r; r = r->next) set_result(r, ATTN_OK);
         } else {
-            run_each_alone(w, batch);
+            run_each_alone(w, ws, batch);
         }
     }
+    atomic_fetch_sub(&s->computing, 1);
 
     int64_t compute_us = us_between(start, attnd_now_ns());
     for (attnd_request *r = batch->head; r; r = r->next) r->compute_us = compute_us;
@@ -383,6 +400,7 @@ static void free_workers(attnd_scheduler *s)
     if (s->workers == NULL) return;
     for (int i = 0; i < s->cfg.workers; i++) {
         attn_workspace_free(s->workers[i].ws);
+        attn_workspace_free(s->workers[i].ws_wide);
         free(s->workers[i].seqs);
     }
     free(s->workers);
@@ -436,11 +454,18 @@ attnd_scheduler *attnd_scheduler_create(const attn_layer *layer, const attnd_sch
         goto fail;
     }
     s->sync_ready = 1;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int cores = online > 1 && online <= SCHED_MAX_WORKERS ? (int)online : 1;
     s->workers = calloc((size_t)cfg->workers, sizeof *s->workers);
     if (s->workers == NULL) goto fail;
     for (int i = 0; i < cfg->workers; i++) {
         s->workers[i].s = s;
         if (attn_workspace_create(NULL, &s->workers[i].ws, NULL) != ATTN_OK) goto fail;
+        if (cores > 1) {
+            attn_workspace_options wide = {.n_threads = cores};
+            if (attn_workspace_create(&wide, &s->workers[i].ws_wide, NULL) != ATTN_OK)
+                goto fail;
+        }
     }
     for (int i = 0; i < cfg->workers; i++) {
         int rc = pthread_create(&s->workers[i].thread, NULL, worker_main, &s->workers[i]);
