@@ -4,13 +4,16 @@
  */
 #include "metrics.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_BUCKETS 20
 
@@ -321,6 +324,80 @@ static void render_models(buf *b, attnd_metrics *m, const int *queue_depths)
             put(b, "attnd_queue_depth{model=\"%s\"} %d\n", m->models[i].name, queue_depths[i]);
 }
 
+/* The standard process_* families (the names Prometheus' client libraries use),
+ * read at scrape time from /proc/self (Linux) and getrlimit. A family whose
+ * source cannot be read is left out rather than reported as 0. */
+static void render_process(buf *b, attnd_metrics *m)
+{
+    FILE *f = fopen("/proc/self/stat", "r");
+    if (f) {
+        char line[1024];
+        size_t n = fread(line, 1, sizeof line - 1, f);
+        fclose(f);
+        line[n] = 0;
+        /* Fields after "(comm)", which may itself hold spaces or ')': field 3
+         * (state) onwards; utime 14, stime 15 (clock ticks), vsize 23 (bytes),
+         * rss 24 (pages). */
+        char *p = strrchr(line, ')');
+        unsigned long long v[24] = {0};
+        int got = 0;
+        if (p) {
+            p++;
+            for (int field = 3; field <= 24; field++) {
+                while (*p == ' ')
+                    p++;
+                if (!*p)
+                    break;
+                char *end;
+                v[field - 1] = strtoull(p, &end, 10);
+                if (field == 3) /* state is a letter */
+                    end = p + 1;
+                p = strchr(end, ' ');
+                got = field;
+                if (!p)
+                    break;
+            }
+        }
+        long tick = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+        if (got >= 24 && tick > 0 && page > 0) {
+            family(b, "process_cpu_seconds_total", "counter",
+                   "Total user and system CPU time spent in seconds.");
+            put(b, "process_cpu_seconds_total %.2f\n", (double)(v[13] + v[14]) / (double)tick);
+            family(b, "process_virtual_memory_bytes", "gauge",
+                   "Virtual memory size in bytes.");
+            put(b, "process_virtual_memory_bytes %llu\n", v[22]);
+            family(b, "process_resident_memory_bytes", "gauge",
+                   "Resident memory size in bytes.");
+            put(b, "process_resident_memory_bytes %llu\n", v[23] * (unsigned long long)page);
+        }
+    }
+    DIR *d = opendir("/proc/self/fd");
+    if (d) {
+        long open_fds = 0;
+        int self = dirfd(d);
+        for (struct dirent *e; (e = readdir(d)) != NULL;) {
+            if (e->d_name[0] == '.')
+                continue;
+            if (atoi(e->d_name) != self) /* not the descriptor reading the list */
+                open_fds++;
+        }
+        closedir(d);
+        family(b, "process_open_fds", "gauge", "Number of open file descriptors.");
+        put(b, "process_open_fds %ld\n", open_fds);
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        family(b, "process_max_fds", "gauge", "Maximum number of open file descriptors.");
+        if (rl.rlim_cur == RLIM_INFINITY)
+            put(b, "process_max_fds +Inf\n");
+        else
+            put(b, "process_max_fds %llu\n", (unsigned long long)rl.rlim_cur);
+    }
+    family(b, "process_start_time_seconds", "gauge",
+           "Start time of the process since unix epoch in seconds.");
+    put(b, "process_start_time_seconds %.3f\n", m->start_time_s);
+}
+
 char *attnd_metrics_render(attnd_metrics *m, const int *queue_depths, size_t *len)
 {
     buf b = {malloc(16384), 0, 16384, 0};
@@ -328,9 +405,7 @@ char *attnd_metrics_render(attnd_metrics *m, const int *queue_depths, size_t *le
         return NULL;
     family(&b, "attnd_build_info", "gauge", "attnd build information (value 1).");
     put(&b, "attnd_build_info{version=\"%s\"} 1\n", ATTN_VERSION_STRING);
-    family(&b, "process_start_time_seconds", "gauge",
-           "Start time of the process since unix epoch in seconds.");
-    put(&b, "process_start_time_seconds %.3f\n", m->start_time_s);
+    render_process(&b, m);
     render_models(&b, m, queue_depths);
     family(&b, "attnd_requests_in_flight", "gauge", "HTTP requests being handled right now.");
     put(&b, "attnd_requests_in_flight %lld\n",

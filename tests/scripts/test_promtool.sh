@@ -56,4 +56,43 @@ grep -q '^attnd_requests_total{model="demo",route="/v1/models/{name}/attention",
     "$work/metrics" || { echo "FAIL: request counter" >&2; cat "$work/metrics" >&2; exit 1; }
 grep -q '^attnd_batch_size_count{model="demo"} [1-9]' "$work/metrics" ||
     { echo "FAIL: no batches counted" >&2; exit 1; }
+# The standard process_* series, with sane values for this small daemon.
+python3 - "$work/metrics" "$pid" <<'EOF'
+import os, sys, time
+want = ("process_resident_memory_bytes", "process_virtual_memory_bytes", "process_cpu_seconds_total",
+        "process_open_fds", "process_max_fds", "process_start_time_seconds")
+vals, types = {}, {}
+for line in open(sys.argv[1]):
+    if line.startswith("# TYPE "):
+        _, _, name, typ = line.split()
+        types[name] = typ
+    elif line.startswith("process_"):
+        name, v = line.split()
+        vals[name] = float(v)
+bad = [n for n in want if n not in vals or n not in types]
+if bad:
+    sys.exit("FAIL: process series missing (value or TYPE): " + ", ".join(bad))
+now = time.time()
+checks = [
+    ("process_resident_memory_bytes > 1 MB", vals["process_resident_memory_bytes"] > 1 << 20),
+    ("process_virtual_memory_bytes >= resident", vals["process_virtual_memory_bytes"] >= vals["process_resident_memory_bytes"]),
+    ("process_cpu_seconds_total between 0 and uptime x cores",
+     0 <= vals["process_cpu_seconds_total"] <= (now - vals["process_start_time_seconds"] + 1) * (os.cpu_count() or 1)),
+    ("process_open_fds >= 3", vals["process_open_fds"] >= 3),
+    ("process_max_fds >= process_open_fds", vals["process_max_fds"] >= vals["process_open_fds"]),
+    ("process_start_time_seconds within the last hour", now - 3600 < vals["process_start_time_seconds"] <= now + 5),
+    ("types", types["process_cpu_seconds_total"] == "counter" and
+              all(types[n] == "gauge" for n in want if n != "process_cpu_seconds_total")),
+]
+# RSS agrees with the kernel's own view of the daemon (VmRSS, kB), within 50 %.
+try:
+    rss_kb = next(int(l.split()[1]) for l in open(f"/proc/{sys.argv[2]}/status") if l.startswith("VmRSS:"))
+    checks.append(("RSS close to /proc VmRSS", abs(vals["process_resident_memory_bytes"] - rss_kb * 1024) < rss_kb * 512))
+except (OSError, StopIteration):
+    pass
+failed = [what for what, ok in checks if not ok]
+if failed:
+    print({n: vals[n] for n in want}, file=sys.stderr)
+    sys.exit("FAIL: " + "; ".join(failed))
+EOF
 echo "promtool check metrics: OK ($(grep -c '^[a-z]' "$work/metrics") series)"
