@@ -629,6 +629,23 @@ void attnd_sessions_release(attnd_sessions *st, attnd_session *s, int committed,
     if (gone) destroy(st, s);
 }
 
+/* The snapshot GET and the list report. */
+static void fill_info(const attnd_session *s, int64_t now, attnd_session_info *out)
+{
+    memset(out, 0, sizeof *out);
+    memcpy(out->id, s->id, sizeof out->id);
+    memcpy(out->model_name, s->model_name, sizeof out->model_name);
+    out->kind = s->kind;
+    out->window = s->window;
+    out->ttl_s = s->ttl_s;
+    out->rows = s->rows;
+    out->length = s->length;
+    out->bytes = s->bytes;
+    out->busy = s->busy;
+    out->idle_s =
+        s->busy || now < s->last_used_ns ? 0.0 : (double)(now - s->last_used_ns) / 1e9;
+}
+
 attnd_session_result attnd_sessions_get(attnd_sessions *st, const char *id,
                                         attnd_session_info *out, attnd_session_error *err)
 {
@@ -639,20 +656,8 @@ attnd_session_result attnd_sessions_get(attnd_sessions *st, const char *id,
     pthread_mutex_lock(&st->mu);
     int64_t now = now_ns(st);
     attnd_session *s = lookup(st, id, now, &freelist, err);
-    if (s) {
-        memset(out, 0, sizeof *out);
-        memcpy(out->id, s->id, sizeof out->id);
-        memcpy(out->model_name, s->model_name, sizeof out->model_name);
-        out->kind = s->kind;
-        out->window = s->window;
-        out->ttl_s = s->ttl_s;
-        out->rows = s->rows;
-        out->length = s->length;
-        out->bytes = s->bytes;
-        out->busy = s->busy;
-        out->idle_s = s->busy || now < s->last_used_ns ? 0.0
-                                                       : (double)(now - s->last_used_ns) / 1e9;
-    }
+    if (s)
+        fill_info(s, now, out);
     pthread_mutex_unlock(&st->mu);
     destroy_list(st, freelist);
     return s ? ATTND_SESSION_OK : err->result;
@@ -728,21 +733,6 @@ attnd_session_result attnd_sessions_fork(attnd_sessions *st, const char *id,
     return r;
 }
 
-static void fill_info(const attnd_session *s, int64_t now, attnd_session_info *out)
-{
-    memset(out, 0, sizeof *out);
-    memcpy(out->id, s->id, sizeof out->id);
-    memcpy(out->model_name, s->model_name, sizeof out->model_name);
-    out->kind = s->kind;
-    out->window = s->window;
-    out->ttl_s = s->ttl_s;
-    out->rows = s->rows;
-    out->length = s->length;
-    out->bytes = s->bytes;
-    out->busy = s->busy;
-    out->idle_s =
-        s->busy || now < s->last_used_ns ? 0.0 : (double)(now - s->last_used_ns) / 1e9;
-}
 
 static int by_id(const void *a, const void *b)
 {

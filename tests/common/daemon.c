@@ -42,10 +42,25 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void sleep_ms(int ms)
+void attnd_sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+long attnd_proc_status(pid_t pid, const char *field)
+{
+    char path[64], line[256];
+    size_t n = strlen(field);
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    while (f && v < 0 && fgets(line, sizeof line, f))
+        if (strncmp(line, field, n) == 0 && line[n] == ':')
+            v = strtol(line + n + 1, NULL, 10);
+    if (f)
+        fclose(f);
+    return v;
 }
 
 /* Asks the kernel for a free TCP port on 127.0.0.1. Returns it, or -1. */
@@ -103,7 +118,7 @@ static int wait_exit(pid_t pid, double timeout_s)
             waitpid(pid, &st, 0);
             return -1;
         }
-        sleep_ms(10);
+        attnd_sleep_ms(10);
     }
     if (WIFEXITED(st))
         return WEXITSTATUS(st);
@@ -194,7 +209,7 @@ static int start_once(attnd_proc *p, const char *const *extra)
             if (status == 200)
                 return 0;
         }
-        sleep_ms(20);
+        attnd_sleep_ms(20);
     }
     fprintf(stderr, "attnd did not become ready within 15 s\n");
     kill(p->pid, SIGKILL);

@@ -64,4 +64,11 @@ char *http_raw(int port, const char *request, size_t len, int timeout_ms);
 /* The status code of a raw "HTTP/1.1 NNN ..." reply, or -1. */
 int http_raw_status(const char *reply);
 
+/* Sleeps ms milliseconds. */
+void attnd_sleep_ms(int ms);
+
+/* The number after "field:" in /proc/PID/status ("VmRSS" in kB, "Threads"),
+ * or -1 when the process or the field is not there. */
+long attnd_proc_status(pid_t pid, const char *field);
+
 #endif

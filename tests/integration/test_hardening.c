@@ -25,26 +25,6 @@
 
 #define E 64
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static long rss_kb(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, "VmRSS:", 6) == 0)
-            kb = strtol(line + 6, NULL, 10);
-    if (f)
-        fclose(f);
-    return kb;
-}
-
 /* A connected socket to 127.0.0.1:port (rcvbuf bytes of receive buffer when
  * > 0: a client that never reads should not let the kernel absorb answers). */
 static int connect_port(int port, int rcvbuf)
@@ -210,7 +190,7 @@ TEST_WITH(smuggling_two_lengths, const attnd_proc *p)
     char req[1024];
     int n = snprintf(req, sizeof req, "%s%s", head, body);
     CHECK(fd >= 0 && send_all(fd, req, (size_t)n) == 0);
-    sleep_ms(300);
+    attnd_sleep_ms(300);
     static const char follow[] = "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
     send_all(fd, follow, sizeof follow - 1); /* fails once the server has closed: fine */
     char buf[16384];
@@ -297,7 +277,7 @@ TEST_WITH(log_escapes_controls, const attnd_proc *p)
                       sizeof code),
                  400);
     CHECK_STR_EQ(code, "unknown_field");
-    sleep_ms(100);
+    attnd_sleep_ms(100);
     FILE *f = fopen(p->log_path, "rb");
     char *log = calloc(1, 1 << 20);
     size_t n = f && log ? fread(log, 1, (1 << 20) - 1, f) : 0;
@@ -382,7 +362,7 @@ TEST(slow_bodies_hold_little)
         fds[i] = connect_port(p.port, 0);
         CHECK(fds[i] >= 0 && send_all(fds[i], head, (size_t)n) == 0);
     }
-    sleep_ms(300);
+    attnd_sleep_ms(300);
     char *body = rows(2, ""), code[64];
     long st = post(&p, "/v1/models/demo/attention", body, code, sizeof code);
     CHECK_MSG(st == 200, "with %d slow 16 MiB bodies begun: %ld %s", N, st, code);
@@ -408,7 +388,7 @@ TEST(unread_responses_bounded)
     }
     char *small = rows(2, ""), code[64];
     CHECK_INT_EQ(post(&p, "/v1/models/demo/attention", small, code, sizeof code), 200);
-    long base = rss_kb(p.pid);
+    long base = attnd_proc_status(p.pid, "VmRSS");
     char *body = rows(512, ", \"need_weights\": true, \"average_attn_weights\": false");
     size_t blen = strlen(body);
     char *req = malloc(blen + 256);
@@ -421,10 +401,10 @@ TEST(unread_responses_bounded)
     for (int i = 0; i < N; i++) {
         fds[i] = connect_port(p.port, 4096);
         CHECK(fds[i] >= 0 && send_all(fds[i], req, (size_t)n) == 0);
-        sleep_ms(150); /* computed and encoded; its answer waits on a full socket */
+        attnd_sleep_ms(150); /* computed and encoded; its answer waits on a full socket */
     }
-    sleep_ms(500);
-    long peak = rss_kb(p.pid);
+    attnd_sleep_ms(500);
+    long peak = attnd_proc_status(p.pid, "VmRSS");
     long st = post(&p, "/v1/models/demo/attention", body, code, sizeof code);
     CHECK_MSG(st == 503 && strcmp(code, "overloaded") == 0,
               "with %d unread 20 MB answers: %ld '%s', want 503 overloaded", N, st, code);
@@ -441,7 +421,7 @@ TEST(unread_responses_bounded)
         close(fds[i]);
     long after = -1;
     for (int tries = 0; tries < 100 && after != 200; tries++) {
-        sleep_ms(50);
+        attnd_sleep_ms(50);
         after = post(&p, "/v1/models/demo/attention", body, code, sizeof code);
     }
     CHECK_MSG(after == 200, "after the readers left: %ld %s", after, code);
@@ -468,7 +448,7 @@ TEST(probes_past_max_connections)
     int fds[N];
     for (int i = 0; i < N; i++)
         CHECK((fds[i] = connect_port(p.port, 0)) >= 0);
-    sleep_ms(300);
+    attnd_sleep_ms(300);
     CHECK_INT_EQ(get(&p, "/healthz"), 200);
     CHECK_INT_EQ(get(&p, "/readyz"), 200);
     CHECK_INT_EQ(get(&p, "/v2/health/live"), 200);
@@ -480,7 +460,7 @@ TEST(probes_past_max_connections)
            get(&p, "/healthz"), st, code);
     for (int i = 0; i < N; i++)
         close(fds[i]);
-    sleep_ms(300);
+    attnd_sleep_ms(300);
     CHECK_INT_EQ(post(&p, "/v1/models/demo/attention", body, code, sizeof code), 200);
     free(body);
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);

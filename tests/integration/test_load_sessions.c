@@ -41,12 +41,6 @@ static const char *tmp_path(const char *name)
     return p;
 }
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* Starts $ATTND_LOAD_BIN with args (NULL-terminated); stdout to out.txt, stderr to err.txt. */
 static pid_t spawn_load(const char *const *args)
 {
@@ -74,7 +68,7 @@ static int wait_load(pid_t pid)
     if (pid < 0) return -1;
     for (int waited = 0; waited < 3000; waited++) {
         if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-        sleep_ms(10);
+        attnd_sleep_ms(10);
     }
     kill(pid, SIGKILL);
     waitpid(pid, &st, 0);
@@ -279,11 +273,11 @@ TEST_WITH(bounded, const attnd_proc *p)
     pid_t pid = spawn_load(endless);
     int seen = 0;
     for (int i = 0; i < 500 && !seen; i++) { /* decoding: all four sessions exist */
-        sleep_ms(10);
+        attnd_sleep_ms(10);
         seen = live_sessions(p) == 4;
     }
     CHECK(seen);
-    sleep_ms(200);
+    attnd_sleep_ms(200);
     if (pid > 0) kill(pid, SIGINT);
     CHECK_INT_EQ(wait_load(pid), 0);
     root = load_json(tmp_path("sigint.json"));

@@ -30,20 +30,6 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static long rss_kb(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, "VmRSS:", 6) == 0)
-            kb = strtol(line + 6, NULL, 10);
-    if (f)
-        fclose(f);
-    return kb;
-}
-
 /* A body with T rows of `width` numbers each (valid for width 64), extra
  * appended inside the object. Caller frees. */
 static char *rows(int T, int width, const char *extra)
@@ -353,7 +339,7 @@ int main(void)
     }
     for (int i = 0; i < 5; i++)
         still_serving("warm-up");
-    long base = rss_kb(proc.pid);
+    long base = attnd_proc_status(proc.pid, "VmRSS");
     RUN(bad_json);
     RUN(weights_limit);
     RUN(transport);
@@ -361,7 +347,7 @@ int main(void)
     RUN(disconnects);
     for (int i = 0; i < 5; i++)
         still_serving("everything");
-    long after = rss_kb(proc.pid);
+    long after = attnd_proc_status(proc.pid, "VmRSS");
     printf("RSS: %ld kB at baseline, %ld kB after (tolerance %d kB)\n", base, after,
            RSS_TOLERANCE_KB);
     CHECK(base > 0 && after > 0);

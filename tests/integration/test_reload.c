@@ -24,12 +24,6 @@ static float query[T * E];
 static char body[T * E * 16 + 64];
 static attnd_proc proc;
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 static unsigned char *read_all(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
@@ -121,7 +115,7 @@ static int hup_and_wait(const char *result, long before)
     for (int i = 0; i < 1000; i++) {
         if (reloads(result) > before)
             return 0;
-        sleep_ms(10);
+        attnd_sleep_ms(10);
     }
     return -1;
 }
@@ -207,9 +201,9 @@ TEST(reload_scenario)
     inflight f = {.status = 0};
     pthread_t th;
     pthread_create(&th, NULL, ask_thread, &f);
-    sleep_ms(400);
+    attnd_sleep_ms(400);
     CHECK(write_all(path, b, len) == 0);
-    sleep_ms(700); /* loaded_at has a one-second resolution */
+    attnd_sleep_ms(700); /* loaded_at has a one-second resolution */
     CHECK(hup_and_wait("ok", 0) == 0);
     pthread_join(th, NULL);
     CHECK_INT_EQ(f.status, 200);

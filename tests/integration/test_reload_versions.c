@@ -20,26 +20,6 @@
 
 #define E 64
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static int threads_of(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    int n = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "Threads: %d", &n) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return n;
-}
-
 /* attnd_reloads_total{result="ok"} now, or -1. */
 static long reloads_ok(const attnd_proc *p)
 {
@@ -64,7 +44,7 @@ static int reload_and_wait(const attnd_proc *p, long want)
     for (int i = 0; i < 100; i++) {
         if (reloads_ok(p) >= want)
             return 0;
-        sleep_ms(50);
+        attnd_sleep_ms(50);
     }
     return -1;
 }
@@ -113,12 +93,12 @@ TEST(reloads_add_no_threads)
     http_result_free(&r);
     char *body = query_body(2);
     CHECK_INT_EQ(post(&p, append, body), 200);
-    int before = threads_of(p.pid);
+    int before = (int)attnd_proc_status(p.pid, "Threads");
     int failed = 0;
     for (int k = 1; k <= 50 && !failed; k++)
         failed = reload_and_wait(&p, k) != 0;
     CHECK_MSG(!failed, "a reload was not counted");
-    int after = threads_of(p.pid);
+    int after = (int)attnd_proc_status(p.pid, "Threads");
     printf("threads: %d before, %d after 50 reloads with a session pinning a version\n", before,
            after);
     CHECK_MSG(after <= before + 1, "threads %d -> %d", before, after);
@@ -154,7 +134,7 @@ TEST(sigterm_answers_a_replaced_version)
     inflight f = {.p = &p, .status = 0};
     pthread_t th;
     pthread_create(&th, NULL, send_slow, &f);
-    sleep_ms(300); /* queued: its batch waits 3 s to fill */
+    attnd_sleep_ms(300); /* queued: its batch waits 3 s to fill */
     CHECK(reload_and_wait(&p, 1) == 0);
     int rc = attnd_proc_stop(&p); /* SIGTERM while the old version's request waits */
     pthread_join(th, NULL);
