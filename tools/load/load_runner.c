@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "load_http.h"
+
 #define MAX_BODY (256u << 20) /* responses above this count as transport errors */
 #define PROGRESS_NS 200000000LL
 
@@ -74,34 +76,16 @@ typedef struct level_run {
 static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
 {
     slot *s = ud;
-    size_t n = size * nmemb;
-    if (s->len + n + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap : 16384;
-        while (cap < s->len + n + 1) cap *= 2;
-        if (cap > MAX_BODY) return 0;
-        char *b = realloc(s->buf, cap);
-        if (!b) return 0;
-        s->buf = b;
-        s->cap = cap;
-    }
-    memcpy(s->buf + s->len, data, n);
-    s->len += n;
-    s->buf[s->len] = 0;
-    return n;
+    return load_http_append(&s->buf, &s->len, &s->cap, data, size * nmemb, MAX_BODY);
 }
 
 /* Records Inference-Header-Content-Length (v2 binary responses); ignores other headers. */
 static size_t on_header(char *data, size_t size, size_t nmemb, void *ud)
 {
-    static const char name[] = "inference-header-content-length:";
     slot *s = ud;
     size_t n = size * nmemb;
-    if (n > sizeof name - 1 && strncasecmp(data, name, sizeof name - 1) == 0) {
-        char buf[32];
-        size_t k = n - (sizeof name - 1);
-        if (k >= sizeof buf) k = sizeof buf - 1;
-        memcpy(buf, data + sizeof name - 1, k);
-        buf[k] = 0;
+    char buf[32];
+    if (load_http_header_value(data, n, "inference-header-content-length:", buf, sizeof buf)) {
         char *end;
         long long v = strtoll(buf, &end, 10);
         while (*end == ' ' || *end == '\r' || *end == '\n') end++;
@@ -146,17 +130,9 @@ static int int_field(json_t *o, const char *name, int *v)
     return 0;
 }
 
-static char *base_url(const char *url)
-{
-    char *b = strdup(url);
-    if (b)
-        for (size_t n = strlen(b); n && b[n - 1] == '/'; n--) b[n - 1] = 0;
-    return b;
-}
-
 int load_fetch_model(const load_opts *o, load_model *m, char *err, size_t el)
 {
-    char *base = base_url(o->url), *name = NULL, *url = NULL;
+    char *base = load_http_base_url(o->url), *name = NULL, *url = NULL;
     json_t *root = NULL, *info;
     int rc = -1;
     CURL *c = curl_easy_init();
@@ -217,15 +193,6 @@ static int setup_slot(load_runner *r, slot *s)
     return 0;
 }
 
-/* Lifts the soft open-files limit towards the hard one so n connections fit. Best effort. */
-static void raise_fd_limit(size_t n)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= n + 64) return;
-    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > n + 64 ? n + 64 : rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-}
-
 /* --binary: each pool body's own headers (its JSON header length differs). 0 / -1 (no memory). */
 static int binary_headers(load_runner *r)
 {
@@ -250,7 +217,7 @@ static int binary_headers(load_runner *r)
 load_runner *load_runner_new(const load_opts *o, const load_pool *pool, char *err, size_t el)
 {
     load_runner *r = calloc(1, sizeof *r);
-    char *base = base_url(o->url), *name = NULL;
+    char *base = load_http_base_url(o->url), *name = NULL;
     size_t n = o->is_rate ? (size_t)o->max_inflight : 1;
     CURL *esc = curl_easy_init();
     for (size_t i = 0; !o->is_rate && i < o->n_levels; i++)
@@ -275,7 +242,7 @@ load_runner *load_runner_new(const load_opts *o, const load_pool *pool, char *er
     if (!r->headers || !r->multi || !r->slots || !r->free_idx) goto oom;
     if (o->binary && binary_headers(r)) goto oom;
     r->nslots = n;
-    raise_fd_limit(n);
+    load_http_raise_fd_limit(n);
     for (size_t i = 0; i < n; i++)
         if (setup_slot(r, &r->slots[i])) goto oom;
     curl_multi_setopt(r->multi, CURLMOPT_MAXCONNECTS, (long)n);

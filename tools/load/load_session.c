@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "load_http.h"
 #include "load_stats.h"
 
 #define MAX_BODY (64u << 20)       /* answers above this count as transport errors */
@@ -271,34 +272,16 @@ typedef struct level {
 static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
 {
     stream *s = ud;
-    size_t n = size * nmemb;
-    if (s->len + n + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap : 16384;
-        while (cap < s->len + n + 1) cap *= 2;
-        if (cap > MAX_BODY) return 0;
-        char *b = realloc(s->buf, cap);
-        if (!b) return 0;
-        s->buf = b;
-        s->cap = cap;
-    }
-    memcpy(s->buf + s->len, data, n);
-    s->len += n;
-    s->buf[s->len] = 0;
-    return n;
+    return load_http_append(&s->buf, &s->len, &s->cap, data, size * nmemb, MAX_BODY);
 }
 
 /* Records Retry-After (delay-seconds form; an HTTP date is not retried on). */
 static size_t on_header(char *data, size_t size, size_t nmemb, void *ud)
 {
-    static const char name[] = "retry-after:";
     stream *s = ud;
     size_t n = size * nmemb;
-    if (n > sizeof name - 1 && strncasecmp(data, name, sizeof name - 1) == 0) {
-        char buf[32];
-        size_t k = n - (sizeof name - 1);
-        if (k >= sizeof buf) k = sizeof buf - 1;
-        memcpy(buf, data + sizeof name - 1, k);
-        buf[k] = 0;
+    char buf[32];
+    if (load_http_header_value(data, n, "retry-after:", buf, sizeof buf)) {
         char *p = buf, *end;
         while (*p == ' ' || *p == '\t') p++;
         long v = strtol(p, &end, 10);
@@ -306,22 +289,6 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *ud)
         s->retry_after_s = end != p && !*end && v >= 0 ? (double)v : -1;
     }
     return n;
-}
-
-static char *base_url(const char *url)
-{
-    char *b = strdup(url);
-    if (b)
-        for (size_t n = strlen(b); n && b[n - 1] == '/'; n--) b[n - 1] = 0;
-    return b;
-}
-
-static void raise_fd_limit(size_t n)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= n + 64) return;
-    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > n + 64 ? n + 64 : rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
 }
 
 /* count bodies of rows x E_q from *rng. 0 / -1 (no memory). */
@@ -360,7 +327,7 @@ static size_t set_count(const load_opts *o, const load_model *m, size_t uses, in
 load_sess_runner *load_sess_new(const load_opts *o, const load_model *m, char *err, size_t el)
 {
     load_sess_runner *r = calloc(1, sizeof *r);
-    char *base = base_url(o->url), *name = NULL;
+    char *base = load_http_base_url(o->url), *name = NULL;
     CURL *esc = curl_easy_init();
     size_t n = 1;
     for (size_t i = 0; i < o->n_levels; i++)
@@ -392,7 +359,7 @@ load_sess_runner *load_sess_new(const load_opts *o, const load_model *m, char *e
     r->barrier = calloc(n, sizeof *r->barrier);
     if (!r->headers || !r->multi || !r->streams || !r->ready || !r->barrier) goto oom;
     r->nstreams = n;
-    raise_fd_limit(n);
+    load_http_raise_fd_limit(n);
     for (size_t i = 0; i < n; i++) {
         stream *s = &r->streams[i];
         if (!(s->easy = curl_easy_init())) goto oom;
@@ -556,7 +523,7 @@ static int take_session(load_sess_runner *r, stream *s)
              strspn(id, "0123456789abcdefABCDEF") == strlen(id); /* it goes into URLs */
     if (ok) {
         snprintf(s->id, sizeof s->id, "%s", id);
-        char *base = base_url(r->o->url);
+        char *base = load_http_base_url(r->o->url);
         if (!base || asprintf(&s->append_url, "%s/v1/sessions/%s/append", base, id) < 0)
             s->append_url = NULL;
         if (!base || asprintf(&s->session_url, "%s/v1/sessions/%s", base, id) < 0)
