@@ -24,7 +24,6 @@
 #define H 32
 #define G 8
 #define D 64
-#define MAX_REPS 2000
 
 char *openblas_get_corename(void); /* OpenBLAS extension, not in every cblas.h */
 
@@ -55,33 +54,6 @@ static attn_layer *make_layer(const float *w, int expanded)
     return l;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Median seconds of attn_forward(seq) over about `budget` seconds (>= 5 runs,
- * after one warm-up); -1 on error. */
-static double time_forward(const attn_layer *l, const attn_seq *seq, attn_workspace *ws, double budget)
-{
-    static double t[MAX_REPS];
-    attn_error err = {0};
-    if (attn_forward(l, seq, 1, ws, NULL, &err) != ATTN_OK) {
-        fprintf(stderr, "attn_forward: %s\n", err.message);
-        return -1;
-    }
-    int n = 0;
-    const int64_t start = bench_now_ns();
-    while (n < MAX_REPS && (n < 5 || (double)(bench_now_ns() - start) * 1e-9 < budget)) {
-        const int64_t t0 = bench_now_ns();
-        if (attn_forward(l, seq, 1, ws, NULL, NULL) != ATTN_OK) return -1;
-        t[n++] = (double)(bench_now_ns() - t0) * 1e-9;
-    }
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return t[n / 2];
-}
-
 typedef struct step_result { double t; uint64_t bytes; } step_result;
 
 /* One decode step against a cache of p rows: the GQA cache holds G heads, the
@@ -104,7 +76,7 @@ static int run_step(const attn_layer *l, int g, const float *ck8, const float *c
     attn_error err = {0};
     int rc = attn__forward_kv_bytes(l, &s, 1, ws, &res->bytes, &err) == ATTN_OK ? 0 : -1;
     if (rc) fprintf(stderr, "kv bytes: %s\n", err.message);
-    res->t = rc ? -1 : time_forward(l, &s, ws, budget);
+    res->t = rc ? -1 : bench_time_forward(l, &s, ws, budget, 5);
     free(ck);
     free(cv);
     return rc || res->t < 0 ? -1 : 0;

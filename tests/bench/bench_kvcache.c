@@ -17,7 +17,6 @@
 
 #define E 256
 #define HEADS 8
-#define MAX_REPS 2000
 
 static attn_layer *make_layer(uint64_t *rng)
 {
@@ -37,33 +36,6 @@ static attn_layer *make_layer(uint64_t *rng)
     return l;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Median seconds of attn_forward(seq) over about `budget` seconds (>= 3 runs,
- * after one warm-up); -1 on error. */
-static double time_forward(const attn_layer *l, const attn_seq *seq, attn_workspace *ws, double budget)
-{
-    static double t[MAX_REPS];
-    attn_error err = {0};
-    if (attn_forward(l, seq, 1, ws, NULL, &err) != ATTN_OK) {
-        fprintf(stderr, "attn_forward: %s\n", err.message);
-        return -1;
-    }
-    int n = 0;
-    const int64_t start = bench_now_ns();
-    while (n < MAX_REPS && (n < 3 || (double)(bench_now_ns() - start) * 1e-9 < budget)) {
-        const int64_t t0 = bench_now_ns();
-        if (attn_forward(l, seq, 1, ws, NULL, NULL) != ATTN_OK) return -1;
-        t[n++] = (double)(bench_now_ns() - t0) * 1e-9;
-    }
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return t[n / 2];
-}
-
 /* One prefix length: returns 0, or -1 on error. */
 static int bench_prefix(const attn_layer *l, attn_workspace *ws, int p, double budget, uint64_t *rng)
 {
@@ -76,13 +48,13 @@ static int bench_prefix(const attn_layer *l, attn_workspace *ws, int p, double b
 
     /* no cache: the whole prefix plus the new row, causal; the new output is the last row */
     attn_seq whole = {.t = p + 1, .s = p + 1, .query = x, .is_causal = 1, .output = full};
-    const double t_full = time_forward(l, &whole, ws, budget);
+    const double t_full = bench_time_forward(l, &whole, ws, budget, 3);
     /* cache: P rows projected once, then the new row appended at row P (each
      * timed call rewrites that same row, so every call costs the same) */
     if (attn_project_kv(l, x, x, p, ck, cv, NULL) != ATTN_OK) goto done;
     attn_seq step = {.t = 1, .s = p + 1, .query = x + (size_t)p * E, .is_causal = 1, .output = out,
                      .cache_k = ck, .cache_v = cv, .cache_len = p, .cache_append = 1};
-    const double t_step = time_forward(l, &step, ws, budget);
+    const double t_step = bench_time_forward(l, &step, ws, budget, 3);
     if (t_full < 0 || t_step < 0) goto done;
 
     double diff = 0, scale = 1;

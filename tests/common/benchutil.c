@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 int64_t bench_now_ns(void)
@@ -57,4 +58,32 @@ int bench_write_mha_model(const char *path, int e, int heads, uint64_t *rng)
             ok = fwrite(&v, 4, 1, f) == 1;
         }
     return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double bench_time_forward(const attn_layer *l, const attn_seq *seq, attn_workspace *ws,
+                          double budget, int min_runs)
+{
+    enum { MAX_RUNS = 2000 };
+    static double t[MAX_RUNS];
+    attn_error err = {0};
+    if (attn_forward(l, seq, 1, ws, NULL, &err) != ATTN_OK) {
+        fprintf(stderr, "attn_forward: %s\n", err.message);
+        return -1;
+    }
+    int n = 0;
+    const int64_t start = bench_now_ns();
+    while (n < MAX_RUNS && (n < min_runs || (double)(bench_now_ns() - start) * 1e-9 < budget)) {
+        const int64_t t0 = bench_now_ns();
+        if (attn_forward(l, seq, 1, ws, NULL, NULL) != ATTN_OK)
+            return -1;
+        t[n++] = (double)(bench_now_ns() - t0) * 1e-9;
+    }
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return t[n / 2];
 }
