@@ -6,6 +6,7 @@
 #define ATTN_TEST_CORE_UTIL_H
 
 #include "attn.h"
+#include "check.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -72,6 +73,54 @@ static inline attn_layer *make_layer(test_rng *r, const layer_shape *s)
 }
 
 /* One sequence and the buffers it owns. */
+/* A grouped-query layer with random weights: h query heads sharing g KV heads,
+ * optional biases, W_O and RoPE (test_gqa_rope, test_kvpaged). */
+typedef struct gqa_shape {
+    int h, g, d_k, d_v, e, e_out;
+    int bias, out_proj;
+    attn_rope rope;
+} gqa_shape;
+
+/* Random weights for shape sh (K/V g heads wide); desc points into *buf
+ * (caller frees). */
+static inline attn_layer_desc gqa_desc(test_rng *r, const gqa_shape *sh, float **buf)
+{
+    const size_t qk = (size_t)sh->h * sh->d_k, kk = (size_t)sh->g * sh->d_k, kv = (size_t)sh->g * sh->d_v;
+    const size_t vd = (size_t)sh->h * sh->d_v, e = (size_t)sh->e, eo = (size_t)sh->e_out;
+    const size_t n = qk * e + kk * e + kv * e + eo * vd + qk + kk + kv + eo;
+    float *p = malloc(n * sizeof(float));
+    const float sw = 1.0f / sqrtf((float)sh->e);
+    for (size_t i = 0; i < n; i++) p[i] = rng_float(r, -sw, sw);
+    *buf = p;
+    attn_layer_desc d = {.num_heads = sh->h, .head_dim_k = sh->d_k, .head_dim_v = sh->d_v,
+                         .embed_q = sh->e, .embed_k = sh->e, .embed_v = sh->e,
+                         .embed_out = sh->e_out, .num_kv_heads = sh->g, .rope = sh->rope};
+    d.w_q = p;
+    d.w_k = d.w_q + qk * e;
+    d.w_v = d.w_k + kk * e;
+    d.w_o = sh->out_proj ? d.w_v + kv * e : NULL;
+    const float *b = d.w_v + kv * e + eo * vd;
+    if (sh->bias) {
+        d.b_q = b;
+        d.b_k = b + qk;
+        d.b_v = b + qk + kk;
+        d.b_o = sh->out_proj ? b + qk + kk + kv : NULL;
+    }
+    return d;
+}
+
+static inline attn_layer *gqa_layer(test_rng *r, const gqa_shape *sh)
+{
+    float *buf = NULL;
+    attn_layer_desc d = gqa_desc(r, sh, &buf);
+    attn_layer *l = NULL;
+    attn_error err = {0};
+    attn_status st = attn_layer_create(&d, &l, &err);
+    CHECK_MSG(st == ATTN_OK, "create h=%d g=%d d_k=%d: %s", sh->h, sh->g, sh->d_k, err.message);
+    free(buf);
+    return l;
+}
+
 typedef struct seq_case {
     attn_seq seq;
     float *query, *key, *value, *output, *weights, *fmask;

@@ -36,52 +36,6 @@ static size_t fsz(size_t n) { return n * sizeof(float); }
 
 /* ------------------------------------------------------------ layers */
 
-typedef struct gshape {
-    int h, g, d_k, d_v, e, e_out;
-    int bias, out_proj;
-    attn_rope rope;
-} gshape;
-
-/* Random weights for shape sh (K/V g heads wide); desc points into *buf
- * (caller frees). */
-static attn_layer_desc gdesc(test_rng *r, const gshape *sh, float **buf)
-{
-    const size_t qk = (size_t)sh->h * sh->d_k, kk = (size_t)sh->g * sh->d_k, kv = (size_t)sh->g * sh->d_v;
-    const size_t vd = (size_t)sh->h * sh->d_v, e = (size_t)sh->e, eo = (size_t)sh->e_out;
-    const size_t n = qk * e + kk * e + kv * e + eo * vd + qk + kk + kv + eo;
-    float *p = malloc(fsz(n));
-    const float sw = 1.0f / sqrtf((float)sh->e);
-    for (size_t i = 0; i < n; i++) p[i] = rng_float(r, -sw, sw);
-    *buf = p;
-    attn_layer_desc d = {.num_heads = sh->h, .head_dim_k = sh->d_k, .head_dim_v = sh->d_v,
-                         .embed_q = sh->e, .embed_k = sh->e, .embed_v = sh->e,
-                         .embed_out = sh->e_out, .num_kv_heads = sh->g, .rope = sh->rope};
-    d.w_q = p;
-    d.w_k = d.w_q + qk * e;
-    d.w_v = d.w_k + kk * e;
-    d.w_o = sh->out_proj ? d.w_v + kv * e : NULL;
-    const float *b = d.w_v + kv * e + eo * vd;
-    if (sh->bias) {
-        d.b_q = b;
-        d.b_k = b + qk;
-        d.b_v = b + qk + kk;
-        d.b_o = sh->out_proj ? b + qk + kk + kv : NULL;
-    }
-    return d;
-}
-
-static attn_layer *glayer(test_rng *r, const gshape *sh)
-{
-    float *buf = NULL;
-    attn_layer_desc d = gdesc(r, sh, &buf);
-    attn_layer *l = NULL;
-    attn_error err = {0};
-    attn_status st = attn_layer_create(&d, &l, &err);
-    CHECK_MSG(st == ATTN_OK, "create h=%d g=%d d_k=%d: %s", sh->h, sh->g, sh->d_k, err.message);
-    free(buf);
-    return l;
-}
-
 static attn_rope random_rope(test_rng *r, int d_k)
 {
     attn_rope rp = {0};
@@ -104,9 +58,9 @@ static attn_rope random_rope(test_rng *r, int d_k)
     return rp;
 }
 
-static gshape random_shape(test_rng *r, int gmode)
+static gqa_shape random_shape(test_rng *r, int gmode)
 {
-    gshape s = {0};
+    gqa_shape s = {0};
     s.h = 2 * rng_int(r, 1, 4);                             /* even: h/2 exists */
     s.g = gmode == 0 ? s.h : gmode == 1 ? s.h / 2 : 1;      /* MHA, GQA, MQA */
     s.d_k = 2 * rng_int(r, 1, 8);
@@ -199,8 +153,8 @@ TEST_WITH(fast_paths_vs_reference, test_rng *r)
     };
     static const char *names[4] = {"materialized", "fused", "fused tiles", "fused threaded"};
     for (int c = 0; c < 60; c++) {
-        gshape sh = random_shape(r, c % 3);
-        attn_layer *l = glayer(r, &sh);
+        gqa_shape sh = random_shape(r, c % 3);
+        attn_layer *l = gqa_layer(r, &sh);
         if (l == NULL) continue;
         attn_layer_info li;
         attn_layer_get_info(l, &li);
@@ -269,7 +223,7 @@ static void stream_case(test_rng *r, const attn_layer *l, const attn_layer_info 
 TEST_WITH(kv_cache_streams, test_rng *r)
 {
     for (int c = 0; c < 18; c++) {
-        gshape sh = random_shape(r, c % 3);
+        gqa_shape sh = random_shape(r, c % 3);
         if (sh.rope.style == ATTN_ROPE_NONE) { /* streams are where positions matter */
             sh.rope.style = c % 2 ? ATTN_ROPE_HALF : ATTN_ROPE_INTERLEAVED;
             sh.rope.rotary_dim = 0;
@@ -278,7 +232,7 @@ TEST_WITH(kv_cache_streams, test_rng *r)
             sh.h = 8, sh.g = c == 0 ? 8 : c == 1 ? 2 : 1, sh.d_k = sh.d_v = 32, sh.e = 256;
             sh.e_out = 256, sh.out_proj = 1, sh.rope.rotary_dim = 0;
         }
-        attn_layer *l = glayer(r, &sh);
+        attn_layer *l = gqa_layer(r, &sh);
         if (l == NULL) continue;
         attn_layer_info li;
         attn_layer_get_info(l, &li);
@@ -302,9 +256,9 @@ TEST_WITH(kv_cache_streams, test_rng *r)
 /* Explicit position_ids equal to the default give the very same bits. */
 TEST_WITH(explicit_positions_equal_default, test_rng *r)
 {
-    gshape sh = {.h = 4, .g = 2, .d_k = 8, .d_v = 8, .e = 32, .e_out = 32, .bias = 1, .out_proj = 1,
+    gqa_shape sh = {.h = 4, .g = 2, .d_k = 8, .d_v = 8, .e = 32, .e_out = 32, .bias = 1, .out_proj = 1,
                  .rope = {.style = ATTN_ROPE_HALF}};
-    attn_layer *l = glayer(r, &sh);
+    attn_layer *l = gqa_layer(r, &sh);
     if (l == NULL) return;
     enum { T = 9, P = 5 };
     float *x = rand_floats(r, (size_t)(T + P) * 32, 1.0f), a[T * 32], b[T * 32], pre_out[P * 32];
@@ -342,10 +296,10 @@ TEST_WITH(gqa_equals_repeated_heads, test_rng *r)
     const int h = 8, E = 48;
     for (int gi = 0; gi < 3; gi++) {
         const int g = gi == 0 ? 4 : gi == 1 ? 2 : 1, rep = h / g;
-        gshape sh = {.h = h, .g = g, .d_k = 6, .d_v = 5, .e = E, .e_out = 40, .bias = 1, .out_proj = 1,
+        gqa_shape sh = {.h = h, .g = g, .d_k = 6, .d_v = 5, .e = E, .e_out = 40, .bias = 1, .out_proj = 1,
                      .rope = {.style = ATTN_ROPE_INTERLEAVED, .rotary_dim = 4}};
         float *buf = NULL;
-        attn_layer_desc d = gdesc(r, &sh, &buf);
+        attn_layer_desc d = gqa_desc(r, &sh, &buf);
         attn_layer *lg = NULL, *lm = NULL;
         CHECK_INT_EQ(attn_layer_create(&d, &lg, NULL), ATTN_OK);
         /* expanded K/V: MHA row block i = GQA block i / rep */
@@ -410,9 +364,9 @@ TEST_WITH(gqa_equals_repeated_heads, test_rng *r)
  * are the identity and agree with the layer without RoPE. */
 TEST_WITH(styles_differ, test_rng *r)
 {
-    gshape sh = {.h = 2, .g = 1, .d_k = 8, .d_v = 8, .e = 16, .e_out = 16, .out_proj = 1};
+    gqa_shape sh = {.h = 2, .g = 1, .d_k = 8, .d_v = 8, .e = 16, .e_out = 16, .out_proj = 1};
     float *buf = NULL;
-    attn_layer_desc d = gdesc(r, &sh, &buf);
+    attn_layer_desc d = gqa_desc(r, &sh, &buf);
     attn_layer *l[3] = {0};
     for (int i = 0; i < 3; i++) {
         d.rope = (attn_rope){.style = (attn_rope_style)i};
@@ -582,9 +536,9 @@ TEST_WITH(large_positions, test_rng *r)
                   worst_f32);
     }
     for (int gi = 0; gi < 2; gi++) {
-        gshape sh = {.h = 4, .g = gi ? 1 : 2, .d_k = 16, .d_v = 8, .e = 32, .e_out = 32, .bias = 1,
+        gqa_shape sh = {.h = 4, .g = gi ? 1 : 2, .d_k = 16, .d_v = 8, .e = 32, .e_out = 32, .bias = 1,
                      .out_proj = 1, .rope = {.style = gi ? ATTN_ROPE_INTERLEAVED : ATTN_ROPE_HALF}};
-        attn_layer *l = glayer(r, &sh);
+        attn_layer *l = gqa_layer(r, &sh);
         if (l == NULL) continue;
         attn_layer_info li;
         attn_layer_get_info(l, &li);

@@ -23,44 +23,10 @@ static void keep_max(double *m, double d) { if (d > *m) *m = d; }
 
 /* ------------------------------------------------------------ layers */
 
-typedef struct pshape {
-    int h, g, d_k, d_v, e, e_out, bias, out_proj;
-    attn_rope rope;
-} pshape;
-
-static attn_layer *player(test_rng *r, const pshape *sh)
-{
-    const size_t qk = (size_t)sh->h * sh->d_k, kk = (size_t)sh->g * sh->d_k, kv = (size_t)sh->g * sh->d_v;
-    const size_t vd = (size_t)sh->h * sh->d_v, e = (size_t)sh->e, eo = (size_t)sh->e_out;
-    const size_t n = qk * e + kk * e + kv * e + eo * vd + qk + kk + kv + eo;
-    float *p = malloc(fsz(n));
-    const float sw = 1.0f / sqrtf((float)sh->e);
-    for (size_t i = 0; i < n; i++) p[i] = rng_float(r, -sw, sw);
-    attn_layer_desc d = {.num_heads = sh->h, .head_dim_k = sh->d_k, .head_dim_v = sh->d_v,
-                         .embed_q = sh->e, .embed_k = sh->e, .embed_v = sh->e,
-                         .embed_out = sh->e_out, .num_kv_heads = sh->g, .rope = sh->rope};
-    d.w_q = p;
-    d.w_k = d.w_q + qk * e;
-    d.w_v = d.w_k + kk * e;
-    d.w_o = sh->out_proj ? d.w_v + kv * e : NULL;
-    const float *b = d.w_v + kv * e + eo * vd;
-    if (sh->bias) {
-        d.b_q = b;
-        d.b_k = b + qk;
-        d.b_v = b + qk + kk;
-        d.b_o = sh->out_proj ? b + qk + kk + kv : NULL;
-    }
-    attn_layer *l = NULL;
-    attn_error err = {0};
-    CHECK_MSG(attn_layer_create(&d, &l, &err) == ATTN_OK, "create: %s", err.message);
-    free(p);
-    return l;
-}
-
-static pshape random_shape(test_rng *r)
+static gqa_shape random_shape(test_rng *r)
 {
     static const int ratios[] = {1, 2, 4};
-    pshape s = {0};
+    gqa_shape s = {0};
     s.g = rng_int(r, 1, 3);
     s.h = s.g * ratios[rng_int(r, 0, 2)];
     s.d_k = 2 * rng_int(r, 1, 8);
@@ -176,8 +142,8 @@ TEST(paged_f32_bit_identical)
     test_rng r = {0x70616765ull};
     static const int blocks[] = {1, 2, 4, 16, 64};
     for (int c = 0; c < 40; c++) {
-        pshape sh = random_shape(&r);
-        attn_layer *l = player(&r, &sh);
+        gqa_shape sh = random_shape(&r);
+        attn_layer *l = gqa_layer(&r, &sh);
         if (l == NULL) return;
         const int L = rng_int(&r, 1, 70), step = (int[]){1, 3, 0}[c % 3];
         const int window = rng_int(&r, 0, 2) ? 0 : rng_int(&r, 1, 20);
@@ -223,9 +189,9 @@ TEST(paged_f32_bit_identical)
  * change b's answers (nor b's a's). */
 static void fork_case(test_rng *r, int dtype, int B)
 {
-    pshape sh = {.h = 4, .g = 2, .d_k = 8, .d_v = 6, .e = 16, .e_out = 12, .bias = 1, .out_proj = 1,
+    gqa_shape sh = {.h = 4, .g = 2, .d_k = 8, .d_v = 6, .e = 16, .e_out = 12, .bias = 1, .out_proj = 1,
                  .rope = {.style = ATTN_ROPE_HALF}};
-    attn_layer *l = player(r, &sh);
+    attn_layer *l = gqa_layer(r, &sh);
     if (l == NULL) return;
     const int P = 2 * B + B / 2 + 1, A = 9, L = P + A;
     float *xp = rand_floats(r, (size_t)P * sh.e, 1.0f), *xa = rand_floats(r, (size_t)A * sh.e, 1.0f);
@@ -311,10 +277,10 @@ TEST(compact_dtypes_error)
     static const double bound[4] = {0, 1e-3, 1e-2, 3e-2};
     double *slot[4] = {NULL, &worst.f16, &worst.bf16, &worst.int8};
     for (int c = 0; c < 12; c++) {
-        pshape sh = c < 3 ? (pshape){.h = 8, .g = 2, .d_k = 64, .d_v = 64, .e = 64, .e_out = 64, .bias = 1,
+        gqa_shape sh = c < 3 ? (gqa_shape){.h = 8, .g = 2, .d_k = 64, .d_v = 64, .e = 64, .e_out = 64, .bias = 1,
                                      .out_proj = 1, .rope = {.style = ATTN_ROPE_HALF}}
                           : random_shape(&r);
-        attn_layer *l = player(&r, &sh);
+        attn_layer *l = gqa_layer(&r, &sh);
         if (l == NULL) return;
         const int L = c < 3 ? 300 : rng_int(&r, 1, 80), step = (int[]){1, 3, 0}[c % 3];
         const int B = (int[]){4, 16, 64}[c % 3], window = c % 4 == 3 ? rng_int(&r, 1, 30) : 0;
@@ -354,8 +320,8 @@ static uint16_t u16_at(const void *p, size_t i) { uint16_t u; memcpy(&u, (const 
 TEST(conversions_round_to_nearest_even)
 {
     test_rng r = {1};
-    pshape sh = {.h = 1, .g = 1, .d_k = 8, .d_v = 8, .e = 8, .e_out = 8};
-    attn_layer *l = player(&r, &sh);
+    gqa_shape sh = {.h = 1, .g = 1, .d_k = 8, .d_v = 8, .e = 8, .e_out = 8};
+    attn_layer *l = gqa_layer(&r, &sh);
     if (l == NULL) return;
     const float k[8] = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 65504.0f, 1e6f, -1e6f, 0x1p-24f, 0x1p-25f, -2.5f};
     const uint16_t want16[8] = {0x3c00, 0x3c02, 0x7bff, 0x7bff, 0xfbff, 0x0001, 0x0000, 0xc100};
@@ -382,8 +348,8 @@ TEST(conversions_round_to_nearest_even)
 TEST(int8_scales_and_requantisation)
 {
     test_rng r = {2};
-    pshape sh = {.h = 2, .g = 2, .d_k = 3, .d_v = 3, .e = 8, .e_out = 6};
-    attn_layer *l = player(&r, &sh);
+    gqa_shape sh = {.h = 2, .g = 2, .d_k = 3, .d_v = 3, .e = 8, .e_out = 6};
+    attn_layer *l = gqa_layer(&r, &sh);
     if (l == NULL) return;
     const int B = 8, W = 6; /* g*d */
     size_t kb, vb;
@@ -438,8 +404,8 @@ static void expect_invalid(const attn_layer *l, attn_seq s, const char *field)
 TEST(validation_names_the_field)
 {
     test_rng r = {3};
-    pshape sh = {.h = 2, .g = 1, .d_k = 4, .d_v = 4, .e = 8, .e_out = 8};
-    attn_layer *l = player(&r, &sh);
+    gqa_shape sh = {.h = 2, .g = 1, .d_k = 4, .d_v = 4, .e = 8, .e_out = 8};
+    attn_layer *l = gqa_layer(&r, &sh);
     if (l == NULL) return;
     float x[8] = {0}, out[8], pool[4 * 16 * 4] = {0}, pool_v[4 * 16 * 4] = {0};
     int32_t table[4] = {0, 1, 2, 3};
