@@ -188,6 +188,7 @@ void load_usage(FILE *f)
         "                         with --cross, is_causal/window/need_weights as parameters\n"
         "  --binary               v2: send tensors as binary data (Inference-Header-Content-\n"
         "                         Length) and ask for binary outputs; checks their sizes\n"
+        "                         (--sessions: appends as v2 binary tensors, no JSON floats)\n"
         "requests (bodies are pre-generated into a pool, seeded; generation is not measured)\n"
         "  --seq-len N|A:B        query length T, fixed or uniform in [A,B] (default 32)\n"
         "  --seq-len-dist FILE    T sampled from FILE's lines (one length per line)\n"
@@ -227,7 +228,7 @@ void load_usage(FILE *f)
         "  --max-retries N        503 with Retry-After: retry each call up to N times, waiting\n"
         "                         as told (at most 5 s), before it counts (default 3)\n"
         "  --duration D           caps each level's decode phase (default: no cap)\n"
-        "  also: --url --model --embed --seed --pool --timeout, the output options; other\n"
+        "  also: --url --model --embed --seed --pool --timeout --binary, the output options; other\n"
         "  request and load options are refused\n"
         "output\n"
         "  --json FILE, --csv FILE, --svg FILE   results per level; SVG chart of rps and p99\n"
@@ -338,7 +339,6 @@ static const struct {
     {O_CAUSAL, "a session's appends are causal already"},
     {O_KPAD, "an append takes query rows only"},
     {O_REQFILE, "each stream's bodies are generated"},
-    {O_BINARY, "sessions are a /v1 JSON API"},
 };
 
 /* Why option c does not combine with --sessions ("" when it does). */
@@ -493,7 +493,8 @@ static int validate(load_opts *o, const unsigned char *given, char *err, size_t 
     if (o->n_request_files && (o->cross || o->batch || o->seq_dist || o->need_weights ||
                                o->causal || o->window || o->key_padding > 0))
         return errf(err, el, "--request-file is sent as is; drop the request-shape options");
-    if (o->binary && o->protocol != 2) return errf(err, el, "--binary needs --protocol v2");
+    if (o->binary && o->protocol != 2 && !o->sessions)
+        return errf(err, el, "--binary needs --protocol v2 (or --sessions: binary appends)");
     if (o->protocol == 2 && !o->model)
         return errf(err, el, "--protocol v2 needs --model (the v2 path names the model)");
     if (o->protocol == 2 && o->n_request_files)
