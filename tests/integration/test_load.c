@@ -163,6 +163,14 @@ static int fake_start(fake *f, int mode)
     return f->port ? 0 : -1;
 }
 
+/* Starts a fake in mode and writes its base URL into url. */
+static int fake_open(fake *f, int mode, char *url, size_t n)
+{
+    if (fake_start(f, mode) != 0) return -1;
+    snprintf(url, n, "http://127.0.0.1:%d", f->port);
+    return 0;
+}
+
 /* ---- running attnd-load ----------------------------------------------------------------------- */
 
 static char tmpdir[64];
@@ -300,8 +308,7 @@ TEST(fake_good)
 {
     fake f;
     char url[64];
-    CHECK(fake_start(&f, FAKE_GOOD) == 0);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", f.port);
+    CHECK(fake_open(&f, FAKE_GOOD, url, sizeof url) == 0);
     const char *args[] = {"--url", url, "--model", "x", "--concurrency", "1,4", "--duration",
                           "500ms", "--warmup", "100ms", "--seq-len", "2:9", "--batch", "2",
                           "--json", tmp_path("good.json"), "--csv", tmp_path("good.csv"),
@@ -338,8 +345,7 @@ TEST(fake_bad)
 {
     fake f;
     char url[64];
-    CHECK(fake_start(&f, FAKE_BAD) == 0);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", f.port);
+    CHECK(fake_open(&f, FAKE_BAD, url, sizeof url) == 0);
     const char *args[] = {"--url", url, "--model", "x", "--embed", "8", "--concurrency", "2",
                           "--requests", "60", "--warmup", "0", "--seq-len", "3:6", "--quiet",
                           "--json", tmp_path("bad.json"), NULL};
@@ -383,8 +389,7 @@ TEST(open_loop_and_timeout)
 {
     fake f;
     char url[64];
-    CHECK(fake_start(&f, FAKE_GOOD) == 0);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", f.port);
+    CHECK(fake_open(&f, FAKE_GOOD, url, sizeof url) == 0);
     /* 200 req/s for 0.5 s: sends scheduled at 0, 5, ..., 495 ms -> exactly 100 measured */
     const char *args[] = {"--url", url, "--model", "x", "--rate", "200", "--duration", "500ms",
                           "--warmup", "100ms", "--quiet", "--json", tmp_path("rate.json"),
@@ -410,8 +415,7 @@ TEST(open_loop_and_timeout)
     check_svg(tmp_path("rate.svg"));
     MHD_stop_daemon(f.d);
 
-    CHECK(fake_start(&f, FAKE_SLOW) == 0);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", f.port);
+    CHECK(fake_open(&f, FAKE_SLOW, url, sizeof url) == 0);
     const char *slow[] = {"--url", url, "--model", "x", "--embed", "8", "--requests", "2",
                           "--warmup", "0", "--timeout", "100ms", "--quiet", "--json",
                           tmp_path("slow.json"), NULL};
@@ -429,8 +433,7 @@ TEST(open_loop_short_of_offered)
 {
     fake f;
     char url[64];
-    CHECK(fake_start(&f, FAKE_20MS) == 0);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", f.port);
+    CHECK(fake_open(&f, FAKE_20MS, url, sizeof url) == 0);
     const char *args[] = {"--url", url, "--model", "x", "--rate", "25,100", "--duration",
                           "500ms", "--warmup", "0", "--max-inflight", "2", "--quiet", "--json",
                           tmp_path("short.json"), "--svg", tmp_path("short.svg"), NULL};
