@@ -207,8 +207,15 @@ void load_usage(FILE *f)
         "load\n"
         "  --concurrency LIST     closed loop, LIST = 1,8,64 or 1:64:x2 or 10:40:+10 (default 1)\n"
         "  --rate LIST            open loop at R requests/s per level (same LIST syntax);\n"
-        "                         latency counts from the scheduled send time\n"
-        "  --duration D           measured time per level (default 5s; 500ms, 2m, 1.5 work)\n"
+        "                         latency counts from the scheduled send time. A request\n"
+        "                         is late when sent more than 1 ms after that time (all\n"
+        "                         --max-inflight were in flight, or this client was too\n"
+        "                         busy); the table gives late, late% and the achieved\n"
+        "                         rate, marked SHORT when more than 5% below the offer\n"
+        "  --max-late-fraction F  --rate: exit 4 when more than F of a level's requests\n"
+        "                         started late (default: never)\n"
+        "  --duration D           measured time per level (default 5s; also 500ms, 2m, or 1.5\n"
+        "                         meaning seconds)\n"
         "  --requests N           measure N requests per level instead of a duration\n"
         "  --warmup D             unmeasured load before each level (default 1s)\n"
         "  --timeout D            per-request timeout (default 30s)\n"
@@ -240,7 +247,8 @@ void load_usage(FILE *f)
         "Latency is wall time per request on the client; percentiles are exact nearest-rank\n"
         "over every successful request of the level (value at rank ceil(p/100*n)).\n"
         "Exit status: 0 ok; 1 error rate above --max-error-rate, or no request succeeded;\n"
-        "2 bad usage; 3 could not start (server unreachable, model unknown, unreadable file).\n"
+        "2 bad usage; 3 could not start (server unreachable, model unknown, unreadable file);\n"
+        "4 late fraction above --max-late-fraction (requests not sent on schedule).\n"
         "\n"
         "examples\n"
         "  attnd-load --model demo --concurrency 1:64:x2 --duration 5s --seq-len 16:128\n"
@@ -256,7 +264,7 @@ enum {
     O_URL = 256, O_MODEL, O_SEQ, O_SEQDIST, O_EMBED, O_CROSS, O_KEYLEN, O_WEIGHTS, O_CAUSAL,
     O_WINDOW, O_KPAD, O_BATCH, O_REQFILE, O_POOL, O_SEED, O_CONC, O_RATE, O_DUR, O_REQS,
     O_WARM, O_TIMEOUT, O_INFLIGHT, O_JSON, O_CSV, O_SVG, O_QUIET, O_MAXERR, O_HELP,
-    O_PROTOCOL, O_BINARY, O_SESSIONS, O_PREFIX, O_STEPS, O_PCHUNK, O_RETRIES,
+    O_PROTOCOL, O_BINARY, O_SESSIONS, O_PREFIX, O_STEPS, O_PCHUNK, O_RETRIES, O_MAXLATE,
     O_END /* one past the last */
 };
 
@@ -296,6 +304,7 @@ static const struct option long_opts[] = {
     {"steps", required_argument, 0, O_STEPS},
     {"prefill-chunk", required_argument, 0, O_PCHUNK},
     {"max-retries", required_argument, 0, O_RETRIES},
+    {"max-late-fraction", required_argument, 0, O_MAXLATE},
     {0, 0, 0, 0},
 };
 
@@ -315,6 +324,7 @@ static void set_defaults(load_opts *o)
     o->prefix = 128;
     o->steps = 32;
     o->max_retries = 3;
+    o->max_late_fraction = -1;
 }
 
 /* The option's name for messages ("--rate"). */
@@ -405,9 +415,10 @@ static int apply_opt(load_opts *o, int c, const char *arg, int *seen_conc, char 
         o->key_padding = d;
         return 0;
     case O_MAXERR:
+    case O_MAXLATE:
         if (parse_double(arg, &d) || d < 0 || d > 1)
-            return errf(err, el, "--max-error-rate: '%s' is not a fraction in [0, 1]", arg);
-        o->max_error_rate = d;
+            return errf(err, el, "--%s: '%s' is not a fraction in [0, 1]", opt_name(c), arg);
+        *(c == O_MAXERR ? &o->max_error_rate : &o->max_late_fraction) = d;
         return 0;
     case O_DUR: return load_parse_duration(arg, &o->duration_s, err, el);
     case O_WARM: return load_parse_duration(arg, &o->warmup_s, err, el);
@@ -487,6 +498,9 @@ static int validate(load_opts *o, const unsigned char *given, char *err, size_t 
     if (strncmp(o->url, "http://", 7) && strncmp(o->url, "https://", 8))
         return errf(err, el, "--url: '%s' must start with http:// or https://", o->url);
     if (o->key_min && !o->cross) return errf(err, el, "--key-len needs --cross");
+    if (given[O_MAXLATE - O_URL] && !o->is_rate)
+        return errf(err, el, "--max-late-fraction needs --rate (only an open loop has a "
+                             "schedule to be late for)");
     if (o->timeout_s <= 0) return errf(err, el, "--timeout must be > 0");
     if (!o->sessions && !o->requests && o->duration_s <= 0)
         return errf(err, el, "--duration must be > 0");
