@@ -1010,7 +1010,10 @@ void attnd_config_print_help(FILE *f, const char *prog)
             "and model.safetensors, or a sharded model.safetensors.index.json). Keys:\n"
             "layer=N (which layer; needed when there are several), layers=all (one model\n"
             "per layer, named NAME.N), format=auto|mha|explicit|llama|bert|gpt2,\n"
-            "prefix=P (a state_dict prefix, e.g. self_attn.), heads=N, kv_heads=N.\n\n"
+            "prefix=P (a state_dict prefix, e.g. self_attn.), heads=N, kv_heads=N,\n"
+            "kv_dtype=f32|f16|bf16; the model's own scheduler: workers=N,\n"
+            "max_batch_requests=N, max_batch_tokens=N, max_batch_kv_bytes=BYTES,\n"
+            "max_queue_delay_us=US (each overrides the global option for that model).\n\n"
             "Settings come from, in rising precedence: defaults, the --config JSON file,\n"
             "ATTND_* environment variables, command-line flags.\n\n"
             "options:\n",
