@@ -6,10 +6,12 @@
  * the loaded models; a session pinned to the version keeps answering), the
  * admin key (401 without, 403 for a client key or with none configured, an
  * admin key equal to a client key refused at start), per-model scheduler
- * settings from the config file, and the repository metrics.
+ * settings from the config file, SIGHUP (versions, admin keys re-read), and the
+ * repository metrics.
  */
 #include <jansson.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -289,6 +291,8 @@ TEST_WITH(unload_while_in_flight, const attnd_proc *p)
     pthread_t th;
     pthread_create(&th, NULL, send_slow, &f);
     attnd_sleep_ms(400); /* queued on slow's version 1 */
+    CHECK_MSG(metrics_has(p, "attnd_queue_depth{model=\"slow\"} 1"),
+              "the request is not waiting on slow when it is unloaded");
     CHECK_INT_EQ(unload(p, "slow", ADMIN), 200);
     CHECK_INT_EQ(call(p, "POST", "/v1/models/slow/attention", CLIENT, query, &r), 404);
     CHECK_MSG(r.body && strstr(r.body, "loaded: ") && strstr(r.body, "demo"),
@@ -319,6 +323,53 @@ TEST_WITH(unload_while_in_flight, const attnd_proc *p)
     CHECK_INT_EQ(call(p, "GET", "/v2/models/slow/versions/2", CLIENT, NULL, NULL), 200);
 }
 
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+    chmod(path, 0600);
+}
+
+/* The index's version of name, or -1. */
+static int index_version(const attnd_proc *p, const char *name)
+{
+    long st;
+    json_t *j = get_json(p, "/v2/repository/index", &st);
+    json_t *e = index_entry(j, name);
+    int v = e && *str(e, "version") ? atoi(str(e, "version")) : -1;
+    json_decref(j);
+    return v;
+}
+
+/* SIGHUP: the configured models that are loaded go one version up, an unloaded
+ * one stays unloaded, models added at run time keep theirs; the admin keys are
+ * re-read (the old one stops working). */
+TEST_WITH(sighup_reload, const attnd_proc *p, const char *admin_file)
+{
+    int demo = index_version(p, "demo"), extra = index_version(p, "extra");
+    CHECK(demo >= 1 && extra >= 1);
+    CHECK_INT_EQ(unload(p, "other", ADMIN), 200);
+    write_file(admin_file, "rotated-admin-key-51e0\n");
+    kill(p->pid, SIGHUP);
+    int reloaded = 0;
+    for (int i = 0; i < 100 && !reloaded; i++) {
+        reloaded = metrics_has(p, "attnd_reloads_total{result=\"ok\"} 1");
+        if (!reloaded)
+            attnd_sleep_ms(50);
+    }
+    CHECK_MSG(reloaded, "the SIGHUP reload was not counted");
+    CHECK_INT_EQ(index_version(p, "demo"), demo + 1);
+    CHECK_INT_EQ(index_version(p, "extra"), extra);
+    CHECK_INT_EQ(call(p, "GET", "/v1/models/other", CLIENT, NULL, NULL), 404);
+    CHECK_INT_EQ(unload(p, "extra", ADMIN), 401); /* the old admin key is gone */
+    CHECK_INT_EQ(call(p, "POST", "/v2/repository/models/other/load",
+                      "Bearer rotated-admin-key-51e0", NULL, NULL), 200);
+    CHECK_INT_EQ(index_version(p, "other"), 2);
+}
+
 TEST_WITH(per_model_config, const attnd_proc *p)
 {
     long st;
@@ -337,15 +388,6 @@ TEST_WITH(per_model_config, const attnd_proc *p)
     json_decref(j);
 }
 
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
-    chmod(path, 0600);
-}
 
 TEST(no_admin_key_configured)
 {
@@ -404,6 +446,7 @@ int main(void)
         RUN_WITH(load_new_from_path, &p);
         RUN_WITH(bad_loads, &p);
         RUN_WITH(unload_while_in_flight, &p);
+        RUN_WITH(sighup_reload, &p, admin);
         CHECK_INT_EQ(attnd_proc_stop(&p), 0);
     } else {
         CHECK_MSG(0, "daemon did not start");
