@@ -380,8 +380,9 @@ TEST_WITH(per_model_config, const attnd_proc *p)
     CHECK_INT_EQ(json_integer_value(json_object_get(sc, "max_batch_requests")), 16); /* global */
     CHECK_STR_EQ(str(j, "kv_dtype"), "f16");
     json_decref(j);
-    j = get_json(p, "/v1/models/other", &st); /* no settings of its own: the global ones */
+    j = get_json(p, "/v1/models/other", &st); /* a string entry's own key; the rest global */
     sc = json_object_get(j, "scheduler");
+    CHECK_INT_EQ(json_integer_value(json_object_get(sc, "max_batch_kv_bytes")), 64 << 20);
     CHECK_INT_EQ(json_integer_value(json_object_get(sc, "workers")), 1);
     CHECK_INT_EQ(json_integer_value(json_object_get(sc, "max_batch_tokens")), 8192);
     CHECK_STR_EQ(str(j, "kv_dtype"), "f32");
@@ -434,7 +435,7 @@ int main(void)
     write_file(cfg, "{\"workers\": 1, \"models\": ["
                     "{\"name\": \"demo\", \"path\": \"config/demo.safetensors\", \"workers\": 3, "
                     "\"max_batch_tokens\": 512, \"kv_dtype\": \"f16\"},"
-                    "\"other=config/demo.safetensors\"]}");
+                    "\"other=config/demo.safetensors,max_batch_kv_bytes=64M\"]}");
     attnd_proc p;
     const char *args[] = {"--config", cfg, "--api-key-file", client, "--admin-key-file", admin,
                           "--default-model", "demo", NULL};
