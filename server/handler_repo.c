@@ -183,6 +183,11 @@ static void answer_load(attnd_exchange *x, attnd_reply *out)
     char name[80], msg[768] = "";
     attnd_model_spec spec;
     int has_spec = 0, version = 0;
+    if (attnd_app_state(x->app) == ATTND_STATE_DRAINING) {
+        attnd_http_error_set(&err, 503, "draining", "", "attnd is shutting down");
+        attnd_handler_v2_error(out, &err);
+        return;
+    }
     if (path_name(x, name, sizeof name, &err) != 0 ||
         load_source(x, name, &spec, &has_spec, &err) != 0) {
         attnd_metrics_repository(x->app->metrics, 1, 0);

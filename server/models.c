@@ -618,6 +618,8 @@ attnd_repo_status attnd_models_repo_load(attnd_models *ms, const attnd_config *c
     *version = m->version;
     set_loading(ms, i, 0, "");
     pthread_mutex_unlock(&ms->repo_mu);
+    attnd_log(ATTND_LOG_INFO, "model %s version %d serving (repository load)%s", name,
+              *version, old ? "; requests on the one before finish on it" : "");
     attnd_model_release(old);
     return ATTND_REPO_OK;
 }
