@@ -225,6 +225,10 @@ static int check_unload_body(const attnd_exchange *x, attnd_http_error *err)
                              "parameters must be an object");
     if (rc == 0 && params)
         rc = only_keys(params, "parameters", "unload_dependents", err);
+    json_t *deps = rc == 0 && params ? json_object_get(params, "unload_dependents") : NULL;
+    if (deps && !json_is_boolean(deps))
+        rc = attnd_http_fail(err, 400, "invalid_type", "parameters.unload_dependents",
+                             "parameters.unload_dependents must be true or false");
     json_decref(root);
     return rc;
 }

@@ -256,10 +256,15 @@ TEST_WITH(bad_loads, const attnd_proc *p)
     CHECK_MSG(r.body && strstr(r.body, "path"), "404 body: %s", r.body ? r.body : "");
     http_result_free(&r);
     CHECK_INT_EQ(unload(p, "never-configured", ADMIN), 404);
+    CHECK_INT_EQ(call(p, "POST", "/v2/repository/models/demo/unload", ADMIN,
+                      "{\"parameters\": {\"unload_dependents\": 1}}", NULL), 400);
+    CHECK_INT_EQ(call(p, "POST", "/v2/repository/models/demo/unload", ADMIN,
+                      "{\"parameters\": {\"cascade\": true}}", NULL), 400);
+    CHECK_INT_EQ(call(p, "GET", "/v1/models/demo", CLIENT, NULL, NULL), 200); /* untouched */
     CHECK_INT_EQ(call(p, "GET", "/v1/models/x", CLIENT, NULL, NULL), 404);
     CHECK(metrics_has(p, "attnd_repository_operations_total{operation=\"load\",result=\"error\"}"));
     CHECK(metrics_has(p, "attnd_repository_operations_total{operation=\"unload\","
-                         "result=\"error\"} 1"));
+                         "result=\"error\"} 3"));
 }
 
 typedef struct inflight {
