@@ -1,8 +1,10 @@
-/* auth.c — API keys: loading (file + environment), the open-route list, and a
- * comparison whose time depends on neither the keys nor the presented token.
+/* auth.c — API keys and admin keys: loading (files + environment), the
+ * open-route list, and a comparison whose time depends on neither the keys nor
+ * the presented token.
  */
 #include "auth.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -23,8 +25,9 @@ typedef struct keyset {
 } keyset;
 
 struct attnd_auth {
-    pthread_rwlock_t lock; /* guards cur: readers check, reload swaps */
+    pthread_rwlock_t lock; /* guards cur and admin: readers check, reload swaps */
     keyset *cur;
+    keyset *admin;         /* --admin-key-file's; empty = repository changes off */
 };
 
 static void keyset_free(keyset *k)
@@ -69,13 +72,15 @@ static int keyset_add(keyset *k, const char *s, size_t len, char *err, size_t er
     return 0;
 }
 
-static int load_key_file(keyset *k, const char *path, char *err, size_t errlen)
+/* Reads the keys of a key file (what: "API key file", "admin key file"). */
+static int load_key_file(keyset *k, const char *what, const char *path, char *err,
+                         size_t errlen)
 {
-    if (attnd_config_check_file_mode("API key file", path, err, errlen))
+    if (attnd_config_check_file_mode(what, path, err, errlen))
         return -1;
     FILE *f = fopen(path, "r");
     if (!f) {
-        snprintf(err, errlen, "API key file %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "%s %s: %s", what, path, strerror(errno));
         return -1;
     }
     char line[1024];
@@ -90,7 +95,7 @@ static int load_key_file(keyset *k, const char *path, char *err, size_t errlen)
         if (keyset_add(k, p, strlen(p), err, errlen) != 0) {
             char tmp[256];
             snprintf(tmp, sizeof tmp, "%s", err);
-            snprintf(err, errlen, "API key file %s line %d: %s", path, lineno, tmp);
+            snprintf(err, errlen, "%s %s line %d: %s", what, path, lineno, tmp);
             rc = -1;
         }
     }
@@ -98,8 +103,8 @@ static int load_key_file(keyset *k, const char *path, char *err, size_t errlen)
     if (rc == 0 && k->n == before) {
         /* A file named but holding no key is a mistake (a truncated or not yet
          * written file), never a request to switch authentication off. */
-        snprintf(err, errlen, "API key file %s has no key (it is empty, or only comments and "
-                 "blank lines); to run without API keys, do not name a key file", path);
+        snprintf(err, errlen, "%s %s has no key (it is empty, or only comments and "
+                 "blank lines); to run without such keys, do not name a key file", what, path);
         rc = -1;
     }
     return rc;
@@ -113,7 +118,7 @@ static keyset *keyset_load(const attnd_config *cfg, char *err, size_t errlen)
         return NULL;
     }
     if (cfg->api_key_file && *cfg->api_key_file &&
-        load_key_file(k, cfg->api_key_file, err, errlen) != 0)
+        load_key_file(k, "API key file", cfg->api_key_file, err, errlen) != 0)
         goto fail;
     for (const char *p = cfg->api_keys ? cfg->api_keys : ""; *p;) {
         size_t n = strcspn(p, ",");
@@ -121,6 +126,33 @@ static keyset *keyset_load(const attnd_config *cfg, char *err, size_t errlen)
             goto fail;
         p += n + (p[n] == ',');
     }
+    return k;
+fail:
+    keyset_free(k);
+    return NULL;
+}
+
+static int match_any(const keyset *k, const char *tok, size_t len);
+
+/* The admin keys of cfg (none when no file is named). An admin key that is also
+ * a client key is refused: a client key must never grant admin. */
+static keyset *admin_load(const attnd_config *cfg, const keyset *clients, char *err,
+                          size_t errlen)
+{
+    keyset *k = calloc(1, sizeof *k);
+    if (!k) {
+        snprintf(err, errlen, "out of memory reading admin keys");
+        return NULL;
+    }
+    if (cfg->admin_key_file && *cfg->admin_key_file &&
+        load_key_file(k, "admin key file", cfg->admin_key_file, err, errlen) != 0)
+        goto fail;
+    for (int i = 0; i < k->n; i++)
+        if (match_any(clients, (const char *)k->keys[i], k->lens[i])) {
+            snprintf(err, errlen, "admin key file %s: key %d is also an API key; admin keys "
+                     "must differ from client keys", cfg->admin_key_file, i + 1);
+            goto fail;
+        }
     return k;
 fail:
     keyset_free(k);
@@ -135,8 +167,10 @@ attnd_auth *attnd_auth_create(const attnd_config *cfg, char *err, size_t errlen)
         return NULL;
     }
     a->cur = keyset_load(cfg, err, errlen);
-    if (!a->cur || pthread_rwlock_init(&a->lock, NULL) != 0) {
+    a->admin = a->cur ? admin_load(cfg, a->cur, err, errlen) : NULL;
+    if (!a->cur || !a->admin || pthread_rwlock_init(&a->lock, NULL) != 0) {
         keyset_free(a->cur);
+        keyset_free(a->admin);
         free(a);
         return NULL;
     }
@@ -146,18 +180,22 @@ attnd_auth *attnd_auth_create(const attnd_config *cfg, char *err, size_t errlen)
 int attnd_auth_reload(attnd_auth *a, const attnd_config *cfg, char *err, size_t errlen)
 {
     keyset *k = keyset_load(cfg, err, errlen);
-    if (!k) {
+    keyset *admin = k ? admin_load(cfg, k, err, errlen) : NULL;
+    if (!k || !admin) {
+        keyset_free(k);
         size_t n = strlen(err);
         if (n < errlen)
-            snprintf(err + n, errlen - n, "; keeping the %d API key(s) loaded before",
-                     attnd_auth_key_count(a));
+            snprintf(err + n, errlen - n, "; keeping the %d API key(s) and %d admin key(s) "
+                     "loaded before", attnd_auth_key_count(a), attnd_auth_admin_key_count(a));
         return -1;
     }
     pthread_rwlock_wrlock(&a->lock);
-    keyset *old = a->cur;
+    keyset *old = a->cur, *old_admin = a->admin;
     a->cur = k;
+    a->admin = admin;
     pthread_rwlock_unlock(&a->lock);
     keyset_free(old);
+    keyset_free(old_admin);
     return 0;
 }
 
@@ -169,6 +207,22 @@ int attnd_auth_key_count(attnd_auth *a)
     int n = a->cur->n;
     pthread_rwlock_unlock(&a->lock);
     return n;
+}
+
+int attnd_auth_admin_key_count(attnd_auth *a)
+{
+    if (!a)
+        return 0;
+    pthread_rwlock_rdlock(&a->lock);
+    int n = a->admin->n;
+    pthread_rwlock_unlock(&a->lock);
+    return n;
+}
+
+/* The repository routes (/v2/repository/...): an admin key opens them too. */
+static int repository_route(const char *path)
+{
+    return strncmp(path, "/v2/repository/", 15) == 0;
 }
 
 static int open_route(const char *path, int metrics_require_key)
@@ -190,6 +244,7 @@ static int open_route(const char *path, int metrics_require_key)
  * whatever the inputs, with no data-dependent branch. */
 static int match_any(const keyset *k, const char *tok, size_t len)
 {
+    assert(len < KEY_CAP);
     unsigned char t[KEY_CAP] = {0};
     memcpy(t, tok, len);
     unsigned found = 0;
@@ -203,26 +258,57 @@ static int match_any(const keyset *k, const char *tok, size_t len)
     return (int)found;
 }
 
+/* The token of "Bearer <token>" (blanks trimmed), or NULL. */
+static const char *bearer(const char *authorization, size_t *len)
+{
+    if (!authorization || strncasecmp(authorization, "Bearer ", 7) != 0)
+        return NULL;
+    const char *tok = authorization + 7;
+    while (*tok == ' ')
+        tok++;
+    size_t n = strlen(tok);
+    while (n && tok[n - 1] == ' ')
+        n--;
+    *len = n;
+    return n > 0 && n < KEY_CAP ? tok : NULL;
+}
+
 int attnd_auth_allows(attnd_auth *a, const char *path, const char *authorization,
                       int metrics_require_key)
 {
     if (!a)
         return 1;
     int ok = 0;
+    size_t len = 0;
+    const char *tok = bearer(authorization, &len);
     pthread_rwlock_rdlock(&a->lock);
-    if (a->cur->n == 0 || open_route(path, metrics_require_key)) {
+    if (a->cur->n == 0 || open_route(path, metrics_require_key))
         ok = 1;
-    } else if (authorization && strncasecmp(authorization, "Bearer ", 7) == 0) {
-        const char *tok = authorization + 7;
-        while (*tok == ' ')
-            tok++;
-        size_t len = strlen(tok);
-        while (len && tok[len - 1] == ' ')
-            len--;
-        ok = len > 0 && len < KEY_CAP && match_any(a->cur, tok, len);
-    }
+    else if (tok)
+        ok = match_any(a->cur, tok, len) ||
+             (repository_route(path) && match_any(a->admin, tok, len));
     pthread_rwlock_unlock(&a->lock);
     return ok;
+}
+
+attnd_admin_access attnd_auth_admin(attnd_auth *a, const char *authorization)
+{
+    if (!a)
+        return ATTND_ADMIN_DISABLED;
+    size_t len = 0;
+    const char *tok = bearer(authorization, &len);
+    attnd_admin_access r;
+    pthread_rwlock_rdlock(&a->lock);
+    if (a->admin->n == 0)
+        r = ATTND_ADMIN_DISABLED;
+    else if (tok && match_any(a->admin, tok, len))
+        r = ATTND_ADMIN_OK;
+    else if (tok && match_any(a->cur, tok, len))
+        r = ATTND_ADMIN_CLIENT_KEY;
+    else
+        r = ATTND_ADMIN_MISSING;
+    pthread_rwlock_unlock(&a->lock);
+    return r;
 }
 
 void attnd_auth_free(attnd_auth *a)
@@ -230,6 +316,7 @@ void attnd_auth_free(attnd_auth *a)
     if (!a)
         return;
     keyset_free(a->cur);
+    keyset_free(a->admin);
     pthread_rwlock_destroy(&a->lock);
     free(a);
 }

@@ -753,14 +753,17 @@ static const float *output_tensor(const attnd_request *req, const attnd_v2_call 
 }
 
 char *attnd_codec_v2_encode_response(const attnd_request *req, const attnd_v2_call *call,
-                                     const char *model_name, size_t *len, size_t *header_len)
+                                     const char *model_name, int model_version, size_t *len,
+                                     size_t *header_len)
 {
-    return attnd_codec_v2_encode_response_with(req, call, model_name, NULL, len, header_len);
+    return attnd_codec_v2_encode_response_with(req, call, model_name, model_version, NULL, len,
+                                               header_len);
 }
 
 char *attnd_codec_v2_encode_response_with(const attnd_request *req, const attnd_v2_call *call,
-                                          const char *model_name, const char *parameters,
-                                          size_t *len, size_t *header_len)
+                                          const char *model_name, int model_version,
+                                          const char *parameters, size_t *len,
+                                          size_t *header_len)
 {
     attnd_jsonbuf b = {0};
     int any_binary = 0;
@@ -768,7 +771,7 @@ char *attnd_codec_v2_encode_response_with(const attnd_request *req, const attnd_
         return NULL;
     attnd_jb_puts(&b, "{\"model_name\":");
     attnd_jb_string(&b, model_name);
-    attnd_jb_puts(&b, ",\"model_version\":\"1\"");
+    attnd_jb_printf(&b, ",\"model_version\":\"%d\"", model_version);
     if (req->id[0]) {
         attnd_jb_puts(&b, ",\"id\":");
         attnd_jb_string(&b, req->id);
@@ -834,7 +837,8 @@ char *attnd_codec_v2_server_metadata(size_t *len)
 {
     attnd_jsonbuf b = {0};
     attnd_jb_printf(&b,
-                    "{\"name\":\"attnd\",\"version\":\"%s\",\"extensions\":[\"binary_tensor_data\"]}",
+                    "{\"name\":\"attnd\",\"version\":\"%s\",\"extensions\":[\"binary_tensor_data\","
+                    "\"model_repository\"]}",
                     ATTN_VERSION_STRING);
     return attnd_jb_finish(&b, len);
 }
@@ -849,12 +853,14 @@ static void put_meta_tensor(attnd_jsonbuf *b, int first, const char *name, const
     attnd_jb_puts(b, "]}");
 }
 
-char *attnd_codec_v2_model_metadata(const char *name, const attn_layer_info *in, size_t *len)
+char *attnd_codec_v2_model_metadata(const char *name, int version, const attn_layer_info *in,
+                                    size_t *len)
 {
     attnd_jsonbuf b = {0};
     attnd_jb_puts(&b, "{\"name\":");
     attnd_jb_string(&b, name);
-    attnd_jb_puts(&b, ",\"versions\":[\"1\"],\"platform\":\"attnd_multihead_attention\",\"inputs\":[");
+    attnd_jb_printf(&b, ",\"versions\":[\"%d\"],\"platform\":\"attnd_multihead_attention\","
+                    "\"inputs\":[", version);
     put_meta_tensor(&b, 1, "query", "FP32", (int[]){-1, -1, in->embed_q}, 3);
     put_meta_tensor(&b, 0, "key", "FP32", (int[]){-1, -1, in->embed_k}, 3);
     put_meta_tensor(&b, 0, "value", "FP32", (int[]){-1, -1, in->embed_v}, 3);

@@ -35,14 +35,16 @@ int attnd_codec_v2_decode(const char *body, size_t len, long long header_len,
  * else the JSON header's length (binary outputs follow it). Returns a malloc'd body
  * (caller frees) and its length, or NULL on allocation failure. */
 char *attnd_codec_v2_encode_response(const attnd_request *req, const attnd_v2_call *call,
-                                     const char *model_name, size_t *len, size_t *header_len);
+                                     const char *model_name, int model_version, size_t *len,
+                                     size_t *header_len);
 
 /* The same with more members in the response's "parameters" (after queue_us,
  * compute_us, batch_size): parameters is NULL or the text of JSON object members
  * ("session_id":"...","session_length":12), written as given. */
 char *attnd_codec_v2_encode_response_with(const attnd_request *req, const attnd_v2_call *call,
-                                          const char *model_name, const char *parameters,
-                                          size_t *len, size_t *header_len);
+                                          const char *model_name, int model_version,
+                                          const char *parameters, size_t *len,
+                                          size_t *header_len);
 
 /* {"error": "<message>"} (a field, when set, leads the message). Malloc'd (caller frees),
  * NULL on allocation failure. */
@@ -50,7 +52,7 @@ char *attnd_codec_v2_encode_error(const attnd_http_error *err, size_t *len);
 
 /* GET /v2 and GET /v2/models/{name} bodies. Malloc'd (caller frees), NULL on no memory. */
 char *attnd_codec_v2_server_metadata(size_t *len);
-char *attnd_codec_v2_model_metadata(const char *name, const attn_layer_info *info,
+char *attnd_codec_v2_model_metadata(const char *name, int version, const attn_layer_info *info,
                                     size_t *len);
 
 #endif

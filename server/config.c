@@ -5,10 +5,12 @@
  */
 #include "config.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -91,6 +93,8 @@ static const option options[] = {
      "API keys, one per line, # comments (with any key set, routes need a Bearer key)"},
     {"api-keys", NULL, "", OPT_STR, F(api_keys), "", 0, 0, "KEY,KEY",
      "API keys, comma-separated (prefer the env or file: argv shows in ps; never printed)"},
+    {"admin-key-file", NULL, NULL, OPT_STR, F(admin_key_file), "", 0, 0, "FILE",
+     "admin keys (format of --api-key-file) for /v2/repository load and unload; none: 403"},
     {"metrics-require-key", NULL, NULL, OPT_INT, F(metrics_require_key), "0", 0, 1, "0|1",
      "1: GET /metrics needs an API key too"},
     {"ui", NULL, NULL, OPT_INT, F(ui), "1", 0, 1, "0|1",
@@ -253,7 +257,39 @@ nomem:
 }
 
 /* The keys a model spec takes after NAME=PATH. */
-static const char spec_keys[] = "heads, kv_heads, layer, layers, format, prefix, kv_dtype";
+static const char spec_keys[] = "heads, kv_heads, layer, layers, format, prefix, kv_dtype, "
+                                "workers, max_batch_requests, max_batch_tokens, "
+                                "max_batch_kv_bytes, max_queue_delay_us";
+
+/* The per-model scheduler keys: each overrides the global option of its name
+ * (the same range, from the option table). */
+typedef struct sched_key {
+    const char *key;
+    size_t off;                  /* in attnd_model_spec */
+    int is_int;                  /* int, else int64_t   */
+} sched_key;
+
+#define S(field) offsetof(attnd_model_spec, field)
+static const sched_key sched_keys[] = {
+    {"workers", S(workers), 1},
+    {"max_batch_requests", S(max_batch_requests), 1},
+    {"max_batch_tokens", S(max_batch_tokens), 0},
+    {"max_batch_kv_bytes", S(max_batch_kv_bytes), 0},
+    {"max_queue_delay_us", S(max_queue_delay_us), 0},
+};
+#undef S
+
+/* The option whose file key is key, or NULL. */
+static const option *find_option_by_key(const char *key)
+{
+    char k[64];
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        file_key(&options[i], k, sizeof k);
+        if (strcmp(k, key) == 0)
+            return &options[i];
+    }
+    return NULL;
+}
 
 static const char *const kv_dtype_names[] = {"f32", "f16", "bf16", "int8"}; /* attn_kv_dtype order */
 
@@ -277,6 +313,34 @@ static int parse_family(const char *v, int *out)
             return 0;
         }
     return -1;
+}
+
+static const sched_key *sched_key_of(const char *key)
+{
+    for (size_t i = 0; i < sizeof sched_keys / sizeof sched_keys[0]; i++)
+        if (strcmp(sched_keys[i].key, key) == 0)
+            return &sched_keys[i];
+    return NULL;
+}
+
+/* Sets a per-model scheduler key, in its global option's range (sizes take
+ * K/M/G where the option does). Returns 0, or -1 with err. */
+static int set_sched_key(attnd_model_spec *m, const sched_key *k, const char *v, char *err,
+                         size_t errlen)
+{
+    const option *o = find_option_by_key(k->key);
+    int64_t n;
+    assert(o); /* every per-model key is a global option too */
+    if (!o || parse_int64(v, o->kind == OPT_SIZE, &n) != 0 || n < o->min || n > o->max) {
+        set_err(err, errlen, "model '%s': %s must be an integer in %lld..%lld, got '%.40s'",
+                m->name, k->key, (long long)(o ? o->min : 0), (long long)(o ? o->max : 0), v);
+        return -1;
+    }
+    if (k->is_int)
+        *(int *)((char *)m + k->off) = (int)n;
+    else
+        *(int64_t *)((char *)m + k->off) = n;
+    return 0;
 }
 
 /* Sets key=value on m. Returns 0, or -1 with err. */
@@ -318,6 +382,8 @@ static int set_spec_key(attnd_model_spec *m, const char *key, const char *v, cha
         snprintf(what, sizeof what, "model '%s': kv_dtype", m->name);
         if (parse_kv_dtype(what, v, &m->kv_dtype, err, errlen) != 0)
             return -1;
+    } else if (sched_key_of(key)) {
+        return set_sched_key(m, sched_key_of(key), v, err, errlen);
     } else {
         set_err(err, errlen, "model '%s': unknown key '%s' (keys: %s)", m->name, key, spec_keys);
         return -1;
@@ -372,7 +438,8 @@ static int add_model_spec(attnd_config *cfg, const char *spec, size_t len, char 
         return -1;
     }
     *eq = '\0';
-    attnd_model_spec m = {.name = buf, .path = eq + 1, .layer = -1, .kv_dtype = -1};
+    attnd_model_spec m = {.name = buf, .path = eq + 1, .layer = -1, .kv_dtype = -1,
+                          .max_queue_delay_us = -1};
     char *rest = path_end(m.path);
     if (rest)
         *rest++ = '\0';
@@ -521,24 +588,22 @@ fail: {
 }
 }
 
-static int file_model(attnd_config *cfg, json_t *m, size_t idx, char *err, size_t errlen)
+/* A model object's keys into cfg's model list; where names it in err
+ * ("models[2]"), name (when not NULL) is its name and "name" is then refused. */
+static int object_model(attnd_config *cfg, json_t *m, const char *where, const char *name,
+                        char *err, size_t errlen)
 {
-    if (json_is_string(m))
-        return add_model_spec(cfg, json_string_value(m), json_string_length(m), err, errlen);
-    if (!json_is_object(m)) {
-        set_err(err, errlen, "models[%zu]: expected \"NAME=PATH[,key=value...]\" or an object",
-                idx);
-        return -1;
-    }
-    attnd_model_spec spec = {.name = "", .path = "", .layer = -1, .kv_dtype = -1};
-    const char *name = NULL, *path = NULL;
+    attnd_model_spec spec = {.name = "", .path = "", .layer = -1, .kv_dtype = -1,
+                             .max_queue_delay_us = -1};
+    int named = name != NULL;
+    const char *path = NULL;
     const char *key;
     json_t *v;
     json_object_foreach(m, key, v) {
         char text[64];
         if (key[0] == '_')
             continue;
-        if (strcmp(key, "name") == 0 && json_is_string(v)) {
+        if (strcmp(key, "name") == 0 && json_is_string(v) && !named) {
             name = json_string_value(v);
         } else if (strcmp(key, "path") == 0 && json_is_string(v)) {
             path = json_string_value(v);
@@ -547,6 +612,13 @@ static int file_model(attnd_config *cfg, json_t *m, size_t idx, char *err, size_
                    json_is_string(v)) {
             spec.name = (char *)(name ? name : "");
             if (set_spec_key(&spec, key, json_string_value(v), err, errlen) != 0)
+                return -1;
+        } else if (sched_key_of(key) && (json_is_integer(v) || json_is_string(v))) {
+            spec.name = (char *)(name ? name : "");
+            if (json_is_integer(v))
+                snprintf(text, sizeof text, "%lld", (long long)json_integer_value(v));
+            if (set_spec_key(&spec, key, json_is_string(v) ? json_string_value(v) : text, err,
+                             errlen) != 0)
                 return -1;
         } else if ((strcmp(key, "heads") == 0 || strcmp(key, "kv_heads") == 0 ||
                     strcmp(key, "layer") == 0) && json_is_integer(v)) {
@@ -557,14 +629,16 @@ static int file_model(attnd_config *cfg, json_t *m, size_t idx, char *err, size_
             if (set_spec_key(&spec, key, text, err, errlen) != 0)
                 return -1;
         } else {
-            set_err(err, errlen, "models[%zu].%s: unknown key or wrong type (name, path, "
-                    "format, prefix and layers (\"all\") are strings; heads, kv_heads and "
-                    "layer integers)", idx, key);
+            set_err(err, errlen, "%s.%s: unknown key or wrong type (%spath, format, prefix, "
+                    "kv_dtype and layers (\"all\") are strings; heads, kv_heads, layer, workers, "
+                    "max_batch_requests, max_batch_tokens, max_queue_delay_us integers; "
+                    "max_batch_kv_bytes either)", where, key, named ? "" : "name, ");
             return -1;
         }
     }
     if (!name || !path) {
-        set_err(err, errlen, "models[%zu]: needs \"name\" and \"path\"", idx);
+        set_err(err, errlen, named ? "%s: needs \"path\"" : "%s: needs \"name\" and \"path\"",
+                where);
         return -1;
     }
     spec.name = (char *)name;
@@ -572,6 +646,57 @@ static int file_model(attnd_config *cfg, json_t *m, size_t idx, char *err, size_
     if (check_spec(&spec, err, errlen) != 0)
         return -1;
     return add_model(cfg, &spec, err, errlen);
+}
+
+static int file_model(attnd_config *cfg, json_t *m, size_t idx, char *err, size_t errlen)
+{
+    if (json_is_string(m))
+        return add_model_spec(cfg, json_string_value(m), json_string_length(m), err, errlen);
+    char where[32];
+    snprintf(where, sizeof where, "models[%zu]", idx);
+    if (!json_is_object(m)) {
+        set_err(err, errlen, "%s: expected \"NAME=PATH[,key=value...]\" or an object", where);
+        return -1;
+    }
+    return object_model(cfg, m, where, NULL, err, errlen);
+}
+
+int attnd_config_spec_from_json(attnd_model_spec *out, const char *name, const void *json,
+                                const char *where, char *err, size_t errlen)
+{
+    attnd_config one = {0};
+    json_t *obj = (json_t *)(uintptr_t)json;
+    memset(out, 0, sizeof *out);
+    if (!json_is_object(obj)) {
+        set_err(err, errlen, "%s: expected an object of model keys (path, layer, format, ...)",
+                where);
+        return -1;
+    }
+    if (object_model(&one, obj, where, name, err, errlen) != 0) {
+        free_models(&one);
+        return -1;
+    }
+    *out = one.models[0]; /* moved: one gives up its only spec */
+    free(one.models);
+    return 0;
+}
+
+int attnd_config_spec_copy(attnd_model_spec *dst, const attnd_model_spec *src)
+{
+    attnd_config one = {0};
+    char err[256];
+    memset(dst, 0, sizeof *dst);
+    if (add_model(&one, src, err, sizeof err) != 0)
+        return -1;
+    *dst = one.models[0];
+    free(one.models);
+    return 0;
+}
+
+void attnd_config_spec_free(attnd_model_spec *m)
+{
+    free_spec(m);
+    memset(m, 0, sizeof *m);
 }
 
 static int file_value(attnd_config *cfg, const option *o, json_t *v, char *err, size_t errlen)
@@ -868,6 +993,14 @@ static void format_value(const attnd_config *cfg, const option *o, char *buf, si
                 n += (size_t)snprintf(buf + n, cap - n, ",prefix=%s", m->prefix);
             if (m->kv_dtype >= 0 && n < cap)
                 n += (size_t)snprintf(buf + n, cap - n, ",kv_dtype=%s", kv_dtype_names[m->kv_dtype]);
+            for (size_t k = 0; k < sizeof sched_keys / sizeof sched_keys[0] && n < cap; k++) {
+                const char *f = (const char *)m + sched_keys[k].off;
+                int64_t v = sched_keys[k].is_int ? *(const int *)f : *(const int64_t *)f;
+                if (v > 0 || (v == 0 && sched_keys[k].off == offsetof(attnd_model_spec,
+                                                                      max_queue_delay_us)))
+                    n += (size_t)snprintf(buf + n, cap - n, ",%s=%lld", sched_keys[k].key,
+                                          (long long)v);
+            }
         }
         break;
     }
@@ -884,7 +1017,10 @@ void attnd_config_print_help(FILE *f, const char *prog)
             "and model.safetensors, or a sharded model.safetensors.index.json). Keys:\n"
             "layer=N (which layer; needed when there are several), layers=all (one model\n"
             "per layer, named NAME.N), format=auto|mha|explicit|llama|bert|gpt2,\n"
-            "prefix=P (a state_dict prefix, e.g. self_attn.), heads=N, kv_heads=N.\n\n"
+            "prefix=P (a state_dict prefix, e.g. self_attn.), heads=N, kv_heads=N,\n"
+            "kv_dtype=f32|f16|bf16; the model's own scheduler: workers=N,\n"
+            "max_batch_requests=N, max_batch_tokens=N, max_batch_kv_bytes=BYTES,\n"
+            "max_queue_delay_us=US (each overrides the global option for that model).\n\n"
             "Settings come from, in rising precedence: defaults, the --config JSON file,\n"
             "ATTND_* environment variables, command-line flags.\n\n"
             "options:\n",

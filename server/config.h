@@ -23,6 +23,13 @@ typedef struct attnd_model_spec {
     int family;      /* format=: an attn_family (0 = auto)                         */
     char *prefix;    /* prefix=: a state_dict prefix, or NULL                     */
     int kv_dtype;    /* kv_dtype=: an attn_kv_dtype, or -1 = --kv-dtype           */
+    /* The model's own scheduler settings (Triton's per-model config.pbtxt);
+     * 0 (the delay: -1) = the global option of the same name. */
+    int workers;
+    int max_batch_requests;
+    int64_t max_batch_tokens;
+    int64_t max_batch_kv_bytes;
+    int64_t max_queue_delay_us;
 } attnd_model_spec;
 
 typedef struct attnd_config {
@@ -50,6 +57,7 @@ typedef struct attnd_config {
     int64_t max_inflight_bytes;  /* bodies + decoded requests held at once      */
     char *api_key_file;          /* "" = none                                  */
     char *api_keys;              /* comma-separated; secret: never printed      */
+    char *admin_key_file;        /* repository (load/unload) keys; "" = none    */
     int metrics_require_key;     /* 1: /metrics needs a key too                 */
     int ui;                      /* 1: serve the playground at / and /ui/       */
     char *tls_cert;              /* PEM files; both or neither                  */
@@ -89,6 +97,19 @@ attnd_config_action attnd_config_load(attnd_config *cfg, int argc, char *const *
  * new names with another model's, no memory). */
 int attnd_config_expand_layers(attnd_config *cfg, int i, int n_layers, char *err,
                                size_t errlen);
+
+/* A model spec from a JSON object of the config file's model keys (path,
+ * heads, layer, format, workers, ...; "name" not allowed: name is given), as
+ * POST /v2/repository/models/{name}/load sends them. where names the object in
+ * err ("parameters"). Fills *out with owned copies (free with
+ * attnd_config_spec_free). Returns 0, or -1 with err naming the key. */
+int attnd_config_spec_from_json(attnd_model_spec *out, const char *name, const void *json,
+                                const char *where, char *err, size_t errlen);
+
+/* Deep copy of src into *dst (free with attnd_config_spec_free). Returns 0, or
+ * -1 on allocation failure (*dst then holds nothing). */
+int attnd_config_spec_copy(attnd_model_spec *dst, const attnd_model_spec *src);
+void attnd_config_spec_free(attnd_model_spec *m);
 
 /* Frees what cfg owns (not cfg itself). Safe on a zeroed or half-filled cfg. */
 void attnd_config_free(attnd_config *cfg);

@@ -38,6 +38,8 @@ struct attnd_exchange {
     const char *path;          /* the request path (borrowed)                    */
     const char *param;         /* the {name} or {id} segment of the path, or NULL */
     size_t param_len;
+    const char *version;       /* the {version} segment (/versions/N), or NULL   */
+    size_t version_len;
     attnd_model *model;        /* a reference the exchange holds, or NULL: set by
                                   resolution ({name}, or the default model) or by
                                   decode (a session's own version); http.c

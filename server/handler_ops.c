@@ -30,7 +30,7 @@ static void metrics(attnd_exchange *x, attnd_reply *out)
 {
     attnd_app *app = x->app;
     int depths[256] = {0};
-    int n = app->cfg->n_models;
+    int n = attnd_models_capacity(app->cfg); /* the metrics' model slots */
     int ready = attnd_app_state(app) != ATTND_STATE_STARTING;
     int *d = n <= 256 ? depths : malloc((size_t)n * sizeof *d);
     if (!d)

@@ -796,7 +796,7 @@ static char *session_members(const char *id, int64_t length, int rows)
 /* A binary append's answer: the v2 response (outputs as asked, binary or JSON),
  * with the session's state among its parameters. */
 static void finish_binary(const attnd_session_call *call, const attnd_request *req,
-                          const char *model, const char *id, int64_t length, int rows,
+                          const attnd_model *model, const char *id, int64_t length, int rows,
                           attnd_reply *out)
 {
     char params[160];
@@ -804,8 +804,8 @@ static void finish_binary(const attnd_session_call *call, const attnd_request *r
              "\"session_cached\":%d", id, (long long)length, rows);
     size_t header_len = 0;
     out->status = 200;
-    out->body = attnd_codec_v2_encode_response_with(req, &call->v2, model, params, &out->len,
-                                                    &header_len);
+    out->body = attnd_codec_v2_encode_response_with(req, &call->v2, model->name, model->version,
+                                                    params, &out->len, &header_len);
     out->content_type = header_len ? attnd_binary_type : attnd_json_type;
     if (header_len) {
         out->header_name = attnd_tensor_header;
@@ -834,7 +834,7 @@ static void append_finish(attnd_exchange *x, const attnd_request *req, attnd_rep
     if (!attnd_handler_succeeded(x, req, attnd_reply_error, out))
         return;
     if (call->binary) {
-        finish_binary(call, req, model->name, id, length, rows, out);
+        finish_binary(call, req, model, id, length, rows, out);
         return;
     }
     char *members = session_members(id, length, rows);

@@ -12,8 +12,7 @@
 
 #include "codec_v2.h"
 
-
-static void v2_error(attnd_reply *out, const attnd_http_error *err)
+void attnd_handler_v2_error(attnd_reply *out, const attnd_http_error *err)
 {
     size_t len = 0;
     char *body = attnd_codec_v2_encode_error(err, &len);
@@ -43,12 +42,13 @@ static int decode_infer(attnd_exchange *x, attnd_request **out, attnd_http_error
 
 static void finish_infer(attnd_exchange *x, const attnd_request *req, attnd_reply *out)
 {
-    if (!attnd_handler_succeeded(x, req, v2_error, out))
+    if (!attnd_handler_succeeded(x, req, attnd_handler_v2_error, out))
         return;
     size_t header_len = 0;
     out->status = 200;
     out->body =
-        attnd_codec_v2_encode_response(req, x->state, x->model->name, &out->len, &header_len);
+        attnd_codec_v2_encode_response(req, x->state, x->model->name, x->model->version,
+                                       &out->len, &header_len);
     out->content_type = header_len ? attnd_binary_type : attnd_json_type;
     if (header_len) { /* binary tensors follow a JSON header of this many bytes */
         out->header_name = attnd_tensor_header;
@@ -73,7 +73,8 @@ static void server_metadata(attnd_exchange *x, attnd_reply *out)
 static void model_metadata(attnd_exchange *x, attnd_reply *out)
 {
     size_t len = 0;
-    char *body = attnd_codec_v2_model_metadata(x->model->name, &x->model->info, &len);
+    char *body = attnd_codec_v2_model_metadata(x->model->name, x->model->version, &x->model->info,
+                                               &len);
     attnd_reply_body(out, 200, attnd_json_type, body, len);
 }
 
@@ -94,19 +95,20 @@ static void ready(attnd_exchange *x, attnd_reply *out)
 }
 
 const attnd_handler attnd_handler_v2_server = {
-    .protocol = "v2", .answer = server_metadata, .error = v2_error};
-const attnd_handler attnd_handler_v2_live = {.protocol = "v2", .answer = live, .error = v2_error};
+    .protocol = "v2", .answer = server_metadata, .error = attnd_handler_v2_error};
+const attnd_handler attnd_handler_v2_live = {
+    .protocol = "v2", .answer = live, .error = attnd_handler_v2_error};
 const attnd_handler attnd_handler_v2_ready = {
-    .protocol = "v2", .answer = ready, .error = v2_error};
+    .protocol = "v2", .answer = ready, .error = attnd_handler_v2_error};
 const attnd_handler attnd_handler_v2_model = {
-    .protocol = "v2", .answer = model_metadata, .error = v2_error};
+    .protocol = "v2", .answer = model_metadata, .error = attnd_handler_v2_error};
 const attnd_handler attnd_handler_v2_model_ready = {
-    .protocol = "v2", .answer = ready, .error = v2_error};
+    .protocol = "v2", .answer = ready, .error = attnd_handler_v2_error};
 const attnd_handler attnd_handler_v2_infer = {
     .protocol = "v2",
     .check_headers = attnd_handler_check_tensor_post,
     .decode = decode_infer,
     .finish = finish_infer,
     .end = end_infer,
-    .error = v2_error,
+    .error = attnd_handler_v2_error,
 };

@@ -16,4 +16,7 @@ extern const attnd_handler attnd_handler_v2_model;       /* GET /v2/models/{name
 extern const attnd_handler attnd_handler_v2_model_ready; /* GET /v2/models/{name}/ready   */
 extern const attnd_handler attnd_handler_v2_infer;       /* POST /v2/models/{name}/infer  */
 
+/* The v2 error form, {"error": "<message>"}: every /v2 handler's error(). */
+void attnd_handler_v2_error(attnd_reply *out, const attnd_http_error *err);
+
 #endif

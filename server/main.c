@@ -198,10 +198,13 @@ int main(int argc, char **argv)
     attnd_log(ATTND_LOG_INFO, "OpenBLAS set to 1 thread per call (parallelism comes from "
               "%d workers per model); %s", cfg.workers, openblas_get_config());
 
-    names = calloc((size_t)cfg.n_models, sizeof *names);
+    /* Slots past the configured models stay unnamed until the repository API
+     * loads a model into them. */
+    int n_slots = attnd_models_capacity(&cfg);
+    names = calloc((size_t)n_slots, sizeof *names);
     for (int i = 0; names && i < cfg.n_models; i++)
         names[i] = cfg.models[i].name;
-    metrics = names ? attnd_metrics_create(cfg.n_models, names, ATTND_ROUTE_COUNT,
+    metrics = names ? attnd_metrics_create(n_slots, names, ATTND_ROUTE_COUNT,
                                                    attnd_route_labels()) : NULL;
     if (!metrics) {
         attnd_log(ATTND_LOG_ERROR, "out of memory at start-up");
@@ -214,8 +217,11 @@ int main(int argc, char **argv)
         rc = EXIT_USAGE;
         goto done;
     }
-    attnd_log(ATTND_LOG_INFO, "API keys: %d configured%s", attnd_auth_key_count(app.auth),
-              attnd_auth_key_count(app.auth) ? "" : " (authentication off)");
+    attnd_log(ATTND_LOG_INFO, "API keys: %d configured%s; admin keys: %d%s",
+              attnd_auth_key_count(app.auth),
+              attnd_auth_key_count(app.auth) ? "" : " (authentication off)",
+              attnd_auth_admin_key_count(app.auth),
+              attnd_auth_admin_key_count(app.auth) ? "" : " (repository load/unload off)");
     decode_limits(&cfg, &app.limits);
     atomic_init(&app.state, ATTND_STATE_STARTING);
     http = attnd_http_start(&app, err, sizeof err);

@@ -78,6 +78,7 @@ static const int statuses[] = {200, 400, 401, 403, 404, 405, 408, 411, 413,
 
 typedef struct model_slot {
     char name[80];
+    _Atomic int named;            /* 0: a reserved slot, not rendered yet        */
     _Atomic int loaded;
     attn_layer_info info;
     hist h[H_COUNT];
@@ -95,6 +96,7 @@ struct attnd_metrics {
     _Atomic int64_t kv_bytes;     /* their KV cache bytes (pages in use)        */
     _Atomic int64_t kv_capacity;  /* the page pool's bytes                      */
     _Atomic uint64_t evictions[2];/* [0] lru, [1] ttl                           */
+    _Atomic uint64_t repo[2][2];  /* [0 unload, 1 load][0 error, 1 ok]          */
     double start_time_s;
 };
 
@@ -115,7 +117,8 @@ attnd_metrics *attnd_metrics_create(int n_models, const char *const *names, int 
     if (!m->models || !m->requests)
         goto fail;
     for (int i = 0; i < n_models; i++)
-        snprintf(m->models[i].name, sizeof m->models[i].name, "%s", names[i]);
+        if (names[i])
+            attnd_metrics_name_model(m, i, names[i]);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     m->start_time_s = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
@@ -132,6 +135,32 @@ void attnd_metrics_free(attnd_metrics *m)
     free(m->models);
     free(m->requests);
     free(m);
+}
+
+void attnd_metrics_name_model(attnd_metrics *m, int model, const char *name)
+{
+    if (model < 0 || model >= m->n_models || atomic_load(&m->models[model].named))
+        return;
+    snprintf(m->models[model].name, sizeof m->models[model].name, "%s", name);
+    atomic_store_explicit(&m->models[model].named, 1, memory_order_release);
+}
+
+void attnd_metrics_model_unloaded(attnd_metrics *m, int model)
+{
+    if (model >= 0 && model < m->n_models)
+        atomic_store_explicit(&m->models[model].loaded, 0, memory_order_release);
+}
+
+void attnd_metrics_repository(attnd_metrics *m, int load, int ok)
+{
+    if (m)
+        atomic_fetch_add_explicit(&m->repo[load ? 1 : 0][ok ? 1 : 0], 1, memory_order_relaxed);
+}
+
+/* 1 when model slot i has a name (is rendered). */
+static int named(const attnd_metrics *m, int i)
+{
+    return atomic_load_explicit(&((attnd_metrics *)m)->models[i].named, memory_order_acquire);
 }
 
 void attnd_metrics_set_model_info(attnd_metrics *m, int model, const attn_layer_info *info)
@@ -270,6 +299,8 @@ static void render_hist(buf *b, attnd_metrics *m, int which)
     const hist_def *d = &hist_defs[which];
     family(b, d->name, "histogram", d->help);
     for (int i = 0; i < m->n_models; i++) {
+        if (!named(m, i))
+            continue;
         hist *h = &m->models[i].h[which];
         const char *model = m->models[i].name;
         uint64_t cum = 0;
@@ -293,6 +324,8 @@ static void render_requests(buf *b, attnd_metrics *m)
     family(b, "attnd_requests_total", "counter", "HTTP requests answered, by model, route "
            "template and status code.");
     for (int mi = -1; mi < m->n_models; mi++) {
+        if (mi >= 0 && !named(m, mi))
+            continue;
         const char *model = mi < 0 ? "" : m->models[mi].name;
         for (int r = 0; r < m->n_routes; r++) {
             for (size_t s = 0; s < N_STATUS; s++) {
@@ -326,7 +359,7 @@ static void render_models(buf *b, attnd_metrics *m, const int *queue_depths)
     }
     family(b, "attnd_queue_depth", "gauge", "Requests waiting for a batch, per model.");
     for (int i = 0; i < m->n_models; i++)
-        if (queue_depths && queue_depths[i] >= 0)
+        if (queue_depths && queue_depths[i] >= 0 && named(m, i))
             put(b, "attnd_queue_depth{model=\"%s\"} %d\n", m->models[i].name, queue_depths[i]);
 }
 
@@ -422,6 +455,15 @@ char *attnd_metrics_render(attnd_metrics *m, const int *queue_depths, size_t *le
         (unsigned long long)atomic_load_explicit(&m->reloads[1], memory_order_relaxed));
     put(&b, "attnd_reloads_total{result=\"error\"} %llu\n",
         (unsigned long long)atomic_load_explicit(&m->reloads[0], memory_order_relaxed));
+    family(&b, "attnd_repository_operations_total", "counter",
+           "Model repository loads and unloads (POST /v2/repository/models/{name}/load, "
+           "/unload), by operation and result.");
+    for (int op = 1; op >= 0; op--)
+        for (int ok = 1; ok >= 0; ok--)
+            put(&b, "attnd_repository_operations_total{operation=\"%s\",result=\"%s\"} %llu\n",
+                op ? "load" : "unload", ok ? "ok" : "error",
+                (unsigned long long)atomic_load_explicit(&m->repo[op][ok],
+                                                         memory_order_relaxed));
     family(&b, "attnd_sessions", "gauge", "Streaming sessions held.");
     put(&b, "attnd_sessions %lld\n",
         (long long)atomic_load_explicit(&m->sessions, memory_order_relaxed));

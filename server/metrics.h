@@ -12,13 +12,25 @@
 
 typedef struct attnd_metrics attnd_metrics;
 
-/* A registry for n_models models named names[i] (copied) and n_routes routes
+/* A registry for n_models models named names[i] (copied; NULL reserves slot i
+ * for a model named later with attnd_metrics_name_model) and n_routes routes
  * labelled route_labels[i] (borrowed: static strings, e.g. the route table's
  * path templates). model index -1 below means "no model" (label model="").
  * Returns NULL on allocation failure. Free with attnd_metrics_free. */
 attnd_metrics *attnd_metrics_create(int n_models, const char *const *names, int n_routes,
                                     const char *const *route_labels);
 void attnd_metrics_free(attnd_metrics *m);
+
+/* Names reserved slot i (a model loaded at run time); its series appear from
+ * now on. A slot is named once: later calls do nothing. */
+void attnd_metrics_name_model(attnd_metrics *m, int model, const char *name);
+
+/* Model i was unloaded: its attnd_model_info series goes until it loads again. */
+void attnd_metrics_model_unloaded(attnd_metrics *m, int model);
+
+/* A repository load (load = 1) or unload (0) finished:
+ * attnd_repository_operations_total{operation,result}++. m may be NULL. */
+void attnd_metrics_repository(attnd_metrics *m, int load, int ok);
 
 /* Publishes model i's attnd_model_info series (after it loaded). */
 void attnd_metrics_set_model_info(attnd_metrics *m, int model, const attn_layer_info *info);

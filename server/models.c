@@ -1,7 +1,8 @@
 /* models.c — loads the configured layers, starts one scheduler per model (its
  * slot's, shared by every version: a reload swaps the layer, not the threads),
- * swaps in new versions on reload (reference counted), and describes models as
- * JSON (ModelInfo in proto/openapi.yaml).
+ * swaps in new versions on reload and on repository loads (reference counted,
+ * numbered), unloads, and describes models as JSON (ModelInfo and the
+ * repository index in proto/openapi.yaml).
  */
 #include "models.h"
 
@@ -86,6 +87,24 @@ static attn_load_options load_options(const attnd_model_spec *spec)
     return lo;
 }
 
+/* A model's scheduler settings: its spec's own where it sets them, else cfg's. */
+static attnd_sched_config sched_config(const attnd_model_spec *spec, const attnd_config *cfg)
+{
+    attnd_sched_config sc = {
+        .max_batch_requests = spec->max_batch_requests > 0 ? spec->max_batch_requests
+                                                           : cfg->max_batch_requests,
+        .max_batch_tokens = (size_t)(spec->max_batch_tokens > 0 ? spec->max_batch_tokens
+                                                                : cfg->max_batch_tokens),
+        .max_batch_kv_bytes = (size_t)(spec->max_batch_kv_bytes > 0 ? spec->max_batch_kv_bytes
+                                                                    : cfg->max_batch_kv_bytes),
+        .max_queue_delay_us = spec->max_queue_delay_us >= 0 ? spec->max_queue_delay_us
+                                                            : cfg->max_queue_delay_us,
+        .max_queue = cfg->max_queue,
+        .workers = spec->workers > 0 ? spec->workers : cfg->workers,
+    };
+    return sc;
+}
+
 static attnd_model *version_load(attnd_model_slot *slot, const attnd_model_spec *spec,
                                  const attnd_config *cfg, attnd_metrics *metrics, char *err,
                                  size_t errlen)
@@ -129,22 +148,18 @@ static attnd_model *version_load(attnd_model_slot *slot, const attnd_model_spec 
     gmtime_r(&now, &tm);
     strftime(m->loaded_at, sizeof m->loaded_at, "%Y-%m-%dT%H:%M:%SZ", &tm);
 
-    attnd_sched_config sc = {
-        .max_batch_requests = cfg->max_batch_requests,
-        .max_batch_tokens = (size_t)cfg->max_batch_tokens,
-        .max_batch_kv_bytes = (size_t)cfg->max_batch_kv_bytes,
-        .max_queue_delay_us = cfg->max_queue_delay_us,
-        .max_queue = cfg->max_queue,
-        .workers = cfg->workers,
-    };
-    if (!slot->sched) /* the first version: its layer is only the default */
-        slot->sched = attnd_scheduler_create(m->layer, &sc, on_batch, slot, serr, sizeof serr);
+    if (!slot->sched) { /* the first version: its layer is only the default */
+        slot->sc = sched_config(spec, cfg);
+        slot->sched =
+            attnd_scheduler_create(m->layer, &slot->sc, on_batch, slot, serr, sizeof serr);
+    }
     if (!slot->sched) {
         snprintf(err, errlen, "model '%s': cannot start its scheduler: %s", spec->name,
                  serr[0] ? serr : "unknown error");
         goto fail;
     }
     m->sched = slot->sched;
+    m->sched_cfg = slot->sc;
     const attn_layer_info *in = &m->info;
     char layer[24] = "";
     if (m->layer_index >= 0)
@@ -157,11 +172,39 @@ static attnd_model *version_load(attnd_model_slot *slot, const attnd_model_spec 
               attnd_kv_heads(in), in->head_dim_k, in->head_dim_v, in->embed_q, in->embed_k,
               in->embed_v, in->embed_out, in->has_out_proj ? "yes" : "no",
               rope_style_name(in->rope.style), in->source_dtype[0] ? in->source_dtype : "F32",
-              in->param_count, cfg->workers);
+              in->param_count, slot->sc.workers);
     return m;
 fail:
     version_free(m);
     return NULL;
+}
+
+int attnd_models_capacity(const attnd_config *cfg)
+{
+    return cfg->n_models + ATTND_MODELS_ADDED_MAX;
+}
+
+/* Slot i (not yet counted in n): owns a copy of spec. Returns 0 or -1 (memory). */
+static int slot_init(attnd_models *ms, int i, const attnd_model_spec *spec, int configured)
+{
+    attnd_model_slot *slot = &ms->slots[i];
+    *slot = (attnd_model_slot){.index = i, .metrics = ms->metrics, .configured = configured};
+    return attnd_config_spec_copy(&slot->spec, spec);
+}
+
+/* Makes m slot i's current version (numbered one up) and gives back the one it
+ * replaces (NULL when the slot was unloaded): the caller releases that. */
+static attnd_model *publish(attnd_models *ms, int i, attnd_model *m)
+{
+    pthread_mutex_lock(&ms->mu);
+    m->version = ++ms->slots[i].version;
+    attnd_model *old = ms->items[i];
+    ms->items[i] = m;
+    ms->slots[i].reason[0] = '\0';
+    pthread_mutex_unlock(&ms->mu);
+    if (ms->metrics)
+        attnd_metrics_set_model_info(ms->metrics, i, &m->info);
+    return old;
 }
 
 int attnd_models_load(attnd_models *ms, const attnd_config *cfg, attnd_metrics *metrics,
@@ -169,8 +212,9 @@ int attnd_models_load(attnd_models *ms, const attnd_config *cfg, attnd_metrics *
 {
     memset(ms, 0, sizeof *ms);
     ms->metrics = metrics;
-    ms->items = calloc((size_t)cfg->n_models, sizeof *ms->items);
-    ms->slots = calloc((size_t)cfg->n_models, sizeof *ms->slots);
+    ms->cap = attnd_models_capacity(cfg);
+    ms->items = calloc((size_t)ms->cap, sizeof *ms->items);
+    ms->slots = calloc((size_t)ms->cap, sizeof *ms->slots);
     if (!ms->items || !ms->slots || pthread_mutex_init(&ms->mu, NULL) != 0) {
         free(ms->items);
         free(ms->slots);
@@ -179,64 +223,107 @@ int attnd_models_load(attnd_models *ms, const attnd_config *cfg, attnd_metrics *
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    if (pthread_mutex_init(&ms->repo_mu, NULL) != 0) {
+        pthread_mutex_destroy(&ms->mu);
+        snprintf(err, errlen, "out of memory");
+        goto fail_mu;
+    }
     ms->mu_ready = 1;
-    ms->n_slots = cfg->n_models;
     for (int i = 0; i < cfg->n_models; i++) {
-        ms->slots[i] = (attnd_model_slot){.index = i, .metrics = metrics};
+        if (slot_init(ms, i, &cfg->models[i], 1) != 0) {
+            attnd_config_spec_free(&ms->slots[i].spec);
+            snprintf(err, errlen, "out of memory");
+            goto fail;
+        }
+        ms->n = ms->n_config = i + 1;
         attnd_model *m = version_load(&ms->slots[i], &cfg->models[i], cfg, metrics, err, errlen);
         if (!m)
             goto fail;
-        ms->items[i] = m;
-        ms->n = i + 1;
-        if (metrics)
-            attnd_metrics_set_model_info(metrics, i, &m->info);
+        publish(ms, i, m); /* the slot was empty: nothing to give back */
     }
     return 0;
 fail:
     attnd_models_free(ms);
     return -1;
+fail_mu:
+    free(ms->items);
+    free(ms->slots);
+    memset(ms, 0, sizeof *ms);
+    return -1;
+}
+
+/* 1 when slot i has a current version (under mu). */
+static int slot_loaded(attnd_models *ms, int i)
+{
+    pthread_mutex_lock(&ms->mu);
+    int loaded = ms->items[i] != NULL;
+    pthread_mutex_unlock(&ms->mu);
+    return loaded;
+}
+
+/* Checks that cfg names the configured models as they were at start-up. */
+static int same_models(const attnd_models *ms, const attnd_config *cfg, char *err,
+                       size_t errlen)
+{
+    if (ms->n_config <= 0 || cfg->n_models != ms->n_config) {
+        snprintf(err, errlen, "reload: %d models configured, %d before; adding or removing "
+                 "configured models needs a restart (or the repository API)", cfg->n_models,
+                 ms->n_config);
+        return -1;
+    }
+    for (int i = 0; i < ms->n_config; i++) {
+        if (strcmp(cfg->models[i].name, ms->slots[i].spec.name) != 0) {
+            snprintf(err, errlen, "reload: model %d is now '%s', was '%s'; renaming or "
+                     "reordering models needs a restart", i, cfg->models[i].name,
+                     ms->slots[i].spec.name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Replaces slot i's source with a copy of spec (swapped under mu: the index
+ * reads its name). Returns 0, or -1 (memory: the old one stays). */
+static int slot_set_spec(attnd_models *ms, int i, const attnd_model_spec *spec)
+{
+    attnd_model_spec copy, old;
+    if (attnd_config_spec_copy(&copy, spec) != 0)
+        return -1;
+    pthread_mutex_lock(&ms->mu);
+    old = ms->slots[i].spec;
+    ms->slots[i].spec = copy;
+    pthread_mutex_unlock(&ms->mu);
+    attnd_config_spec_free(&old);
+    return 0;
 }
 
 int attnd_models_reload(attnd_models *ms, const attnd_config *cfg, char *err, size_t errlen)
 {
-    if (ms->n <= 0 || cfg->n_models != ms->n) {
-        snprintf(err, errlen, "reload: %d models configured, %d served; adding or removing "
-                 "models needs a restart", cfg->n_models, ms->n);
+    pthread_mutex_lock(&ms->repo_mu);
+    if (same_models(ms, cfg, err, errlen) != 0) {
+        pthread_mutex_unlock(&ms->repo_mu);
         return -1;
     }
-    for (int i = 0; i < ms->n; i++) {
-        if (strcmp(cfg->models[i].name, ms->items[i]->name) != 0) {
-            snprintf(err, errlen, "reload: model %d is now '%s', was '%s'; renaming or "
-                     "reordering models needs a restart", i, cfg->models[i].name,
-                     ms->items[i]->name);
-            return -1;
-        }
-    }
-    attnd_model **fresh = calloc((size_t)ms->n, sizeof *fresh);
+    attnd_model **fresh = calloc((size_t)ms->n_config, sizeof *fresh);
     if (!fresh) {
+        pthread_mutex_unlock(&ms->repo_mu);
         snprintf(err, errlen, "out of memory");
         return -1;
     }
     int rc = 0;
-    for (int i = 0; i < ms->n && rc == 0; i++)
-        if (!(fresh[i] = version_load(&ms->slots[i], &cfg->models[i], cfg, ms->metrics, err,
-                                      errlen)))
+    for (int i = 0; i < ms->n_config && rc == 0; i++)
+        if (slot_loaded(ms, i) && !(fresh[i] = version_load(&ms->slots[i], &cfg->models[i], cfg,
+                                                            ms->metrics, err, errlen)))
             rc = -1;
-    if (rc == 0) {
-        pthread_mutex_lock(&ms->mu);
-        for (int i = 0; i < ms->n; i++) { /* swap: fresh[i] now holds the old one */
-            attnd_model *old = ms->items[i];
-            ms->items[i] = fresh[i];
-            fresh[i] = old;
-        }
-        pthread_mutex_unlock(&ms->mu);
-        for (int i = 0; i < ms->n; i++)
-            if (ms->metrics)
-                attnd_metrics_set_model_info(ms->metrics, i, &ms->items[i]->info);
-    }
+    for (int i = 0; i < ms->n_config && rc == 0; i++) /* swap: fresh[i] now holds the old one */
+        if (fresh[i])
+            fresh[i] = publish(ms, i, fresh[i]);
+    for (int i = 0; i < ms->n_config && rc == 0; i++)
+        slot_set_spec(ms, i, &cfg->models[i]); /* out of memory: the old source stays */
+    pthread_mutex_unlock(&ms->repo_mu);
     /* Success: drop the registry's references to the old versions (each is
      * freed once its last request finishes). Failure: free what was loaded. */
-    for (int i = 0; i < ms->n; i++)
+    for (int i = 0; i < ms->n_config; i++)
         attnd_model_release(fresh[i]);
     free(fresh);
     return rc;
@@ -248,9 +335,41 @@ attnd_model *attnd_models_acquire(attnd_models *ms, int i)
         return NULL;
     pthread_mutex_lock(&ms->mu);
     attnd_model *m = ms->items[i];
-    attnd_model_retain(m);
+    if (m)
+        attnd_model_retain(m);
     pthread_mutex_unlock(&ms->mu);
     return m;
+}
+
+attnd_model *attnd_models_sole(attnd_models *ms, int *loaded)
+{
+    attnd_model *found = NULL;
+    int n = 0;
+    pthread_mutex_lock(&ms->mu);
+    for (int i = 0; i < ms->n; i++)
+        if (ms->items[i] && n++ == 0)
+            found = ms->items[i];
+    if (n == 1)
+        attnd_model_retain(found);
+    pthread_mutex_unlock(&ms->mu);
+    *loaded = n;
+    return n == 1 ? found : NULL;
+}
+
+void attnd_models_loaded_names(attnd_models *ms, char *buf, size_t cap)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    pthread_mutex_lock(&ms->mu);
+    for (int i = 0; i < ms->n && len < cap; i++)
+        if (ms->items[i])
+            len += (size_t)snprintf(buf + len, cap - len, "%s%s", len ? ", " : "",
+                                    ms->items[i]->name);
+    pthread_mutex_unlock(&ms->mu);
+    if (len >= cap && cap > 4)
+        memcpy(buf + cap - 4, "...", 4);
+    else if (len == 0)
+        snprintf(buf, cap, "none");
 }
 
 attnd_model *attnd_models_find(attnd_models *ms, const char *name, size_t len)
@@ -259,7 +378,7 @@ attnd_model *attnd_models_find(attnd_models *ms, const char *name, size_t len)
     pthread_mutex_lock(&ms->mu); /* items[i] may be swapped (and freed) by a reload */
     for (int i = 0; i < ms->n && !found; i++) {
         attnd_model *m = ms->items[i];
-        if (strlen(m->name) == len && memcmp(m->name, name, len) == 0) {
+        if (m && strlen(m->name) == len && memcmp(m->name, name, len) == 0) {
             attnd_model_retain(m);
             found = m;
         }
@@ -284,7 +403,7 @@ int attnd_models_queue_depth(attnd_models *ms, int i)
     if (i < 0 || i >= ms->n)
         return -1;
     pthread_mutex_lock(&ms->mu);
-    int d = ms->items[i]->sched ? attnd_scheduler_queue_depth(ms->items[i]->sched) : -1;
+    int d = ms->items[i] ? attnd_scheduler_queue_depth(ms->items[i]->sched) : -1;
     pthread_mutex_unlock(&ms->mu);
     return d;
 }
@@ -292,7 +411,8 @@ int attnd_models_queue_depth(attnd_models *ms, int i)
 void attnd_models_drain(attnd_models *ms)
 {
     for (int i = 0; i < ms->n; i++)
-        attnd_scheduler_drain(ms->slots[i].sched);
+        if (ms->slots[i].sched)
+            attnd_scheduler_drain(ms->slots[i].sched);
 }
 
 void attnd_models_free(attnd_models *ms)
@@ -301,11 +421,15 @@ void attnd_models_free(attnd_models *ms)
         attnd_model_release(ms->items[i]);
     /* The versions pinned by sessions are gone too (main frees the sessions
      * first): no request can reach a scheduler now. */
-    for (int i = 0; ms->slots && i < ms->n_slots; i++)
+    for (int i = 0; ms->slots && i < ms->n; i++) {
         attnd_scheduler_free(ms->slots[i].sched);
+        attnd_config_spec_free(&ms->slots[i].spec);
+    }
     free(ms->slots);
-    if (ms->mu_ready)
+    if (ms->mu_ready) {
         pthread_mutex_destroy(&ms->mu);
+        pthread_mutex_destroy(&ms->repo_mu);
+    }
     free(ms->items);
     memset(ms, 0, sizeof *ms);
 }
@@ -334,7 +458,36 @@ static json_t *int_or_null(int present, int v)
     return present ? json_integer(v) : json_null();
 }
 
+static json_t *base_info_object(const attnd_model *m);
+
+static const char *kv_dtype_name(attn_kv_dtype d)
+{
+    return d == ATTN_KV_F16 ? "f16" : d == ATTN_KV_BF16 ? "bf16" : "f32";
+}
+
+/* {"workers", "max_batch_requests", ...}: what the model's scheduler runs with. */
+static json_t *sched_object(const attnd_sched_config *sc)
+{
+    return json_pack("{s:i, s:i, s:I, s:I, s:I, s:i}", "workers", sc->workers,
+                     "max_batch_requests", sc->max_batch_requests, "max_batch_tokens",
+                     (json_int_t)sc->max_batch_tokens, "max_batch_kv_bytes",
+                     (json_int_t)sc->max_batch_kv_bytes, "max_queue_delay_us",
+                     (json_int_t)sc->max_queue_delay_us, "max_queue", sc->max_queue);
+}
+
 static json_t *info_object(const attnd_model *m)
+{
+    json_t *o = base_info_object(m);
+    if (o && (json_object_set_new(o, "version", json_integer(m->version)) != 0 ||
+              json_object_set_new(o, "kv_dtype", json_string(kv_dtype_name(m->kv_dtype))) != 0 ||
+              json_object_set_new(o, "scheduler", sched_object(&m->sched_cfg)) != 0)) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static json_t *base_info_object(const attnd_model *m)
 {
     const attn_layer_info *in = &m->info;
     return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b,"
@@ -374,6 +527,8 @@ char *attnd_models_list_json(attnd_models *ms, size_t *len)
     json_t *arr = json_array();
     for (int i = 0; arr && i < ms->n; i++) {
         attnd_model *m = attnd_models_acquire(ms, i);
+        if (!m)
+            continue; /* unloaded */
         int bad = json_array_append_new(arr, info_object(m)) != 0;
         attnd_model_release(m);
         if (bad) {
@@ -382,6 +537,145 @@ char *attnd_models_list_json(attnd_models *ms, size_t *len)
         }
     }
     return dump(arr ? json_pack("{s:o}", "models", arr) : NULL, len);
+}
+
+/* ------------------------------------------------------------ the repository API */
+
+/* The slot named name, or -1 (slots' names never change once counted in n). */
+static int slot_of(attnd_models *ms, const char *name)
+{
+    for (int i = 0; i < ms->n; i++)
+        if (strcmp(ms->slots[i].spec.name, name) == 0)
+            return i;
+    return -1;
+}
+
+/* A new slot for spec's model. Returns its index, or -1 (*st: FULL, NO_MEMORY). */
+static int slot_add(attnd_models *ms, const attnd_model_spec *spec, attnd_repo_status *st)
+{
+    int i = ms->n;
+    if (i >= ms->cap) {
+        *st = ATTND_REPO_FULL;
+        return -1;
+    }
+    if (slot_init(ms, i, spec, 0) != 0) {
+        attnd_config_spec_free(&ms->slots[i].spec);
+        *st = ATTND_REPO_NO_MEMORY;
+        return -1;
+    }
+    if (ms->metrics)
+        attnd_metrics_name_model(ms->metrics, i, spec->name);
+    pthread_mutex_lock(&ms->mu); /* readers see the slot whole, items[i] NULL */
+    ms->n = i + 1;
+    pthread_mutex_unlock(&ms->mu);
+    return i;
+}
+
+static void set_loading(attnd_models *ms, int i, int loading, const char *reason)
+{
+    pthread_mutex_lock(&ms->mu);
+    ms->slots[i].loading = loading;
+    if (reason)
+        snprintf(ms->slots[i].reason, sizeof ms->slots[i].reason, "%s", reason);
+    pthread_mutex_unlock(&ms->mu);
+}
+
+attnd_repo_status attnd_models_repo_load(attnd_models *ms, const attnd_config *cfg,
+                                         const char *name, const attnd_model_spec *spec,
+                                         int *version, char *err, size_t errlen)
+{
+    attnd_repo_status st = ATTND_REPO_OK;
+    pthread_mutex_lock(&ms->repo_mu);
+    int i = slot_of(ms, name);
+    if (i < 0 && !spec) {
+        snprintf(err, errlen, "no model named \"%.80s\" is configured or was loaded; give "
+                 "its source: {\"parameters\": {\"path\": ...}}", name);
+        st = ATTND_REPO_NOT_FOUND;
+    } else if (i < 0 && (i = slot_add(ms, spec, &st)) < 0) {
+        if (st == ATTND_REPO_FULL)
+            snprintf(err, errlen, "%d models were added at run time already (the most a "
+                     "process takes); restart attnd with the models configured",
+                     ATTND_MODELS_ADDED_MAX);
+        else
+            snprintf(err, errlen, "out of memory");
+    }
+    if (st != ATTND_REPO_OK) {
+        pthread_mutex_unlock(&ms->repo_mu);
+        return st;
+    }
+    attnd_model_slot *slot = &ms->slots[i];
+    const attnd_model_spec *from = spec ? spec : &slot->spec;
+    set_loading(ms, i, 1, NULL);
+    attnd_model *m = version_load(slot, from, cfg, ms->metrics, err, errlen);
+    if (!m) {
+        set_loading(ms, i, 0, err);
+        pthread_mutex_unlock(&ms->repo_mu);
+        return ATTND_REPO_LOAD_FAILED;
+    }
+    if (spec && from != &slot->spec)
+        slot_set_spec(ms, i, spec); /* out of memory: the old source stays */
+    attnd_model *old = publish(ms, i, m);
+    *version = m->version;
+    set_loading(ms, i, 0, "");
+    pthread_mutex_unlock(&ms->repo_mu);
+    attnd_log(ATTND_LOG_INFO, "model %s version %d serving (repository load)%s", name,
+              *version, old ? "; requests on the one before finish on it" : "");
+    attnd_model_release(old);
+    return ATTND_REPO_OK;
+}
+
+attnd_repo_status attnd_models_repo_unload(attnd_models *ms, const char *name)
+{
+    pthread_mutex_lock(&ms->repo_mu);
+    int i = slot_of(ms, name);
+    attnd_model *old = NULL;
+    if (i >= 0) {
+        pthread_mutex_lock(&ms->mu);
+        old = ms->items[i];
+        ms->items[i] = NULL;
+        snprintf(ms->slots[i].reason, sizeof ms->slots[i].reason, "unloaded");
+        pthread_mutex_unlock(&ms->mu);
+        if (ms->metrics)
+            attnd_metrics_model_unloaded(ms->metrics, i);
+    }
+    pthread_mutex_unlock(&ms->repo_mu);
+    if (old)
+        attnd_log(ATTND_LOG_INFO, "model %s version %d unloaded; requests and sessions "
+                  "holding it finish on it", old->name, old->version);
+    attnd_model_release(old); /* freed when the last request on it lets go */
+    return i >= 0 ? ATTND_REPO_OK : ATTND_REPO_NOT_FOUND;
+}
+
+/* One index entry of slot i (under mu). */
+static json_t *index_entry(attnd_models *ms, int i)
+{
+    const attnd_model_slot *slot = &ms->slots[i];
+    const char *state = slot->loading ? "LOADING" : ms->items[i] ? "READY" : "UNAVAILABLE";
+    json_t *o = json_pack("{s:s, s:s, s:s}", "name", slot->spec.name, "state", state,
+                          "reason", slot->reason);
+    char v[16];
+    snprintf(v, sizeof v, "%d", ms->items[i] ? ms->items[i]->version : slot->version);
+    if (o && slot->version > 0 && json_object_set_new(o, "version", json_string(v)) != 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+char *attnd_models_index_json(attnd_models *ms, int ready_only, size_t *len)
+{
+    json_t *arr = json_array();
+    pthread_mutex_lock(&ms->mu);
+    for (int i = 0; arr && i < ms->n; i++) {
+        if (ready_only && !ms->items[i])
+            continue;
+        if (json_array_append_new(arr, index_entry(ms, i)) != 0) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    }
+    pthread_mutex_unlock(&ms->mu);
+    return dump(arr, len);
 }
 
 /* ------------------------------------------------------------ expansion, inspection */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "handler_ops.h"
+#include "handler_repo.h"
 #include "handler_session.h"
 #include "handler_v1.h"
 #include "handler_v2.h"
@@ -34,6 +35,9 @@ static const char *const labels[ATTND_ROUTE_COUNT] = {
     [ATTND_ROUTE_SESSION_APPEND] = "/v1/sessions/{id}/append",
     [ATTND_ROUTE_SESSION_LIST] = "/v1/sessions",
     [ATTND_ROUTE_SESSION_FORK] = "/v1/sessions/{id}/fork",
+    [ATTND_ROUTE_REPO_INDEX] = "/v2/repository/index",
+    [ATTND_ROUTE_REPO_LOAD] = "/v2/repository/models/{name}/load",
+    [ATTND_ROUTE_REPO_UNLOAD] = "/v2/repository/models/{name}/unload",
 };
 
 #define GET "GET, HEAD"
@@ -78,7 +82,8 @@ static const attnd_route_def routes[] = {
      &attnd_handler_session_list},
     {ATTND_ROUTE_SESSION_FORK,     "/v1/sessions/{id}/fork",       POST,    NONE,    1, NULL,
      &attnd_handler_session_fork},
-    /* /v2: Open Inference Protocol (KServe v2); /versions/1 is the one version */
+    /* /v2: Open Inference Protocol (KServe v2); /versions/{version} must name the
+     * loaded version (404 otherwise) */
     {ATTND_ROUTE_V2_SERVER,        "/v2",                          GET,     NONE,    0, NULL,
      &attnd_handler_v2_server},
     {ATTND_ROUTE_V2_SERVER,        "/v2/",                         GET,     NONE,    0, NULL,
@@ -89,18 +94,30 @@ static const attnd_route_def routes[] = {
      &attnd_handler_v2_ready},
     {ATTND_ROUTE_V2_MODEL,         "/v2/models/{name}",            GET,     NAMED,   1, NULL,
      &attnd_handler_v2_model},
-    {ATTND_ROUTE_V2_MODEL,         "/v2/models/{name}/versions/1", GET,     NAMED,   1, NULL,
+    {ATTND_ROUTE_V2_MODEL,         "/v2/models/{name}/versions/{version}",
+                                                                   GET,     NAMED,   1, NULL,
      &attnd_handler_v2_model},
     {ATTND_ROUTE_V2_MODEL_READY,   "/v2/models/{name}/ready",      GET,     NAMED,   1, NULL,
      &attnd_handler_v2_model_ready},
-    {ATTND_ROUTE_V2_MODEL_READY,   "/v2/models/{name}/versions/1/ready",
+    {ATTND_ROUTE_V2_MODEL_READY,   "/v2/models/{name}/versions/{version}/ready",
                                                                    GET,     NAMED,   1, NULL,
      &attnd_handler_v2_model_ready},
     {ATTND_ROUTE_V2_INFER,         "/v2/models/{name}/infer",      POST,    NAMED,   1, NULL,
      &attnd_handler_v2_infer},
-    {ATTND_ROUTE_V2_INFER,         "/v2/models/{name}/versions/1/infer",
+    {ATTND_ROUTE_V2_INFER,         "/v2/models/{name}/versions/{version}/infer",
                                                                    POST,    NAMED,   1, NULL,
      &attnd_handler_v2_infer},
+    /* /v2 model repository extension: the handler finds the model (load and
+     * unload need an admin key) */
+    {ATTND_ROUTE_REPO_INDEX,       "/v2/repository/index",         "GET, HEAD, POST",
+                                                                            NONE,    1, NULL,
+     &attnd_handler_repo_index},
+    {ATTND_ROUTE_REPO_LOAD,        "/v2/repository/models/{name}/load",
+                                                                   POST,    NONE,    1, NULL,
+     &attnd_handler_repo_load},
+    {ATTND_ROUTE_REPO_UNLOAD,      "/v2/repository/models/{name}/unload",
+                                                                   POST,    NONE,    1, NULL,
+     &attnd_handler_repo_unload},
 };
 
 static const attnd_handler no_route = {.protocol = "none", .error = attnd_reply_error};
@@ -131,12 +148,19 @@ static int ui_serves(const attnd_app *app, const char *path)
     return app->cfg->ui && attnd_handler_ops_ui_has(path);
 }
 
-/* Matches path against pattern. Returns 1 with the parameter's span (NULL, 0
- * when the pattern has none), or 0. */
-static int match(const char *pattern, const char *path, const char **param, size_t *len)
+/* The spans a pattern's placeholders matched: {name}/{id}, and {version}. */
+typedef struct captures {
+    const char *param, *version;
+    size_t len, version_len;
+} captures;
+
+static const char version_token[] = "{version}";
+
+/* Matches path against pattern. Returns 1 with the placeholders' spans in *c
+ * (NULL, 0 for those the pattern has not), or 0. */
+static int match(const char *pattern, const char *path, captures *c)
 {
-    *param = NULL;
-    *len = 0;
+    *c = (captures){0};
     while (*pattern) {
         if (pattern[0] == '*' && pattern[1] == '\0')
             return 1;
@@ -145,8 +169,9 @@ static int match(const char *pattern, const char *path, const char **param, size
             size_t n = strcspn(path, "/");
             if (!close || n == 0)
                 return 0;
-            *param = path;
-            *len = n;
+            int is_version = strncmp(pattern, version_token, sizeof version_token - 1) == 0;
+            *(is_version ? &c->version : &c->param) = path;
+            *(is_version ? &c->version_len : &c->len) = n;
             path += n;
             pattern = close + 1;
             continue;
@@ -169,11 +194,10 @@ static int method_allowed(const char *methods, const char *method)
     return 0;
 }
 
-static const attnd_route_def *find(const attnd_app *app, const char *path, const char **param,
-                                   size_t *len)
+static const attnd_route_def *find(const attnd_app *app, const char *path, captures *c)
 {
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
-        if (match(routes[i].pattern, path, param, len) &&
+        if (match(routes[i].pattern, path, c) &&
             (!routes[i].accepts || routes[i].accepts(app, path)))
             return &routes[i];
     return NULL;
@@ -190,13 +214,43 @@ static attnd_model *default_model(attnd_app *app, attnd_http_error *err)
                                  "the default model \"%.80s\" is not loaded", want);
         return m;
     }
-    if (app->models->n == 1)
-        return attnd_models_acquire(app->models, 0);
-    attnd_http_error_set(err, 404, "model_not_found", "",
-                         "%d models are loaded and none is the default: use POST "
-                         "/v1/models/{name}/attention, or start attnd with --default-model",
-                         app->models->n);
-    return NULL;
+    int loaded = 0;
+    attnd_model *m = attnd_models_sole(app->models, &loaded);
+    if (!m)
+        attnd_http_error_set(err, 404, "model_not_found", "",
+                             "%d models are loaded and none is the default: use POST "
+                             "/v1/models/{name}/attention, or start attnd with --default-model",
+                             loaded);
+    return m;
+}
+
+/* 404 model_not_found for name[0..len), naming the models that are loaded. */
+static int no_model(attnd_app *app, const char *name, size_t len, attnd_http_error *err)
+{
+    char loaded[200];
+    attnd_models_loaded_names(app->models, loaded, sizeof loaded);
+    return attnd_http_fail(err, 404, "model_not_found", "",
+                           "no model named \"%.*s\" is loaded (loaded: %s)",
+                           (int)(len > 80 ? 80 : len), name, loaded);
+}
+
+/* 0 when the path's {version} (if any) is x->model's; else 404 and the model
+ * reference given back. */
+static int check_version(attnd_exchange *x, attnd_http_error *err)
+{
+    if (!x->version)
+        return 0;
+    char want[16];
+    int n = snprintf(want, sizeof want, "%d", x->model->version);
+    if ((size_t)n == x->version_len && memcmp(want, x->version, x->version_len) == 0)
+        return 0;
+    attnd_http_fail(err, 404, "model_not_found", "",
+                    "model %s has no version \"%.*s\": version %d is loaded", x->model->name,
+                    (int)(x->version_len > 20 ? 20 : x->version_len), x->version,
+                    x->model->version);
+    attnd_model_release(x->model);
+    x->model = NULL;
+    return -1;
 }
 
 int attnd_route_resolve(attnd_app *app, const char *method, const char *path, attnd_exchange *x,
@@ -207,7 +261,12 @@ int attnd_route_resolve(attnd_app *app, const char *method, const char *path, at
     x->method = method;
     x->path = path;
     *allow = NULL;
-    const attnd_route_def *r = *route = find(app, path, &x->param, &x->param_len);
+    captures c;
+    const attnd_route_def *r = *route = find(app, path, &c);
+    x->param = c.param;
+    x->param_len = c.len;
+    x->version = c.version;
+    x->version_len = c.version_len;
     if (!r)
         return attnd_http_fail(err, 404, "not_found", "", "no route %s %.200s", method, path);
     if (!method_allowed(r->methods, method)) {
@@ -224,8 +283,8 @@ int attnd_route_resolve(attnd_app *app, const char *method, const char *path, at
     if (r->model == ATTND_PATH_MODEL) {
         x->model = attnd_models_find(app->models, x->param, x->param_len);
         if (!x->model)
-            return attnd_http_fail(err, 404, "model_not_found", "", "no model named \"%.*s\"",
-                                   (int)(x->param_len > 80 ? 80 : x->param_len), x->param);
+            return no_model(app, x->param, x->param_len, err);
+        return check_version(x, err);
     }
     return 0;
 }

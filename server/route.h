@@ -33,6 +33,9 @@ typedef enum attnd_route {
     ATTND_ROUTE_SESSION_APPEND,      /* POST /v1/sessions/{id}/append    */
     ATTND_ROUTE_SESSION_LIST,        /* GET /v1/sessions                 */
     ATTND_ROUTE_SESSION_FORK,        /* POST /v1/sessions/{id}/fork      */
+    ATTND_ROUTE_REPO_INDEX,          /* GET, POST /v2/repository/index   */
+    ATTND_ROUTE_REPO_LOAD,           /* POST /v2/repository/models/{name}/load   */
+    ATTND_ROUTE_REPO_UNLOAD,         /* POST /v2/repository/models/{name}/unload */
     ATTND_ROUTE_COUNT
 } attnd_route;
 
@@ -45,9 +48,10 @@ typedef enum attnd_route_model {
 
 typedef struct attnd_route_def {
     attnd_route id;
-    const char *pattern;       /* literal segments and at most one {name} or {id}
-                                  (one non-empty segment); a final "*" matches
-                                  any rest                                       */
+    const char *pattern;       /* literal segments, at most one {name} or {id}
+                                  (one non-empty segment) and one {version} (a
+                                  model version: resolution checks it is the
+                                  loaded one); a final "*" matches any rest      */
     const char *methods;       /* e.g. "GET, HEAD": matched by token, and the
                                   Allow header of a 405                          */
     attnd_route_model model;
@@ -60,7 +64,8 @@ typedef struct attnd_route_def {
  * reference the caller releases with attnd_model_release) and *route.
  * Returns 0; or -1 with *err: 404 not_found (no row: *route NULL, its error is
  * attnd_route_fallback's), 405 method_not_allowed (with *allow), 503 not_ready
- * while starting, 404 model_not_found. */
+ * while starting, 404 model_not_found (naming the loaded models; also for a
+ * {version} other than the loaded one). */
 int attnd_route_resolve(attnd_app *app, const char *method, const char *path, attnd_exchange *x,
                         const attnd_route_def **route, attnd_http_error *err,
                         const char **allow);

@@ -473,7 +473,7 @@ def v2_index(mha, x, out):
                       "response_schema": "V2Error", "illustrative_keys": ["error"]})
     gets = [
         ("v2_server_metadata", "v2 server metadata", "/v2",
-         {"name": "attnd", "version": "0.1.0", "extensions": ["binary_tensor_data"]},
+         {"name": "attnd", "version": "0.1.0", "extensions": ["binary_tensor_data", "model_repository"]},
          "ServerMetadata", ["version"]),
         ("v2_health_live", "v2 liveness", "/v2/health/live", {"live": True}, "V2Live", None),
         ("v2_health_ready", "v2 readiness", "/v2/health/ready", {"ready": True}, "V2Ready", None),

@@ -14,6 +14,8 @@ Environment:
                     tests/python/torch_ref.py; without torch the references are the
                     daemon's own raw HTTP answers (sent with urllib, not the client)
   EXPECT_NUMPY      1 or 0: what attnd.HAVE_NUMPY must be
+  ATTND_REPO_URL    a daemon on demo with the same API key and an admin key
+  ATTND_ADMIN_KEY   that admin key (model repository load/unload)
 """
 import email.utils
 import http.server
@@ -36,6 +38,8 @@ from attnd._tensors import nested_shape
 URL = os.environ["ATTND_URL"]
 KEY = os.environ["ATTND_API_KEY"]
 SLOW_URL = os.environ["ATTND_SLOW_URL"]
+REPO_URL = os.environ["ATTND_REPO_URL"]
+ADMIN_KEY = os.environ["ATTND_ADMIN_KEY"]
 DEMO = os.environ.get("ATTND_DEMO_MODEL", "config/demo.safetensors")
 TORCH_PYTHON = os.environ.get("TORCH_PYTHON", "/usr/bin/python3")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -198,6 +202,53 @@ class TestModels(Base):
         c = attnd.Client("http://127.0.0.1:%d" % free_port(), retries=0)
         self.assertFalse(c.health())
         self.assertFalse(c.ready())
+
+
+class TestRepository(unittest.TestCase):
+    """Model management through the client; re-runnable on the same daemon (the second run
+    of this file finds the versions the first left)."""
+
+    def setUp(self):
+        self.c = attnd.Client(REPO_URL, api_key=KEY)
+
+    def tearDown(self):
+        self.c.close()
+
+    def version(self, name):
+        for e in self.c.repository_index():
+            if e["name"] == name:
+                return int(e["version"])
+        return None
+
+    def test_load_use_unload(self):
+        v = self.version("demo")
+        self.assertEqual(self.c.load_model("demo", admin_key=ADMIN_KEY)["version"], str(v + 1))
+        self.assertEqual(self.c.model("demo")["version"], v + 1)
+        r = self.c.load_model("copy", DEMO, admin_key=ADMIN_KEY, max_batch_requests=4)
+        self.assertEqual(r["state"], "READY")
+        self.assertEqual(self.c.model("copy")["scheduler"]["max_batch_requests"], 4)
+        q = CASES["self5"]["query"]
+        self.assertEqual(self.c.attention(q, model="copy").model, "copy")
+        ready = [e["name"] for e in self.c.repository_index(ready=True)]
+        self.assertIn("copy", ready)
+        self.assertEqual(self.c.unload_model("copy", admin_key=ADMIN_KEY)["state"],
+                         "UNAVAILABLE")
+        with self.assertRaises(attnd.ModelNotFound):
+            self.c.attention(q, model="copy")
+        self.assertNotIn("copy", [e["name"] for e in self.c.repository_index(ready=True)])
+
+    def test_admin_rights(self):
+        with self.assertRaises(attnd.Forbidden) as cm:   # the client key is not an admin key
+            self.c.unload_model("demo")
+        self.assertEqual(cm.exception.status, 403)
+        with self.assertRaises(attnd.Unauthorized):
+            self.c.load_model("demo", admin_key="not-the-admin-key")
+        with self.assertRaises(attnd.BadRequest) as cm:
+            self.c.load_model("nope", "/nonexistent.safetensors", admin_key=ADMIN_KEY)
+        self.assertIn("nonexistent", cm.exception.message)
+        with self.assertRaises(attnd.ModelNotFound):
+            self.c.unload_model("never-loaded", admin_key=ADMIN_KEY)
+        self.assertEqual(self.c.model("demo")["name"], "demo")   # still served
 
 
 class TestAttention(Base):

@@ -4,7 +4,7 @@
 # isolation, no dependencies, no index; Debian's python3-setuptools builds it), starts two
 # attnd instances on free ports (the main one: demo + llama, an API key, --max-seq-len 256,
 # --max-body-bytes 2000000; a slow one whose queue waits 500 ms, for session_busy and
-# timeout), then runs
+# timeout; and one with an admin key, for the model repository calls), then runs
 # tests/python/test_client.py with Debian's /usr/bin/python3 twice:
 #   1. numpy hidden: tests/python/no_numpy.py makes `import numpy` fail (lists, /v1 JSON, v2 JSON)
 #   2. with numpy (python3-numpy, installed through scripts/deps.sh when missing): numpy
@@ -74,8 +74,14 @@ start main --model demo=config/demo.safetensors \
 main_url=$url
 start slow --model demo=config/demo.safetensors --max-queue-delay-us 500000 --workers 1
 slow_url=$url
+admin=pyadmin-$$-$RANDOM
+printf '%s\n' "$admin" >"$tmp/admin.keys"; chmod 600 "$tmp/admin.keys"
+start repo --model demo=config/demo.safetensors --api-keys "$key" \
+    --admin-key-file "$tmp/admin.keys"
+repo_url=$url
 
 export ATTND_URL=$main_url ATTND_API_KEY=$key ATTND_SLOW_URL=$slow_url
+export ATTND_REPO_URL=$repo_url ATTND_ADMIN_KEY=$admin
 export ATTND_DEMO_MODEL=$PWD/config/demo.safetensors TORCH_PYTHON=$PY
 export PYTHONPATH=$tmp/site PYTHONDONTWRITEBYTECODE=1
 unset ATTND_NO_NUMPY
@@ -112,7 +118,7 @@ for doc in "README.md|## Python" "clients/python/README.md|## Usage"; do
     fi
 done
 
-for n in main slow; do
+for n in main slow repo; do
     if grep -Eiq 'sanitizer|assert|segfault' "$tmp/$n.log"; then
         cat "$tmp/$n.log" >&2; echo "FAIL: attnd ($n) log" >&2; rc=1
     fi

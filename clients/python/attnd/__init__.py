@@ -14,9 +14,9 @@ Errors are :class:`attnd.Error` subclasses (``attnd.errors`` documents the tree)
 with ``status``, ``code``, ``field`` and ``message``.
 """
 from .client import Client, Result, Session, _VERSION
-from .errors import (BadRequest, Conflict, Error, Gone, ModelNotFound, NotFound, ServerError,
-                     SessionBusy, SessionExpired, SessionNotFound, Timeout, TooLarge,
-                     TransportError, Unauthorized, Unavailable)
+from .errors import (BadRequest, Conflict, Error, Forbidden, Gone, ModelNotFound, NotFound,
+                     ServerError, SessionBusy, SessionExpired, SessionNotFound, Timeout,
+                     TooLarge, TransportError, Unauthorized, Unavailable)
 from ._tensors import HAVE_NUMPY
 
 __version__ = _VERSION
@@ -24,4 +24,4 @@ __version__ = _VERSION
 __all__ = ["Client", "Result", "Session", "Error", "BadRequest", "Unauthorized", "NotFound",
            "ModelNotFound", "SessionNotFound", "Conflict", "SessionBusy", "Gone",
            "SessionExpired", "TooLarge", "ServerError", "Unavailable", "Timeout",
-           "TransportError", "HAVE_NUMPY", "__version__"]
+           "TransportError", "Forbidden", "HAVE_NUMPY", "__version__"]

@@ -201,12 +201,13 @@ class Client:
         return error_for(resp.status, message, code=code, field=field,
                          retry_after=retry_after, body=parsed)
 
-    def _json(self, method, path, obj=None, expect=(200,), idempotent=True, retries=None):
+    def _json(self, method, path, obj=None, expect=(200,), idempotent=True, retries=None,
+              extra=None, v2=False):
         body = None if obj is None else self._json_body(obj)
-        headers = self._headers("application/json" if body is not None else None)
+        headers = self._headers("application/json" if body is not None else None, extra)
         resp = self._send(method, path, body, headers, idempotent, retries)
         if resp.status not in expect:
-            raise self._error(resp)
+            raise self._error(resp, v2)
         if not resp.body:
             return None
         try:
@@ -238,6 +239,38 @@ class Client:
             return self._send("GET", "/readyz", headers=self._headers(), retries=0).status == 200
         except TransportError:
             return False
+
+    # ------------------------------------------------------------------ model repository
+    def repository_index(self, ready=False):
+        """``/v2/repository/index``: ``[{"name", "version", "state", "reason"}]`` for every
+        model the server knows (``state``: READY, LOADING or UNAVAILABLE); ``ready=True``
+        lists the loaded ones only."""
+        if ready:
+            return self._json("POST", "/v2/repository/index", {"ready": True}, v2=True)
+        return self._json("GET", "/v2/repository/index", v2=True)
+
+    def _admin(self, admin_key):
+        return {"Authorization": "Bearer " + admin_key} if admin_key else None
+
+    def load_model(self, name, path=None, *, admin_key=None, **parameters):
+        """``POST /v2/repository/models/{name}/load`` with ``admin_key`` (else the
+        Client's key): a new version of ``name`` from its own source, or, given ``path``
+        (a checkpoint on the server's filesystem) or ``parameters`` (the keys of a
+        config-file model entry: ``layer=3``, ``format="llama"``, ``workers=2``...), from
+        that. Returns ``{"name", "version", "state"}``; :class:`Forbidden` without admin
+        rights, :class:`BadRequest` when the source does not load."""
+        if path is not None:
+            parameters["path"] = path
+        body = {"parameters": parameters} if parameters else None
+        return self._json("POST", "/v2/repository/models/%s/load" % _quote(name), body,
+                          idempotent=False, extra=self._admin(admin_key), v2=True)
+
+    def unload_model(self, name, *, admin_key=None):
+        """``POST /v2/repository/models/{name}/unload`` with ``admin_key`` (else the
+        Client's key): the model stops taking requests; those in flight finish. Returns
+        ``{"name", "state"}``."""
+        return self._json("POST", "/v2/repository/models/%s/unload" % _quote(name),
+                          idempotent=False, extra=self._admin(admin_key), v2=True)
 
     def wait_ready(self, timeout=30.0, interval=0.1):
         """Polls :meth:`ready` until True; raises :class:`attnd.Unavailable` after

@@ -16,6 +16,7 @@ Hierarchy::
     Error
     ├── BadRequest          400
     ├── Unauthorized        401
+    ├── Forbidden           403 (no admin key configured, or a client key for an admin route)
     ├── NotFound            404
     │   ├── ModelNotFound       code model_not_found
     │   └── SessionNotFound     code session_not_found
@@ -33,7 +34,7 @@ Hierarchy::
 __all__ = ["Error", "BadRequest", "Unauthorized", "NotFound", "ModelNotFound",
            "SessionNotFound", "Conflict", "SessionBusy", "Gone", "SessionExpired",
            "TooLarge", "ServerError", "Unavailable", "Timeout", "TransportError",
-           "error_for"]
+           "Forbidden", "error_for"]
 
 
 class Error(Exception):
@@ -72,6 +73,11 @@ class BadRequest(Error):
 
 class Unauthorized(Error):
     """401: a missing or wrong API key."""
+
+
+class Forbidden(Error):
+    """403: the key does not allow this (model repository changes need an admin key, and
+    the server must have one configured)."""
 
 
 class NotFound(Error):
@@ -129,7 +135,7 @@ _BY_CODE = {
     "session_expired": SessionExpired,
 }
 
-_BY_STATUS = {400: BadRequest, 401: Unauthorized, 404: NotFound, 409: Conflict, 410: Gone,
+_BY_STATUS = {400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict, 410: Gone,
               413: TooLarge, 503: Unavailable, 504: Timeout}
 
 
