@@ -199,6 +199,44 @@ static attnd_model *default_model(attnd_app *app, attnd_http_error *err)
     return NULL;
 }
 
+/* The loaded models' names, "demo, other" (", ..." when they do not fit). */
+static void model_names(attnd_models *ms, char *buf, size_t cap)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < ms->n; i++) {
+        attnd_model *m = attnd_models_acquire(ms, i);
+        if (!m)
+            continue;
+        int w = snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", m->name);
+        attnd_model_release(m);
+        if (w < 0 || (size_t)w >= cap - n) {
+            snprintf(buf + n, cap - n, "%s", cap - n > 6 ? ", ..." : "");
+            return;
+        }
+        n += (size_t)w;
+    }
+}
+
+/* 404 model_not_found for the {name} x asked for, naming what is loaded. */
+static int no_such_model(attnd_app *app, const attnd_exchange *x, attnd_http_error *err)
+{
+    char names[200];
+    model_names(app->models, names, sizeof names);
+    return attnd_http_fail(err, 404, "model_not_found", "",
+                           "no model named \"%.*s\"; loaded: %s",
+                           (int)(x->param_len > 80 ? 80 : x->param_len), x->param,
+                           *names ? names : "none");
+}
+
+const char *attnd_route_methods(const attnd_app *app, const char *path)
+{
+    const char *param;
+    size_t len;
+    const attnd_route_def *r = find(app, path, &param, &len);
+    return r ? r->methods : NULL;
+}
+
 int attnd_route_resolve(attnd_app *app, const char *method, const char *path, attnd_exchange *x,
                         const attnd_route_def **route, attnd_http_error *err,
                         const char **allow)
@@ -224,8 +262,7 @@ int attnd_route_resolve(attnd_app *app, const char *method, const char *path, at
     if (r->model == ATTND_PATH_MODEL) {
         x->model = attnd_models_find(app->models, x->param, x->param_len);
         if (!x->model)
-            return attnd_http_fail(err, 404, "model_not_found", "", "no model named \"%.*s\"",
-                                   (int)(x->param_len > 80 ? 80 : x->param_len), x->param);
+            return no_such_model(app, x, err);
     }
     return 0;
 }
