@@ -21,7 +21,7 @@ typedef struct attnd_access_entry {
     int status;
     uint64_t bytes_in;         /* request body bytes received                */
     uint64_t bytes_out;        /* response body bytes                        */
-    double duration_ms;        /* first header byte to the response sent     */
+    double duration_ms;        /* headers in to the response queued          */
     const char *model;
     int batch_size;            /* requests in its batch; 0 = not batched     */
 } attnd_access_entry;

@@ -100,6 +100,7 @@ typedef struct conn {
     const char *preflight;       /* a CORS preflight's allowed methods, or NULL */
     uint64_t bytes_in, bytes_out;/* body bytes received, response bytes queued  */
     int batch_size;              /* the batch its request ran in; 0 = none      */
+    int64_t answered_ns;         /* when the response was queued                */
 } conn;
 
 static const char internal_body[] =
@@ -208,6 +209,7 @@ static int queue_reply(conn *c, attnd_reply *r)
         return -1;
     c->responded = 1;
     c->status = r->status;
+    c->answered_ns = attnd_now_ns();
     hold_response(c, held);
     if (c->sock)
         atomic_store_explicit(&c->sock->busy, 1, memory_order_relaxed);
@@ -724,7 +726,7 @@ static void write_access_log(const conn *c, struct MHD_Connection *mc)
     attnd_access_entry e = {
         .request_id = c->rid, .remote = remote, .method = c->method, .path = c->url,
         .status = c->status, .bytes_in = c->bytes_in, .bytes_out = c->bytes_out,
-        .duration_ms = (double)(attnd_now_ns() - c->start_ns) / 1e6,
+        .duration_ms = (double)(c->answered_ns - c->start_ns) / 1e6,
         .model = c->x.model ? c->x.model->name : NULL, .batch_size = c->batch_size};
     attnd_access_log_write(log, &e);
 }
