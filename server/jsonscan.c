@@ -20,7 +20,7 @@ typedef struct scan {
     int depth;
 } scan;
 
-enum { SCAN_OK = 0, SCAN_FOUND = 1, SCAN_ERROR = -1 };
+enum { SCAN_OK = 0, SCAN_FOUND = 1, SCAN_MORE = 2, SCAN_ERROR = -1 };
 
 static void skip_ws(scan *s)
 {
@@ -80,15 +80,34 @@ static int scan_child(scan *s, const char *key, size_t key_len, long index)
     return rc;
 }
 
-static int scan_object(scan *s)
+/* At '{' or '[': moves past it; 1 when the container is empty (and moves past
+ * its close too), else 0. */
+static int opens_empty(scan *s, char close)
 {
     s->p++;
     skip_ws(s);
-    if (s->p < s->end && *s->p == '}') {
+    if (s->p < s->end && *s->p == close) {
         s->p++;
-        return SCAN_OK;
+        return 1;
     }
-    for (;;) {
+    return 0;
+}
+
+/* After a member or an element: SCAN_MORE at ',' (another follows), SCAN_OK at the
+ * container's close, else SCAN_ERROR; moves past what it found. */
+static int next_item(scan *s, char close)
+{
+    skip_ws(s);
+    if (s->p >= s->end || (*s->p != ',' && *s->p != close))
+        return SCAN_ERROR;
+    return *s->p++ == ',' ? SCAN_MORE : SCAN_OK;
+}
+
+static int scan_object(scan *s)
+{
+    if (opens_empty(s, '}'))
+        return SCAN_OK;
+    for (int more = SCAN_MORE; more == SCAN_MORE;) {
         skip_ws(s);
         if (s->p >= s->end || *s->p != '"')
             return SCAN_ERROR;
@@ -103,42 +122,26 @@ static int scan_object(scan *s)
         int rc = scan_child(s, key, key_len, 0);
         if (rc != SCAN_OK)
             return rc;
-        skip_ws(s);
-        if (s->p < s->end && *s->p == ',') {
-            s->p++;
-            continue;
-        }
-        if (s->p < s->end && *s->p == '}') {
-            s->p++;
-            return SCAN_OK;
-        }
-        return SCAN_ERROR;
+        more = next_item(s, '}');
+        if (more == SCAN_ERROR)
+            return SCAN_ERROR;
     }
+    return SCAN_OK;
 }
 
 static int scan_array(scan *s)
 {
-    s->p++;
-    skip_ws(s);
-    if (s->p < s->end && *s->p == ']') {
-        s->p++;
+    if (opens_empty(s, ']'))
         return SCAN_OK;
-    }
-    for (long i = 0;; i++) {
+    for (long i = 0, more = SCAN_MORE; more == SCAN_MORE; i++) {
         int rc = scan_child(s, NULL, 0, i);
         if (rc != SCAN_OK)
             return rc;
-        skip_ws(s);
-        if (s->p < s->end && *s->p == ',') {
-            s->p++;
-            continue;
-        }
-        if (s->p < s->end && *s->p == ']') {
-            s->p++;
-            return SCAN_OK;
-        }
-        return SCAN_ERROR;
+        more = next_item(s, ']');
+        if (more == SCAN_ERROR)
+            return SCAN_ERROR;
     }
+    return SCAN_OK;
 }
 
 static int scan_value(scan *s)

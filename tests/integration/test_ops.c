@@ -210,15 +210,28 @@ static char *wait_for_line(const char *path, const char *needle)
     return text;
 }
 
+/* Starts attnd with --access-log at a new temporary file (named into path,
+ * a mkstemp template) and the extra arguments (NULL-terminated, at most 12).
+ * Returns attnd_proc_start's result, or -1 when no file could be made. */
+static int start_with_access_log(attnd_proc *p, char *path, const char *const *extra)
+{
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    const char *args[16] = {"--access-log", path};
+    for (int i = 0; extra[i] && i < 12; i++)
+        args[2 + i] = extra[i];
+    return attnd_proc_start(p, args);
+}
+
 TEST(access_log_text)
 {
     char path[] = "/tmp/attnd-access-XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    close(fd);
     attnd_proc p;
-    const char *args[] = {"--access-log", path, "--max-batch-requests", "4", NULL};
-    CHECK(attnd_proc_start(&p, args) == 0);
+    const char *args[] = {"--max-batch-requests", "4", NULL};
+    CHECK(start_with_access_log(&p, path, args) == 0);
     if (p.pid <= 0)
         return;
     char *body = rows_body(2, "0.5", "0.25");
@@ -278,13 +291,9 @@ TEST(access_log_text)
 TEST(log_format_json)
 {
     char path[] = "/tmp/attnd-access-XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    close(fd);
     attnd_proc p;
-    const char *args[] = {"--access-log", path, "--log-format", "json", "--log-level", "debug",
-                          NULL};
-    CHECK(attnd_proc_start(&p, args) == 0);
+    const char *args[] = {"--log-format", "json", "--log-level", "debug", NULL};
+    CHECK(start_with_access_log(&p, path, args) == 0);
     if (p.pid <= 0)
         return;
     const char *h[] = {"X-Request-Id: js-1", NULL};
