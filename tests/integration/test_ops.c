@@ -499,6 +499,12 @@ TEST(config_edges)
     CHECK_INT_EQ(attnd_run(badfmt, 10, &out), 2);
     CHECK(out && strstr(out, "--log-format must be text or json"));
     free(out);
+    const char *badlog[] = {"--model", model, "--access-log", "/nonexistent-dir/access.log",
+                            NULL};
+    CHECK_INT_EQ(attnd_run(badlog, 10, &out), 2);
+    CHECK_MSG(out && strstr(out, "access log /nonexistent-dir/access.log: No such file"), "%s",
+              out ? out : "");
+    free(out);
 
     /* and it really serves there */
     pid_t pid = fork();
