@@ -8,6 +8,9 @@
  *   then:    handler->answer, or handler->decode -> suspend -> scheduler ->
  *            on_done resumes -> handler->finish
  *   end:     handler->end, the model reference released, the request freed.
+ * Every response carries the request's id (reqid.h) and, for an allowed
+ * Origin, the CORS headers (cors.h; preflights are answered before auth);
+ * each answered request is one access-log line (access_log.h).
  * Memory held for a request counts against max_inflight_bytes from the first
  * body byte to the last response byte sent: the body as it grows, a codec's
  * parse tree (the exchange's reserve), the decoded request together with an
