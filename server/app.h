@@ -28,6 +28,8 @@ typedef struct attnd_app {
     _Atomic int state;         /* attnd_state */
     struct attnd_auth *auth;   /* API keys; NULL = no authentication          */
     struct attnd_sessions *sessions; /* streaming sessions (handler_session.c) */
+    struct attnd_access_log *access_log; /* --access-log; NULL = none          */
+    struct attnd_cors *cors;   /* --cors-origin allow-list; NULL = CORS off   */
 } attnd_app;
 
 /* The state now (acquire load). */

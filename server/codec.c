@@ -33,6 +33,7 @@
 
 #include "jsonbuf.h"
 #include "jsonnum.h"
+#include "jsonscan.h"
 
 /* ================================================================ errors */
 
@@ -225,15 +226,76 @@ static int get_array(decoder *d, const char *name, const json_t *v, node *out)
     return 0;
 }
 
+/* The members a /v1 body takes, and the few a session append takes. */
+static const char *const v1_fields[] = {"query", "key", "value", "key_padding_mask", "attn_mask",
+                                        "is_causal", "window", "position_ids", "need_weights",
+                                        "average_attn_weights", "timeout_ms", "id"};
+static const char *const append_fields[] = {"query", "need_weights", "average_attn_weights",
+                                            "timeout_ms", "id"};
+
+/* Levenshtein distance of a and b (each cut at 63 bytes). */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t n = strnlen(a, 63), m = strnlen(b, 63), row[64];
+    for (size_t j = 0; j <= m; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= n; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= m; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (row[j] + 1 < best)
+                best = row[j] + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[m];
+}
+
+/* The known name nearest to k when it is close enough to be a typo (at most
+ * 2 edits, or a third of k's length), else NULL. */
+static const char *nearest_field(const char *k, const char *const *names, size_t n)
+{
+    const char *best = NULL;
+    size_t best_d = (size_t)-1, len = strlen(k), limit = len / 3 > 2 ? len / 3 : 2;
+    for (size_t i = 0; i < n; i++) {
+        size_t d = edit_distance(k, names[i]);
+        if (d < best_d)
+            best = names[i], best_d = d;
+    }
+    return best_d <= limit ? best : NULL;
+}
+
+/* 400 unknown_field for k: the nearest known name when one is close, and the
+ * names this body takes. */
+static int unknown_field(decoder *d, const char *k)
+{
+    const char *const *names = d->opts.query_only ? append_fields : v1_fields;
+    size_t n = d->opts.query_only ? sizeof append_fields / sizeof *append_fields
+                                  : sizeof v1_fields / sizeof *v1_fields;
+    char list[256];
+    size_t w = 0;
+    for (size_t i = 0; i < n && w < sizeof list; i++)
+        w += (size_t)snprintf(list + w, sizeof list - w, "%s%s", i ? ", " : "", names[i]);
+    const char *near = nearest_field(k, names, n);
+    if (near)
+        return attnd_http_fail(d->err, 400, "unknown_field", k, "unknown field \"%.64s\": did "
+                               "you mean \"%s\"? This body takes %s", k, near, list);
+    return attnd_http_fail(d->err, 400, "unknown_field", k,
+                           "unknown field \"%.64s\"; this body takes %s", k, list);
+}
+
 /* One top-level member. A JSON null means "absent" for every optional field. */
 static int read_field(decoder *d, const char *k, json_t *v)
 {
     long long x;
     if (d->opts.query_only && strcmp(k, "query") && strcmp(k, "need_weights") &&
         strcmp(k, "average_attn_weights") && strcmp(k, "timeout_ms") && strcmp(k, "id"))
-        return attnd_http_fail(d->err, 400, "unknown_field", k,
-                               "unknown field \"%s\": this body takes only query, need_weights, "
-                               "average_attn_weights, timeout_ms and id", k);
+        return unknown_field(d, k);
     if (strcmp(k, "query") == 0)
         return get_array(d, k, v, &d->query);
     if (json_is_null(v))
@@ -276,7 +338,7 @@ static int read_field(decoder *d, const char *k, json_t *v)
                                    "id is %zu bytes, at most 127 allowed", d->id_len);
         return 0;
     }
-    return attnd_http_fail(d->err, 400, "unknown_field", k, "unknown field \"%s\"", k);
+    return unknown_field(d, k);
 }
 
 static int read_fields(decoder *d, json_t *root)
@@ -920,8 +982,8 @@ static void duplicate_key_name(const char *text, char *out, size_t cap)
 
 /* Maps a jansson error to the client's error; line/column/byte are positions
  * in the body the client sent. */
-static int parse_error(const json_error_t *je, int line, int column, int byte,
-                       attnd_http_error *err)
+static int parse_error(const json_error_t *je, const char *body, size_t len, int line,
+                       int column, int byte, attnd_http_error *err)
 {
     char key[sizeof err->field];
     switch (json_error_code(je)) {
@@ -936,6 +998,8 @@ static int parse_error(const json_error_t *je, int line, int column, int byte,
     case json_error_out_of_memory:
         return attnd_http_fail(err, 500, "internal", "", "out of memory while parsing JSON");
     default:
+        if (attnd_json_nonfinite_error(body, len, byte, err) != 0)
+            return -1;
         return attnd_http_fail(err, 400, "invalid_json", "",
                                "invalid JSON at line %d, column %d (byte %d): %s", line, column,
                                byte, je->text);
@@ -953,7 +1017,7 @@ static int decode_parsed(decoder *d, const char *body, size_t len, const char *t
         int line = je.line, column = je.column, byte = je.position;
         if (d->fast->n)
             map_position(body, len, d->fast, je.position, &line, &column, &byte);
-        return parse_error(&je, line, column, byte, d->err);
+        return parse_error(&je, body, len, line, column, byte, d->err);
     }
     int rc = -1;
     if (!json_is_object(root))
@@ -1150,6 +1214,12 @@ char *attnd_codec_encode_response_with(const attnd_request *req, const char *mod
 
 char *attnd_codec_encode_error(const attnd_http_error *err, size_t *len)
 {
+    return attnd_codec_encode_error_id(err, NULL, len);
+}
+
+char *attnd_codec_encode_error_id(const attnd_http_error *err, const char *request_id,
+                                  size_t *len)
+{
     attnd_jsonbuf b = {0};
     attnd_jb_puts(&b, "{\"error\":{\"code\":");
     attnd_jb_string(&b, err && err->code[0] ? err->code : "internal");
@@ -1157,6 +1227,10 @@ char *attnd_codec_encode_error(const attnd_http_error *err, size_t *len)
     attnd_jb_string(&b, err ? err->message : "unknown error");
     attnd_jb_puts(&b, ",\"field\":");
     attnd_jb_string(&b, err ? err->field : "");
+    if (request_id && *request_id) {
+        attnd_jb_puts(&b, ",\"request_id\":");
+        attnd_jb_string(&b, request_id);
+    }
     attnd_jb_puts(&b, "}}");
     return attnd_jb_finish(&b, len);
 }

@@ -79,4 +79,9 @@ char *attnd_codec_encode_response_with(const attnd_request *req, const char *mod
  * frees), or NULL on allocation failure. */
 char *attnd_codec_encode_error(const attnd_http_error *err, size_t *len);
 
+/* The same with "request_id": request_id as the error's last member (none when
+ * NULL or ""). */
+char *attnd_codec_encode_error_id(const attnd_http_error *err, const char *request_id,
+                                  size_t *len);
+
 #endif

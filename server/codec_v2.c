@@ -22,6 +22,7 @@
 
 #include "jsonbuf.h"
 #include "jsonnum.h"
+#include "jsonscan.h"
 
 /* ================================================================ errors */
 
@@ -698,6 +699,8 @@ int attnd_codec_v2_decode(const char *body, size_t len, long long header_len,
     }
     json_error_t je;
     json_t *root = json_loadb(body, json_len, JSON_REJECT_DUPLICATES, &je);
+    if (!root && attnd_json_nonfinite_error(body, json_len, je.position, d.err) != 0)
+        return -1;
     if (!root)
         return v2_fail(d.err, 400, "", "invalid JSON at line %d, column %d (byte %d): %s", je.line,
                        je.column, je.position, je.text);
@@ -819,7 +822,8 @@ char *attnd_codec_v2_encode_response_with(const attnd_request *req, const attnd_
     return attnd_jb_finish(&b, len); /* NUL-terminated, for JSON-only bodies */
 }
 
-char *attnd_codec_v2_encode_error(const attnd_http_error *err, size_t *len)
+char *attnd_codec_v2_encode_error(const attnd_http_error *err, const char *request_id,
+                                  size_t *len)
 {
     char msg[sizeof err->field + sizeof err->message + 8];
     snprintf(msg, sizeof msg, "%s%s%s", err && err->field[0] && !strstr(err->message, err->field)
@@ -829,6 +833,10 @@ char *attnd_codec_v2_encode_error(const attnd_http_error *err, size_t *len)
     attnd_jsonbuf b = {0};
     attnd_jb_puts(&b, "{\"error\":");
     attnd_jb_string(&b, msg);
+    if (request_id && *request_id) {
+        attnd_jb_puts(&b, ",\"request_id\":");
+        attnd_jb_string(&b, request_id);
+    }
     attnd_jb_putc(&b, '}');
     return attnd_jb_finish(&b, len);
 }

@@ -46,9 +46,11 @@ char *attnd_codec_v2_encode_response_with(const attnd_request *req, const attnd_
                                           const char *parameters, size_t *len,
                                           size_t *header_len);
 
-/* {"error": "<message>"} (a field, when set, leads the message). Malloc'd (caller frees),
- * NULL on allocation failure. */
-char *attnd_codec_v2_encode_error(const attnd_http_error *err, size_t *len);
+/* {"error": "<message>", "request_id": "<id>"} (a field, when set, leads the
+ * message; "error" is the one member KServe requires, request_id is omitted
+ * when NULL or ""). Malloc'd (caller frees), NULL on allocation failure. */
+char *attnd_codec_v2_encode_error(const attnd_http_error *err, const char *request_id,
+                                  size_t *len);
 
 /* GET /v2 and GET /v2/models/{name} bodies. Malloc'd (caller frees), NULL on no memory. */
 char *attnd_codec_v2_server_metadata(size_t *len);

@@ -23,7 +23,9 @@ typedef enum opt_kind {
     OPT_I64,    /* int64_t, decimal                         */
     OPT_SIZE,   /* int64_t, decimal with optional K/M/G (binary multiples) */
     OPT_LEVEL,  /* attnd_log_level                          */
-    OPT_MODELS  /* the model list (repeatable flag)         */
+    OPT_MODELS, /* the model list (repeatable flag)         */
+    OPT_LIST    /* char *, comma-separated; a repeated flag (or env/file at the
+                   same level) adds to the list, a higher level replaces it */
 } opt_kind;
 
 enum { SRC_DEFAULT = 0, SRC_FILE = 1, SRC_ENV = 2, SRC_FLAG = 3 };
@@ -117,6 +119,13 @@ static const option options[] = {
      "an idle streaming session expires after S s (a session's own ttl_s may be shorter)"},
     {"max-sessions", NULL, NULL, OPT_INT, F(max_sessions), "4096", 1, 1 << 20, "N",
      "streaming sessions held at once; beyond it the least recently used go"},
+    {"log-format", NULL, NULL, OPT_STR, F(log_format_name), "text", 0, 0, "text|json",
+     "log records as text lines or as one JSON object a line (the access log too)"},
+    {"access-log", NULL, NULL, OPT_STR, F(access_log), "", 0, 0, "PATH|-",
+     "one line per answered request to PATH (appended; reopened on SIGHUP) or - for stdout"},
+    {"cors-origin", NULL, NULL, OPT_LIST, F(cors_origin), "", 0, 0, "ORIGIN",
+     "let browser pages from ORIGIN (scheme://host[:port], or *) call attnd: CORS headers and "
+     "OPTIONS preflights (repeatable or comma-separated; default: off)"},
 };
 #define N_OPTIONS (sizeof options / sizeof options[0])
 _Static_assert(N_OPTIONS <= sizeof(((attnd_config *)0)->source), "source[] too small");
@@ -497,6 +506,24 @@ int attnd_config_expand_layers(attnd_config *cfg, int i, int n_layers, char *err
 
 /* ------------------------------------------------------------ setting values */
 
+/* An OPT_LIST's new value: text, or (append) the old list, a comma, text. */
+static int append_list(attnd_config *cfg, const option *o, const char *text, int append,
+                       char *err, size_t errlen)
+{
+    char **field = FIELD(cfg, o, char *);
+    const char *old = append && *field && **field ? *field : NULL;
+    size_t n = (old ? strlen(old) + 1 : 0) + strlen(text) + 1;
+    char *v = malloc(n);
+    if (!v) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    snprintf(v, n, "%s%s%s", old ? old : "", old && *text ? "," : "", text);
+    free(*field);
+    *field = v;
+    return 0;
+}
+
 /* Sets option o from text at source level src. */
 static int set_option(attnd_config *cfg, const option *o, const char *text, int src, char *err,
                       size_t errlen)
@@ -514,6 +541,11 @@ static int set_option(attnd_config *cfg, const option *o, const char *text, int 
         *FIELD(cfg, o, char *) = copy;
         break;
     }
+    case OPT_LIST:
+        if (append_list(cfg, o, text, cfg->source[idx] == src && src != SRC_DEFAULT, err,
+                        errlen) != 0)
+            return -1;
+        break;
     case OPT_INT:
     case OPT_I64:
     case OPT_SIZE:
@@ -716,9 +748,24 @@ static int file_value(attnd_config *cfg, const option *o, json_t *v, char *err, 
         }
         return 0;
     }
+    if (o->kind == OPT_LIST && json_is_array(v)) {
+        size_t i;
+        json_t *item;
+        set_option(cfg, o, "", SRC_FILE, err, errlen);
+        json_array_foreach(v, i, item) {
+            if (!json_is_string(item)) {
+                set_err(err, errlen, "%s[%zu]: expected a string", o->name, i);
+                return -1;
+            }
+            if (set_option(cfg, o, json_string_value(item), SRC_FILE, err, errlen))
+                return -1;
+        }
+        return 0;
+    }
     if (json_is_string(v))
         return set_option(cfg, o, json_string_value(v), SRC_FILE, err, errlen);
-    if (json_is_integer(v) && o->kind != OPT_STR && o->kind != OPT_LEVEL) {
+    if (json_is_integer(v) && o->kind != OPT_STR && o->kind != OPT_LIST &&
+        o->kind != OPT_LEVEL) {
         snprintf(text, sizeof text, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
         return set_option(cfg, o, text, SRC_FILE, err, errlen);
     }
@@ -785,6 +832,27 @@ bad:
 done:
     json_decref(root);
     return rc;
+}
+
+/* --listen PORT (digits only) means PORT on the default host: "8080" becomes
+ * "0.0.0.0:8080", as ":8080" is every interface. Returns 0, or -1 on no memory. */
+static int normalize_listen(attnd_config *cfg, char *err, size_t errlen)
+{
+    const char *v = cfg->listen;
+    if (!*v || strspn(v, "0123456789") != strlen(v))
+        return 0;
+    const option *o = find_flag("listen", 6);
+    const char *def_colon = strrchr(o->def, ':');
+    size_t n = (size_t)(def_colon - o->def) + 1 + strlen(v) + 1;
+    char *full = malloc(n);
+    if (!full) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    snprintf(full, n, "%.*s:%s", (int)(def_colon - o->def), o->def, v);
+    free(cfg->listen);
+    cfg->listen = full;
+    return 0;
 }
 
 /* ------------------------------------------------------------ argv */
@@ -890,6 +958,13 @@ attnd_config_action attnd_config_load(attnd_config *cfg, int argc, char *const *
         if (set_option(cfg, flags[i].opt, flags[i].value, SRC_FLAG, err, errlen))
             goto fail;
     }
+    if (normalize_listen(cfg, err, errlen) != 0 ||
+        attnd_log_format_parse(cfg->log_format_name, (attnd_log_format *)&cfg->log_format)) {
+        if (!*err)
+            set_err(err, errlen, "--log-format must be text or json, got '%.40s'",
+                    cfg->log_format_name);
+        goto fail;
+    }
     if (action == ATTND_CONFIG_PRINT)
         goto done;
 
@@ -939,7 +1014,7 @@ void attnd_config_free(attnd_config *cfg)
     if (!cfg)
         return;
     for (size_t i = 0; i < N_OPTIONS; i++) {
-        if (options[i].kind == OPT_STR) {
+        if (options[i].kind == OPT_STR || options[i].kind == OPT_LIST) {
             free(*FIELD(cfg, &options[i], char *));
             *FIELD(cfg, &options[i], char *) = NULL;
         }
@@ -951,6 +1026,20 @@ void attnd_config_free(attnd_config *cfg)
 
 /* ------------------------------------------------------------ printing */
 
+/* A size as the flags take it: 64M, 1G, 512K when a whole multiple, else bytes. */
+static void format_size(int64_t v, char *buf, size_t cap)
+{
+    static const char units[] = "GMK";
+    for (int i = 0; i < 3; i++) {
+        int64_t m = INT64_C(1) << (10 * (3 - i));
+        if (v != 0 && v % m == 0) {
+            snprintf(buf, cap, "%lld%c", (long long)(v / m), units[i]);
+            return;
+        }
+    }
+    snprintf(buf, cap, "%lld", (long long)v);
+}
+
 static void format_value(const attnd_config *cfg, const option *o, char *buf, size_t cap)
 {
     if (o->off == F(api_keys)) { /* a secret: never printed or logged */
@@ -960,14 +1049,17 @@ static void format_value(const attnd_config *cfg, const option *o, char *buf, si
     }
     switch (o->kind) {
     case OPT_STR:
+    case OPT_LIST:
         snprintf(buf, cap, "%s", *FIELD(cfg, o, char *) ? *FIELD(cfg, o, char *) : "");
         break;
     case OPT_INT:
         snprintf(buf, cap, "%d", *FIELD(cfg, o, int));
         break;
     case OPT_I64:
-    case OPT_SIZE:
         snprintf(buf, cap, "%lld", (long long)*FIELD(cfg, o, int64_t));
+        break;
+    case OPT_SIZE:
+        format_size(*FIELD(cfg, o, int64_t), buf, cap);
         break;
     case OPT_LEVEL:
         snprintf(buf, cap, "%s", attnd_log_level_name(*FIELD(cfg, o, attnd_log_level)));
@@ -1041,21 +1133,42 @@ void attnd_config_print_help(FILE *f, const char *prog)
             "print the version and exit", "--help, -h", "print this help and exit");
 }
 
+/* Where option i's value came from: "default", "file", "env" or "flag", and
+ * ", = default" after the last three when the value is the default anyway (an
+ * example config that restates defaults then says so). */
+static void source_text(const attnd_config *cfg, size_t i, const char *value, char *buf,
+                        size_t cap)
+{
+    int src = cfg->source[i] & 3;
+    char def[1024] = "";
+    if (src != SRC_DEFAULT && options[i].kind != OPT_MODELS) {
+        attnd_config scratch;
+        char err[256];
+        memset(&scratch, 0, sizeof scratch);
+        if (set_option(&scratch, &options[i], options[i].def, SRC_DEFAULT, err, sizeof err) == 0)
+            format_value(&scratch, &options[i], def, sizeof def);
+        attnd_config_free(&scratch);
+    }
+    int same = src != SRC_DEFAULT && options[i].kind != OPT_MODELS && strcmp(def, value) == 0;
+    snprintf(buf, cap, "%s%s", source_names[src], same ? ", = default" : "");
+}
+
 void attnd_config_print(FILE *f, const attnd_config *cfg)
 {
     for (size_t i = 0; i < N_OPTIONS; i++) {
-        char v[1024];
+        char v[1024], src[48];
         format_value(cfg, &options[i], v, sizeof v);
-        fprintf(f, "%s = %s  (%s)\n", options[i].name, v, source_names[cfg->source[i] & 3]);
+        source_text(cfg, i, v, src, sizeof src);
+        fprintf(f, "%s = %s  (%s)\n", options[i].name, v, src);
     }
 }
 
 void attnd_config_log(const attnd_config *cfg)
 {
     for (size_t i = 0; i < N_OPTIONS; i++) {
-        char v[1024];
+        char v[1024], src[48];
         format_value(cfg, &options[i], v, sizeof v);
-        attnd_log(ATTND_LOG_INFO, "config %s=%s (%s)", options[i].name, v,
-                  source_names[cfg->source[i] & 3]);
+        source_text(cfg, i, v, src, sizeof src);
+        attnd_log(ATTND_LOG_INFO, "config %s=%s (%s)", options[i].name, v, src);
     }
 }

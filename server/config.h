@@ -68,6 +68,10 @@ typedef struct attnd_config {
     int64_t kv_page_bytes;       /* one page; 0 = fitted to the models          */
     int session_ttl_s;           /* idle session expiry; per-session ttl_s caps at it */
     int max_sessions;            /* streaming sessions held at once             */
+    char *log_format_name;       /* --log-format: text or json                  */
+    int log_format;              /* the same as an attnd_log_format (set by load) */
+    char *access_log;            /* --access-log PATH, "-" = stdout, "" = none  */
+    char *cors_origin;           /* --cors-origin: comma-separated (repeats add) */
 
     char *inspect_path;          /* --inspect PATH, or NULL                    */
 

@@ -20,6 +20,7 @@
 #include "codec_v2.h"
 #include "jsonbuf.h"
 #include "jsonnum.h"
+#include "jsonscan.h"
 #include "kvlayout.h"
 #include "kvpool.h"
 #include "log.h"
@@ -259,6 +260,8 @@ static int decode_create(attnd_exchange *x, const attn_layer_info *in, create_bo
         return -1; /* the tree jansson is about to build counts against the budget */
     json_error_t je;
     json_t *root = len ? json_loadb(body, len, JSON_REJECT_DUPLICATES, &je) : json_object();
+    if (!root && attnd_json_nonfinite_error(body, len, je.position, e) != 0)
+        return -1;
     if (!root)
         return attnd_http_fail(e, 400, "invalid_json", "",
                                "invalid JSON at line %d, column %d: %s", je.line, je.column,

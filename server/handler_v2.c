@@ -15,7 +15,7 @@
 void attnd_handler_v2_error(attnd_reply *out, const attnd_http_error *err)
 {
     size_t len = 0;
-    char *body = attnd_codec_v2_encode_error(err, &len);
+    char *body = attnd_codec_v2_encode_error(err, out->request_id, &len);
     attnd_reply_error_body(out, err, body, len);
 }
 

@@ -8,6 +8,9 @@
  *   then:    handler->answer, or handler->decode -> suspend -> scheduler ->
  *            on_done resumes -> handler->finish
  *   end:     handler->end, the model reference released, the request freed.
+ * Every response carries the request's id (reqid.h) and, for an allowed
+ * Origin, the CORS headers (cors.h; preflights are answered before auth);
+ * each answered request is one access-log line (access_log.h).
  * Memory held for a request counts against max_inflight_bytes from the first
  * body byte to the last response byte sent: the body as it grows, a codec's
  * parse tree (the exchange's reserve), the decoded request together with an
@@ -32,8 +35,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "access_log.h"
 #include "auth.h"
+#include "cors.h"
 #include "log.h"
+#include "reqid.h"
 #include "route.h"
 
 struct attnd_http {
@@ -92,6 +98,12 @@ typedef struct conn {
     int status;
     int64_t reserved;            /* bytes counted in http->inflight_bytes       */
     sock_state *sock;            /* the connection's socket state, or NULL      */
+    char rid[ATTND_REQID_MAX + 1]; /* the request id: the client's, or generated */
+    const char *cors_origin;     /* Access-Control-Allow-Origin, or NULL        */
+    const char *preflight;       /* a CORS preflight's allowed methods, or NULL */
+    uint64_t bytes_in, bytes_out;/* body bytes received, response bytes queued  */
+    int batch_size;              /* the batch its request ran in; 0 = none      */
+    int64_t answered_ns;         /* when the response was queued                */
 } conn;
 
 static const char internal_body[] =
@@ -119,6 +131,38 @@ static void hold_response(conn *c, size_t response_bytes)
     budget_force(c, (int64_t)response_bytes);
 }
 
+/* What every response says besides its own headers: the request id, and for
+ * an allowed Origin the CORS headers (a preflight's too). */
+static void add_common_headers(const conn *c, struct MHD_Response *resp)
+{
+    MHD_add_response_header(resp, attnd_reqid_header, c->rid);
+    if (attnd_cors_varies(c->http->app->cors))
+        MHD_add_response_header(resp, "Vary", "Origin");
+    if (!c->cors_origin)
+        return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", c->cors_origin);
+    MHD_add_response_header(resp, "Access-Control-Expose-Headers", attnd_cors_expose_headers);
+    if (c->preflight) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", c->preflight);
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers", attnd_cors_allow_headers);
+        MHD_add_response_header(resp, "Access-Control-Max-Age", attnd_cors_max_age);
+    }
+}
+
+/* The log record of an answer: errors as warnings (5xx but 503/504 as errors),
+ * the rest at debug level. */
+static void log_answer(const conn *c, const attnd_reply *r)
+{
+    if (r->status >= 400)
+        attnd_log_req(r->status >= 500 && r->status != 503 && r->status != 504 ? ATTND_LOG_ERROR
+                                                                                : ATTND_LOG_WARN,
+                      c->rid, "%s %s -> %d %s: %s", c->method, c->url, r->status, r->code,
+                      r->log_detail);
+    else if (attnd_log_enabled(ATTND_LOG_DEBUG))
+        attnd_log_req(ATTND_LOG_DEBUG, c->rid, "%s %s -> %d in %.3f ms", c->method, c->url,
+                      r->status, (double)(attnd_now_ns() - c->start_ns) / 1e6);
+}
+
 /* Queues r (taking its body). Returns 0, or -1 when MHD refused it now.
  * While draining, and for answers that end the connection (framing errors,
  * 417, connection limit), the response says Connection: close. */
@@ -126,6 +170,7 @@ static int queue_reply(conn *c, attnd_reply *r)
 {
     struct MHD_Response *resp;
     size_t held = r->body && !r->body_static ? r->len : 0;
+    c->bytes_out = r->body ? r->len : sizeof internal_body - 1;
     if (r->body && r->body_static) {
         resp = MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_PERSISTENT);
     } else if (r->body) {
@@ -143,8 +188,10 @@ static int queue_reply(conn *c, attnd_reply *r)
     r->body = NULL;
     if (!resp)
         return -1;
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-                            r->content_type ? r->content_type : "application/json");
+    if (r->status != 204)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                r->content_type ? r->content_type : "application/json");
+    add_common_headers(c, resp);
     if (r->allow)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
     if (r->status == 401)
@@ -165,16 +212,11 @@ static int queue_reply(conn *c, attnd_reply *r)
         return -1;
     c->responded = 1;
     c->status = r->status;
+    c->answered_ns = attnd_now_ns();
     hold_response(c, held);
     if (c->sock)
         atomic_store_explicit(&c->sock->busy, 1, memory_order_relaxed);
-    if (r->status >= 400)
-        attnd_log(r->status >= 500 && r->status != 503 && r->status != 504 ? ATTND_LOG_ERROR
-                                                                           : ATTND_LOG_WARN,
-                  "%s %s -> %d %s: %s", c->method, c->url, r->status, r->code, r->log_detail);
-    else if (attnd_log_enabled(ATTND_LOG_DEBUG))
-        attnd_log(ATTND_LOG_DEBUG, "%s %s -> %d in %.3f ms", c->method, c->url, r->status,
-                  (double)(attnd_now_ns() - c->start_ns) / 1e6);
+    log_answer(c, r);
     return 0;
 }
 
@@ -197,7 +239,7 @@ static void error_reply(const conn *c, attnd_reply *r, const attnd_http_error *e
 
 static enum MHD_Result send_error(conn *c, const attnd_http_error *e)
 {
-    attnd_reply r = {0};
+    attnd_reply r = {.request_id = c->rid};
     error_reply(c, &r, e);
     r.allow = c->allow;
     return send_reply(c, &r);
@@ -355,6 +397,32 @@ static int check_framing(conn *c, attnd_http_error *e)
     return 0;
 }
 
+/* A CORS preflight (OPTIONS with Access-Control-Request-Method) when CORS is
+ * on: answered 204 with the route's methods, before any API key is asked for
+ * (browsers send preflights without credentials); 403 origin_not_allowed for
+ * an Origin not listed, 404 for a path no route serves. */
+static int is_preflight(conn *c)
+{
+    return c->http->app->cors && strcmp(c->method, MHD_HTTP_METHOD_OPTIONS) == 0 &&
+           header(c, "Access-Control-Request-Method");
+}
+
+static enum MHD_Result answer_preflight(conn *c)
+{
+    const char *methods = attnd_route_methods(c->http->app, c->url);
+    if (!methods)
+        return send_error(c, attnd_http_error_set(&c->err, 404, "not_found", "",
+                                                  "no route %.200s", c->url));
+    if (!c->cors_origin)
+        return send_error(c, attnd_http_error_set(
+                                 &c->err, 403, "origin_not_allowed", "Origin",
+                                 "Origin %.100s is not in --cors-origin",
+                                 header(c, "Origin") ? header(c, "Origin") : "(none)"));
+    c->preflight = methods;
+    attnd_reply r = {.request_id = c->rid, .status = 204, .body = "", .body_static = 1};
+    return send_reply(c, &r);
+}
+
 /* First call: headers are in. Decides the route and everything the headers
  * alone can refuse. Answered at once (the body is never read, the connection
  * closes): bad framing (400), an expectation other than 100-continue (417),
@@ -368,6 +436,8 @@ static enum MHD_Result begin(conn *c)
     c->x.query = exchange_query;
     c->x.reserve = exchange_reserve;
     c->x.transport = c;
+    attnd_reqid_take(header(c, attnd_reqid_header), c->rid);
+    c->cors_origin = attnd_cors_allow_origin(app->cors, header(c, "Origin"));
     if (check_framing(c, &c->err) != 0) {
         c->must_close = 1;
         return send_error(c, &c->err);
@@ -380,6 +450,8 @@ static enum MHD_Result begin(conn *c)
                                                   "Expect: %.60s cannot be met; only "
                                                   "100-continue is supported", expect));
     }
+    if (is_preflight(c))
+        return answer_preflight(c);
     if (!attnd_auth_allows(app->auth, c->url, header(c, MHD_HTTP_HEADER_AUTHORIZATION),
                            app->cfg->metrics_require_key)) {
         /* At once: no body is read from a client without a key. */
@@ -428,12 +500,13 @@ static enum MHD_Result take_body(conn *c, const char *data, size_t *size)
 {
     size_t n = *size, max = (size_t)c->http->app->cfg->max_body_bytes;
     *size = 0;
+    c->bytes_in += n;
     if (c->has_err) {
         c->discarded += n;
         if (c->discarded <= max)
             return MHD_YES;
-        attnd_log(ATTND_LOG_WARN, "%s %s: closing the connection: %zu more body bytes after "
-                  "a %d answer", c->method, c->url, c->discarded, c->err.status);
+        attnd_log_req(ATTND_LOG_WARN, c->rid, "%s %s: closing the connection: %zu more body "
+                      "bytes after a %d answer", c->method, c->url, c->discarded, c->err.status);
         return MHD_NO;
     }
     if (n > max - c->len) {
@@ -444,7 +517,7 @@ static enum MHD_Result take_body(conn *c, const char *data, size_t *size)
         budget_give(c, (int64_t)c->cap);
         c->len = c->cap = 0;
         c->has_err = 1;
-        attnd_reply r = {0};
+        attnd_reply r = {.request_id = c->rid};
         error_reply(c, &r, &c->err);
         queue_reply(c, &r); /* if MHD will not answer mid-body, the rest is discarded */
         return MHD_YES;
@@ -570,7 +643,8 @@ static enum MHD_Result finish(conn *c)
     assert(done); /* we were suspended until on_done resumed us */
     if (!done)
         return MHD_YES; /* release builds: not ours to answer yet */
-    attnd_reply r = {0};
+    attnd_reply r = {.request_id = c->rid};
+    c->batch_size = c->req->outcome == ATTND_DONE_OK ? c->req->batch_size : 0;
     c->route->handler->finish(&c->x, c->req, &r);
     if (c->route->handler->end)
         c->route->handler->end(&c->x);
@@ -590,7 +664,7 @@ static enum MHD_Result respond(conn *c)
     c->x.body_len = c->len;
     const attnd_handler *hd = c->route->handler;
     if (hd->answer) { /* reads, session create and delete: answered now */
-        attnd_reply r = {0};
+        attnd_reply r = {.request_id = c->rid};
         hd->answer(&c->x, &r);
         return send_reply(c, &r);
     }
@@ -632,12 +706,39 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     return respond(c);
 }
 
+/* The client's address as text ("127.0.0.1", "::1"), "-" when unknown. */
+static void remote_addr(struct MHD_Connection *mc, char *buf, size_t cap)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    socklen_t len = !sa ? 0 : sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                        : sizeof(struct sockaddr_in);
+    if (!sa || getnameinfo(sa, len, buf, (socklen_t)cap, NULL, 0, NI_NUMERICHOST) != 0)
+        snprintf(buf, cap, "-");
+}
+
+/* The access log line of an answered request (access_log.h). */
+static void write_access_log(const conn *c, struct MHD_Connection *mc)
+{
+    attnd_access_log *log = c->http->app->access_log;
+    if (!log)
+        return;
+    char remote[INET6_ADDRSTRLEN + 8];
+    remote_addr(mc, remote, sizeof remote);
+    attnd_access_entry e = {
+        .request_id = c->rid, .remote = remote, .method = c->method, .path = c->url,
+        .status = c->status, .bytes_in = c->bytes_in, .bytes_out = c->bytes_out,
+        .duration_ms = (double)(c->answered_ns - c->start_ns) / 1e6,
+        .model = c->x.model ? c->x.model->name : NULL, .batch_size = c->batch_size};
+    attnd_access_log_write(log, &e);
+}
+
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     attnd_http *h = cls;
     conn *c = *con_cls;
-    (void)mc;
     if (!c)
         return;
     *con_cls = NULL;
@@ -647,9 +748,11 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
         attnd_metrics_request_done(app->metrics, model, (int)c->route_id,
                                    attnd_route_is_attention(c->route_id), c->status,
                                    attnd_now_ns() - c->start_ns);
+    if (c->responded)
+        write_access_log(c, mc);
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
-        attnd_log(ATTND_LOG_DEBUG, "%s %s: connection ended early (code %d)", c->method,
-                  c->url, (int)toe);
+        attnd_log_req(ATTND_LOG_DEBUG, c->rid, "%s %s: connection ended early (code %d)",
+                      c->method, c->url, (int)toe);
     attnd_metrics_in_flight_add(app->metrics, -1);
     if (c->sock) { /* the next request on this connection starts its clock now */
         atomic_store_explicit(&c->sock->phase_ns, attnd_now_ns(), memory_order_relaxed);
@@ -660,8 +763,8 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     if (computing) {
         /* Release builds: a request still in a scheduler must not be freed
          * under a worker: leak it. */
-        attnd_log(ATTND_LOG_ERROR, "%s %s: connection closed while computing", c->method,
-                  c->url);
+        attnd_log_req(ATTND_LOG_ERROR, c->rid, "%s %s: connection closed while computing",
+                      c->method, c->url);
         free(c->body);
         atomic_fetch_sub(&h->active, 1);
         return;

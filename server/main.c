@@ -17,9 +17,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "access_log.h"
 #include "attn.h"
 #include "auth.h"
 #include "config.h"
+#include "cors.h"
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
@@ -95,15 +97,19 @@ static void decode_limits(const attnd_config *cfg, attnd_decode_limits *l)
     l->max_json_depth = cfg->max_json_depth;
 }
 
-/* SIGHUP: re-reads the settings from the same sources (file, environment,
- * argv), reloads every model (all or nothing, see attnd_models_reload) and the
- * API keys. Other settings keep their start-up values until a restart. A
- * failure keeps what is serving, is logged and counted. */
+/* SIGHUP: reopens the access log (logrotate has moved it), re-reads the
+ * settings from the same sources (file, environment, argv), reloads every
+ * model (all or nothing, see attnd_models_reload) and the API keys. Other
+ * settings keep their start-up values until a restart. A failure keeps what
+ * is serving, is logged and counted. */
 static void reload(attnd_app *app, int argc, char **argv)
 {
     attnd_config cfg;
     char err[1024] = "";
     int64_t t0 = attnd_now_ns();
+    if (attnd_access_log_reopen(app->access_log, err, sizeof err) != 0)
+        attnd_log(ATTND_LOG_ERROR, "reload: %s; still writing to the old file", err);
+    err[0] = '\0';
     int ok = attnd_config_load(&cfg, argc, argv, err, sizeof err) == ATTND_CONFIG_RUN &&
              attnd_models_expand(&cfg, err, sizeof err) == 0 &&
              attnd_models_reload(app->models, &cfg, err, sizeof err) == 0 &&
@@ -180,6 +186,7 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     attnd_log_set_level(cfg.log_level);
+    attnd_log_set_format((attnd_log_format)cfg.log_format);
 
     sigset_t sigs;
     if (setup_signals(&sigs) != 0) {
@@ -222,6 +229,15 @@ int main(int argc, char **argv)
               attnd_auth_key_count(app.auth) ? "" : " (authentication off)",
               attnd_auth_admin_key_count(app.auth),
               attnd_auth_admin_key_count(app.auth) ? "" : " (repository load/unload off)");
+    if (attnd_cors_create(cfg.cors_origin, &app.cors, err, sizeof err) != 0 ||
+        (*cfg.access_log &&
+         !(app.access_log = attnd_access_log_open(cfg.access_log,
+                                                  (attnd_log_format)cfg.log_format, err,
+                                                  sizeof err)))) {
+        attnd_log(ATTND_LOG_ERROR, "%s", err);
+        rc = EXIT_USAGE;
+        goto done;
+    }
     decode_limits(&cfg, &app.limits);
     atomic_init(&app.state, ATTND_STATE_STARTING);
     http = attnd_http_start(&app, err, sizeof err);
@@ -255,6 +271,8 @@ done:
     attnd_sessions_free(app.sessions); /* gives back the model versions they hold */
     attnd_models_free(&models);
     attnd_auth_free(app.auth);
+    attnd_access_log_close(app.access_log);
+    attnd_cors_free(app.cors);
     attnd_metrics_free(metrics);
     free(names);
     if (rc == 0)

@@ -29,7 +29,7 @@ void attnd_reply_error_body(attnd_reply *out, const attnd_http_error *err, char 
 void attnd_reply_error(attnd_reply *out, const attnd_http_error *err)
 {
     size_t len = 0;
-    char *body = attnd_codec_encode_error(err, &len);
+    char *body = attnd_codec_encode_error_id(err, out->request_id, &len);
     attnd_reply_error_body(out, err, body, len);
 }
 

@@ -25,6 +25,8 @@ typedef struct attnd_reply {
     const char *header_name;   /* one more response header a protocol needs
                                   (v2: Inference-Header-Content-Length), or NULL */
     char header_value[32];
+    const char *request_id;    /* set by the transport before any handler runs:
+                                  error bodies carry it ("request_id")          */
 } attnd_reply;
 
 extern const char attnd_json_type[]; /* "application/json" */
@@ -35,7 +37,8 @@ extern const char attnd_json_type[]; /* "application/json" */
 void attnd_reply_error_body(attnd_reply *out, const attnd_http_error *err, char *body,
                             size_t len);
 
-/* The /v1 error form: {"error":{"code","message","field"}} (attnd_reply_error_body). */
+/* The /v1 error form: {"error":{"code","message","field","request_id"}}
+ * (attnd_reply_error_body; request_id is out->request_id, omitted when NULL). */
 void attnd_reply_error(attnd_reply *out, const attnd_http_error *err);
 
 /* A copy of text as the body. */

@@ -253,6 +253,13 @@ static int check_version(attnd_exchange *x, attnd_http_error *err)
     return -1;
 }
 
+const char *attnd_route_methods(const attnd_app *app, const char *path)
+{
+    captures c;
+    const attnd_route_def *r = find(app, path, &c);
+    return r ? r->methods : NULL;
+}
+
 int attnd_route_resolve(attnd_app *app, const char *method, const char *path, attnd_exchange *x,
                         const attnd_route_def **route, attnd_http_error *err,
                         const char **allow)

@@ -70,6 +70,10 @@ int attnd_route_resolve(attnd_app *app, const char *method, const char *path, at
                         const attnd_route_def **route, attnd_http_error *err,
                         const char **allow);
 
+/* The methods of the row path matches ("GET, HEAD"), or NULL when none does:
+ * what a CORS preflight for path may ask for. */
+const char *attnd_route_methods(const attnd_app *app, const char *path);
+
 /* Who answers requests that matched no row (their errors are /v1's). */
 const attnd_handler *attnd_route_fallback(void);
 

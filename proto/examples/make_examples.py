@@ -296,6 +296,9 @@ def error_examples(x):
     big = x.mat(1)
     big[0][5] = 1e39
     qtxt = json.dumps(x.mat(1))
+    nan = [row[:] for row in q1]  # a copy: drawing new numbers would shift every later example
+    nan[0][2] = float("nan")
+    nantxt = json.dumps({"query": nan})  # NaN: what Python writes, and not JSON
     return [
         ("error_unknown_field", "A misspelt field is rejected, not ignored", "POST",
          "/v1/models/demo/attention", {"query": q1, "need_weight": True}, None,
@@ -318,6 +321,9 @@ def error_examples(x):
         ("error_non_finite", "1e39 does not fit in float32", "POST",
          "/v1/models/demo/attention", {"query": big}, None,
          400, "non_finite", "query[0][5]", False),
+        ("error_nan_token", "NaN, as Python's json.dumps writes float('nan'): non_finite naming the value",
+         "POST", "/v1/models/demo/attention", nantxt + "\n", None,
+         400, "non_finite", "query[0][2]", None),
         ("error_invalid_json", "Truncated JSON (message gives line and column)", "POST",
          "/v1/models/demo/attention", '{"query": [[0.1, 0.2]', None,
          400, "invalid_json", "", None),

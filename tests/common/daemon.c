@@ -327,7 +327,27 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *ud)
     take_header(data, n, "Retry-After", r->retry_after, sizeof r->retry_after);
     take_header(data, n, "Allow", r->allow, sizeof r->allow);
     take_header(data, n, "WWW-Authenticate", r->www_authenticate, sizeof r->www_authenticate);
+    size_t have = strlen(r->headers);
+    if (n >= 5 && strncmp(data, "HTTP/", 5) == 0) /* a new response (after a 100) */
+        have = r->headers[0] = '\0';
+    if (have + n < sizeof r->headers) {
+        memcpy(r->headers + have, data, n);
+        r->headers[have + n] = '\0';
+    }
     return n;
+}
+
+int http_header(const http_result *r, const char *name, char *out, size_t cap)
+{
+    out[0] = '\0';
+    for (const char *line = r->headers; *line;) {
+        size_t n = strcspn(line, "\n");
+        take_header(line, n, name, out, cap);
+        if (*out)
+            return 1;
+        line += n + (line[n] == '\n');
+    }
+    return 0;
 }
 
 int http_do(const char *method, const char *url, const char *body, size_t body_len,
@@ -448,4 +468,30 @@ int http_raw_status(const char *reply)
     if (!reply || sscanf(reply, "HTTP/1.%*d %d", &status) != 1)
         return -1;
     return status;
+}
+
+char *attnd_slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0, got;
+    char *buf = malloc(cap);
+    while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (cap - n - 1 == 0) {
+            char *grown = realloc(buf, cap * 2);
+            if (!grown) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = grown;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (buf)
+        buf[n] = '\0';
+    return buf;
 }

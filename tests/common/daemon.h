@@ -41,7 +41,12 @@ typedef struct http_result {
     char retry_after[32];
     char allow[64];          /* the Allow header, "" when absent            */
     char www_authenticate[64]; /* the WWW-Authenticate header, "" when absent */
+    char headers[4096];      /* every header line of the final response, raw  */
 } http_result;
+
+/* The value of response header name (case-insensitive) copied into out (cap
+ * bytes). Returns 1, or 0 (out "") when r has no such header. */
+int http_header(const http_result *r, const char *name, char *out, size_t cap);
 
 /* One blocking libcurl request (30 s timeout); body may be NULL.
  * content_type NULL = application/json. Returns 0 if a response came back (any
@@ -63,6 +68,10 @@ int http_do_ex(const char *method, const char *url, const char *body, size_t bod
 char *http_raw(int port, const char *request, size_t len, int timeout_ms);
 /* The status code of a raw "HTTP/1.1 NNN ..." reply, or -1. */
 int http_raw_status(const char *reply);
+
+/* The whole file at path, malloc'd and NUL-terminated (caller frees), or NULL
+ * when it cannot be read. */
+char *attnd_slurp(const char *path);
 
 /* Sleeps ms milliseconds. */
 void attnd_sleep_ms(int ms);

@@ -48,7 +48,8 @@ TEST(in_range_values_still_start)
                           NULL};
     char *out = NULL;
     CHECK_INT_EQ(attnd_run(args, 20, &out), 0);
-    CHECK_MSG(out && strstr(out, "max-body-bytes = 67108864") && strstr(out, "workers = 256"),
+    CHECK_MSG(out && strstr(out, "max-body-bytes = 64M  (flag, = default)") &&
+                  strstr(out, "workers = 256"),
               "%s", out ? out : "");
     free(out);
 }

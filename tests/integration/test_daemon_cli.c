@@ -129,7 +129,7 @@ TEST(precedence)
     CHECK_INT_EQ(attnd_run(args, 10, &out), 0);
     if (out) {
         CHECK_MSG(config_line(out, "workers", "3", "file"), "%s", out);
-        CHECK(config_line(out, "max-body-bytes", "2097152", "file"));
+        CHECK(config_line(out, "max-body-bytes", "2M", "file"));
         CHECK(config_line(out, "log-level", "warn", "file"));
         CHECK(config_line(out, "max-queue", "9", "env"));
         CHECK(config_line(out, "max-batch-requests", "8", "flag"));
@@ -169,7 +169,7 @@ TEST(precedence)
     const char *example[] = {"--config", "config/attnd.json", "--print-config", NULL};
     CHECK_INT_EQ(attnd_run(example, 10, &out), 0);
     CHECK(out && config_line(out, "model", "demo=config/demo.safetensors", "file"));
-    CHECK(out && config_line(out, "max-body-bytes", "67108864", "file"));
+    CHECK(out && config_line(out, "max-body-bytes", "64M", "file, = default"));
     free(out);
 
     cfg = write_config("{\"workers\": 2, \"wrokers\": 3}");

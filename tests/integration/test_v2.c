@@ -334,7 +334,9 @@ TEST(metadata)
     /* Unknown model: 404 in the v2 error form; unknown version or path: 404. */
     j = get_json("/v2/models/nope", &st);
     CHECK_INT_EQ(st, 404);
-    CHECK(json_is_string(json_object_get(j, "error")) && json_object_size(j) == 1);
+    CHECK(json_is_string(json_object_get(j, "error")) && json_object_size(j) == 2);
+    CHECK(json_is_string(json_object_get(j, "request_id"))); /* beside KServe's "error" */
+    CHECK(strstr(json_string_value(json_object_get(j, "error")), "loaded: demo") != NULL);
     json_decref(j);
     const char *missing[] = {"/v2/models/demo/versions/2", "/v2/nothing"};
     for (int p = 0; p < 2; p++) {
@@ -566,7 +568,8 @@ static void expect_400(const char *what, const char *body, size_t len, long long
     json_t *j = json_loads(r.body.p, 0, NULL);
     const char *msg = json_string_value(json_object_get(j, "error"));
     CHECK_MSG(r.status == 400, "%s: status %ld: %s", what, r.status, r.body.p);
-    CHECK_MSG(msg && json_object_size(j) == 1, "%s: body %s", what, r.body.p);
+    CHECK_MSG(msg && json_object_size(j) == 2 && json_is_string(json_object_get(j, "request_id")),
+              "%s: body %s", what, r.body.p);
     CHECK_MSG(msg && strstr(msg, needle), "%s: message \"%s\" does not name %s", what,
               msg ? msg : "", needle);
     json_decref(j);

@@ -7,7 +7,8 @@ The request path reads top-down; each layer may include the ones below it, never
     route.c/.h        the one route table
     handler_*.c/.h    protocol handlers (v1, v2, session, ops), each implementing handler.h
     codec*, jsonbuf, jsonnum              request/response bodies
-    request, scheduler, sessions, models, metrics, auth, log, config
+    request, scheduler, sessions, models, metrics, auth, log, config, reqid, cors,
+    access_log, jsonscan
     lib/              the attention core; knows nothing of server/
 
 A module is a file stem in server/: foo.c and foo.h are module "foo" (a lone header is a
@@ -23,7 +24,8 @@ Rules:
   4 http.c has no identifier containing v1_, v2_ or session (any case; comments and
     string literals do not count)
   5 the inner modules (scheduler sessions models metrics auth log request config codec*
-    jsonbuf jsonnum) reach no http, route or handler* header, directly or through others
+    jsonbuf jsonnum jsonscan reqid cors access_log) reach no http, route or handler*
+    header, directly or through others
   6 lib/*.c and lib/*.h include no server/ header
   7 sessions.c/.h and scheduler.c/.h speak no HTTP: no attnd_http_* identifier (the
     attnd_http_error type, attnd_http_error_set, attnd_http_fail ...): they return
@@ -38,7 +40,7 @@ import re
 import sys
 
 INNER = ("scheduler", "sessions", "models", "metrics", "auth", "log", "request", "config",
-         "jsonbuf", "jsonnum")            # ... and every codec*: see is_inner()
+         "jsonbuf", "jsonnum", "jsonscan", "reqid", "cors", "access_log")  # and every codec*: see is_inner()
 HTTP_LAYER = re.compile(r"^(http|route|handler|handler_.*)$")
 PROTOCOL_HEADER = re.compile(r"^handler_.+\.h$")  # handler.h itself is the shared interface
 PROTOCOL_WORD = re.compile(r"v1_|v2_|session", re.I)
