@@ -469,7 +469,7 @@ TEST(config_edges)
     CHECK_MSG(out && strstr(out, want), "%s", out ? out : "");
     CHECK(out && strstr(out, "\nmax-body-bytes = 1536K  (flag)\n"));
     CHECK(out && strstr(out, "\nmax-inflight-bytes = 1G  (default)\n"));
-    CHECK(out && strstr(out, "\nkv-cache-bytes = 256M  (default)\n"));
+    CHECK(out && strstr(out, "\nkv-cache-bytes = 0  (default)\n")); /* auto: sized at start-up */
     CHECK(out && strstr(out, "\ncors-origin = http://a.test,*  (flag)\n"));
     free(out);
     const char *same[] = {"--model", model, "--workers", "2", "--print-config", NULL};
