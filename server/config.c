@@ -112,6 +112,9 @@ static const option options[] = {
     {"kv-cache-bytes", NULL, NULL, OPT_SIZE, F(kv_cache_bytes), "0", 0, BIG, "BYTES",
      "the KV page pool of all streaming sessions (0: a quarter of physical memory, or of the "
      "cgroup's limit when lower); when full the least recently used idle sessions go"},
+    {"max-retired-bytes", NULL, NULL, OPT_SIZE, F(max_retired_bytes), "1G", 0, BIG, "BYTES",
+     "weights of replaced or unloaded model versions that sessions may keep alive; beyond it "
+     "the sessions on the oldest are evicted (410)"},
     {"kv-page-bytes", NULL, NULL, OPT_SIZE, F(kv_page_bytes), "0", 0, 1 << 26, "BYTES",
      "one KV page: a block of K and V rows of one session (0: fitted to the models at "
      "start-up, >= 16 rows and >= 32K of the widest)"},

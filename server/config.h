@@ -66,6 +66,7 @@ typedef struct attnd_config {
     int kv_dtype;                /* the same as an attn_kv_dtype (set by load)  */
     int64_t kv_cache_bytes;      /* the KV page pool of all sessions; 0 = auto  */
     int64_t kv_page_bytes;       /* one page; 0 = fitted to the models          */
+    int64_t max_retired_bytes;   /* weights retired versions may pin via sessions */
     int session_ttl_s;           /* idle session expiry; per-session ttl_s caps at it */
     int max_sessions;            /* streaming sessions held at once             */
     char *log_format_name;       /* --log-format: text or json                  */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "retire.h"
 #include "handler_v2.h"
 
 /* The body checks of a repository POST: none when it has no body (no length,
@@ -200,6 +201,8 @@ static void answer_load(attnd_exchange *x, attnd_reply *out)
     if (has_spec)
         attnd_config_spec_free(&spec);
     attnd_metrics_repository(x->app->metrics, 1, st == ATTND_REPO_OK);
+    if (st == ATTND_REPO_OK)
+        attnd_retired_bound(x->app->sessions, x->app->models, (size_t)x->app->cfg->max_retired_bytes);
     if (st != ATTND_REPO_OK) {
         repo_error(st, has_spec, msg, &err);
         attnd_handler_v2_error(out, &err);
@@ -246,6 +249,8 @@ static void answer_unload(attnd_exchange *x, attnd_reply *out)
         ok = 0;
     }
     attnd_metrics_repository(x->app->metrics, 0, ok);
+    if (ok)
+        attnd_retired_bound(x->app->sessions, x->app->models, (size_t)x->app->cfg->max_retired_bytes);
     if (!ok) {
         attnd_handler_v2_error(out, &err);
         return;

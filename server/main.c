@@ -27,6 +27,7 @@
 #include "metrics.h"
 #include "models.h"
 #include "handler_session.h"
+#include "retire.h"
 #include "route.h"
 
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
@@ -115,6 +116,8 @@ static void reload(attnd_app *app, int argc, char **argv)
              attnd_models_reload(app->models, &cfg, err, sizeof err) == 0 &&
              attnd_auth_reload(app->auth, &cfg, err, sizeof err) == 0;
     attnd_metrics_reload(app->metrics, ok);
+    if (ok)
+        attnd_retired_bound(app->sessions, app->models, (size_t)app->cfg->max_retired_bytes);
     if (ok)
         attnd_log(ATTND_LOG_INFO, "reload: %d model(s) and %d API key(s) in %.1f ms; other "
                   "settings change at restart", app->models->n, attnd_auth_key_count(app->auth),

@@ -95,7 +95,8 @@ struct attnd_metrics {
     _Atomic int64_t sessions;     /* streaming sessions held                    */
     _Atomic int64_t kv_bytes;     /* their KV cache bytes (pages in use)        */
     _Atomic int64_t kv_capacity;  /* the page pool's bytes                      */
-    _Atomic uint64_t evictions[2];/* [0] lru, [1] ttl                           */
+    _Atomic int64_t retired_versions, retired_bytes; /* old versions still held */
+    _Atomic uint64_t evictions[ATTND_EVICT_COUNT]; /* by attnd_eviction         */
     _Atomic uint64_t repo[2][2];  /* [0 unload, 1 load][0 error, 1 ok]          */
     double start_time_s;
 };
@@ -232,14 +233,21 @@ void attnd_metrics_sessions_set(attnd_metrics *m, int sessions, int64_t kv_bytes
     atomic_store_explicit(&m->kv_bytes, kv_bytes, memory_order_relaxed);
 }
 
+void attnd_metrics_retired_set(attnd_metrics *m, int versions, int64_t bytes)
+{
+    atomic_store_explicit(&m->retired_versions, versions, memory_order_relaxed);
+    atomic_store_explicit(&m->retired_bytes, bytes, memory_order_relaxed);
+}
+
 void attnd_metrics_kv_capacity_set(attnd_metrics *m, int64_t bytes)
 {
     atomic_store_explicit(&m->kv_capacity, bytes, memory_order_relaxed);
 }
 
-void attnd_metrics_session_evicted(attnd_metrics *m, int ttl)
+void attnd_metrics_session_evicted(attnd_metrics *m, attnd_eviction why)
 {
-    atomic_fetch_add_explicit(&m->evictions[ttl ? 1 : 0], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->evictions[why < ATTND_EVICT_COUNT ? why : ATTND_EVICT_LRU], 1,
+                              memory_order_relaxed);
 }
 
 void attnd_metrics_session_append(attnd_metrics *m, int model, int64_t duration_ns)
@@ -471,16 +479,25 @@ char *attnd_metrics_render(attnd_metrics *m, const int *queue_depths, size_t *le
            "Bytes of the KV page pool that sessions hold (a page shared by forks counts once).");
     put(&b, "attnd_kv_cache_bytes %lld\n",
         (long long)atomic_load_explicit(&m->kv_bytes, memory_order_relaxed));
+    family(&b, "attnd_retired_model_versions", "gauge",
+           "Model versions replaced (reload) or unloaded that requests or sessions still hold.");
+    put(&b, "attnd_retired_model_versions %lld\n",
+        (long long)atomic_load_explicit(&m->retired_versions, memory_order_relaxed));
+    family(&b, "attnd_retired_model_bytes", "gauge",
+           "Weight bytes of those versions (bounded by --max-retired-bytes: sessions beyond it are evicted).");
+    put(&b, "attnd_retired_model_bytes %lld\n",
+        (long long)atomic_load_explicit(&m->retired_bytes, memory_order_relaxed));
     family(&b, "attnd_kv_cache_capacity_bytes", "gauge", "Bytes of the KV page pool (--kv-cache-bytes).");
     put(&b, "attnd_kv_cache_capacity_bytes %lld\n",
         (long long)atomic_load_explicit(&m->kv_capacity, memory_order_relaxed));
     family(&b, "attnd_session_evictions_total", "counter",
            "Sessions evicted: least recently used under the KV budget or max_sessions (lru), "
-           "idle past their TTL (ttl).");
-    put(&b, "attnd_session_evictions_total{reason=\"lru\"} %llu\n",
-        (unsigned long long)atomic_load_explicit(&m->evictions[0], memory_order_relaxed));
-    put(&b, "attnd_session_evictions_total{reason=\"ttl\"} %llu\n",
-        (unsigned long long)atomic_load_explicit(&m->evictions[1], memory_order_relaxed));
+           "idle past their TTL (ttl), holding a retired model version over --max-retired-bytes "
+           "(retired).");
+    static const char *const reasons[ATTND_EVICT_COUNT] = {"lru", "ttl", "retired"};
+    for (int r = 0; r < ATTND_EVICT_COUNT; r++)
+        put(&b, "attnd_session_evictions_total{reason=\"%s\"} %llu\n", reasons[r],
+            (unsigned long long)atomic_load_explicit(&m->evictions[r], memory_order_relaxed));
     render_requests(&b, m);
     for (int h = 0; h < H_COUNT; h++)
         render_hist(&b, m, h);

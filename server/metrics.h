@@ -54,14 +54,25 @@ void attnd_metrics_reload(attnd_metrics *m, int ok);
 /* attnd_requests_in_flight += delta. */
 void attnd_metrics_in_flight_add(attnd_metrics *m, int delta);
 
+/* Why a session was evicted (attnd_session_evictions_total's reason label). */
+typedef enum attnd_eviction {
+    ATTND_EVICT_LRU = 0,     /* least recently used: the KV pool or max_sessions full */
+    ATTND_EVICT_TTL = 1,     /* idle past its TTL                                     */
+    ATTND_EVICT_RETIRED = 2, /* it held a retired model version over --max-retired-bytes */
+    ATTND_EVICT_COUNT
+} attnd_eviction;
+
 /* Streaming sessions: the attnd_sessions and attnd_kv_cache_bytes gauges (set by
- * the session store whenever they change), one eviction (ttl = 1: expired,
- * 0: least recently used under the budget or max_sessions), and one append's
+ * the session store whenever they change), one eviction (why), and one append's
  * duration (decode, queue, compute, commit) for model i. */
 void attnd_metrics_sessions_set(attnd_metrics *m, int sessions, int64_t kv_bytes);
+/* The attnd_retired_model_versions / attnd_retired_model_bytes gauges: replaced
+ * or unloaded versions that requests or sessions still hold, and their weights. */
+void attnd_metrics_retired_set(attnd_metrics *m, int versions, int64_t bytes);
+
 /* The attnd_kv_cache_capacity_bytes gauge: the KV page pool's size (set once). */
 void attnd_metrics_kv_capacity_set(attnd_metrics *m, int64_t bytes);
-void attnd_metrics_session_evicted(attnd_metrics *m, int ttl);
+void attnd_metrics_session_evicted(attnd_metrics *m, attnd_eviction why);
 void attnd_metrics_session_append(attnd_metrics *m, int model, int64_t duration_ns);
 
 /* Renders every family. queue_depths[i] is model i's current queue depth (or

@@ -27,10 +27,84 @@ static void on_batch(void *ctx, int n_requests, size_t n_tokens, int64_t compute
 
 /* Frees a version: its layer (the last request on it has finished: each holds
  * a reference; the scheduler is the slot's). */
+/* Publishes the retired gauges (retired_mu held). */
+static void retired_publish(attnd_models *ms)
+{
+    if (ms->metrics)
+        attnd_metrics_retired_set(ms->metrics, ms->retired_count, (int64_t)ms->retired_bytes);
+}
+
+/* Marks old (just replaced or unloaded, the registry's reference not yet
+ * dropped) retired: counted until it is freed. NULL allowed. */
+static void retire(attnd_models *ms, attnd_model *old)
+{
+    if (!old)
+        return;
+    pthread_mutex_lock(&ms->retired_mu);
+    old->registry = ms;
+    old->retired = 1;
+    old->retired_prev = ms->retired_tail;
+    old->retired_next = NULL;
+    if (ms->retired_tail) ms->retired_tail->retired_next = old;
+    else ms->retired_head = old;
+    ms->retired_tail = old;
+    ms->retired_count++;
+    ms->retired_bytes += attnd_model_weight_bytes(old);
+    retired_publish(ms);
+    pthread_mutex_unlock(&ms->retired_mu);
+}
+
+/* Takes a freed retired version out of its registry's count. */
+static void unretire(attnd_model *m)
+{
+    attnd_models *ms = m->registry;
+    pthread_mutex_lock(&ms->retired_mu);
+    if (m->retired_prev) m->retired_prev->retired_next = m->retired_next;
+    else ms->retired_head = m->retired_next;
+    if (m->retired_next) m->retired_next->retired_prev = m->retired_prev;
+    else ms->retired_tail = m->retired_prev;
+    ms->retired_count--;
+    ms->retired_bytes -= attnd_model_weight_bytes(m);
+    retired_publish(ms);
+    pthread_mutex_unlock(&ms->retired_mu);
+}
+
+void attnd_models_retired(attnd_models *ms, int *versions, size_t *bytes)
+{
+    pthread_mutex_lock(&ms->retired_mu);
+    if (versions) *versions = ms->retired_count;
+    if (bytes) *bytes = ms->retired_bytes;
+    pthread_mutex_unlock(&ms->retired_mu);
+}
+
+/* One more reference to m unless its last one is already gone (its free is
+ * then waiting for retired_mu to unlink it). Returns 1 when taken. */
+static int retain_if_alive(attnd_model *m)
+{
+    int r = atomic_load_explicit(&m->refs, memory_order_relaxed);
+    while (r > 0)
+        if (atomic_compare_exchange_weak_explicit(&m->refs, &r, r + 1, memory_order_acquire,
+                                                  memory_order_relaxed))
+            return 1;
+    return 0;
+}
+
+attnd_model *attnd_models_oldest_retired(attnd_models *ms)
+{
+    pthread_mutex_lock(&ms->retired_mu);
+    attnd_model *m = ms->retired_head;
+    while (m && !retain_if_alive(m))
+        m = m->retired_next;
+    pthread_mutex_unlock(&ms->retired_mu);
+    return m;
+}
+
 static void version_free(attnd_model *m)
 {
     if (!m)
         return;
+    if (m->retired)
+        unretire(m);
     attn_layer_free(m->layer);
     free(m->path);
     free(m);
@@ -228,6 +302,12 @@ int attnd_models_load(attnd_models *ms, const attnd_config *cfg, attnd_metrics *
         snprintf(err, errlen, "out of memory");
         goto fail_mu;
     }
+    if (pthread_mutex_init(&ms->retired_mu, NULL) != 0) {
+        pthread_mutex_destroy(&ms->mu);
+        pthread_mutex_destroy(&ms->repo_mu);
+        snprintf(err, errlen, "out of memory");
+        goto fail_mu;
+    }
     ms->mu_ready = 1;
     for (int i = 0; i < cfg->n_models; i++) {
         if (slot_init(ms, i, &cfg->models[i], 1) != 0) {
@@ -322,9 +402,12 @@ int attnd_models_reload(attnd_models *ms, const attnd_config *cfg, char *err, si
         slot_set_spec(ms, i, &cfg->models[i]); /* out of memory: the old source stays */
     pthread_mutex_unlock(&ms->repo_mu);
     /* Success: drop the registry's references to the old versions (each is
-     * freed once its last request finishes). Failure: free what was loaded. */
-    for (int i = 0; i < ms->n_config; i++)
+     * freed once its last request finishes; retired until then). Failure:
+     * free what was loaded. */
+    for (int i = 0; i < ms->n_config; i++) {
+        if (rc == 0) retire(ms, fresh[i]);
         attnd_model_release(fresh[i]);
+    }
     free(fresh);
     return rc;
 }
@@ -429,6 +512,7 @@ void attnd_models_free(attnd_models *ms)
     if (ms->mu_ready) {
         pthread_mutex_destroy(&ms->mu);
         pthread_mutex_destroy(&ms->repo_mu);
+        pthread_mutex_destroy(&ms->retired_mu);
     }
     free(ms->items);
     memset(ms, 0, sizeof *ms);
@@ -620,6 +704,7 @@ attnd_repo_status attnd_models_repo_load(attnd_models *ms, const attnd_config *c
     pthread_mutex_unlock(&ms->repo_mu);
     attnd_log(ATTND_LOG_INFO, "model %s version %d serving (repository load)%s", name,
               *version, old ? "; requests on the one before finish on it" : "");
+    retire(ms, old);
     attnd_model_release(old);
     return ATTND_REPO_OK;
 }
@@ -642,6 +727,7 @@ attnd_repo_status attnd_models_repo_unload(attnd_models *ms, const char *name)
     if (old)
         attnd_log(ATTND_LOG_INFO, "model %s version %d unloaded; requests and sessions "
                   "holding it finish on it", old->name, old->version);
+    retire(ms, old);
     attnd_model_release(old); /* freed when the last request on it lets go */
     return i >= 0 ? ATTND_REPO_OK : ATTND_REPO_NOT_FOUND;
 }

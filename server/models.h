@@ -42,6 +42,11 @@ typedef struct attnd_model {
     double load_ms;
     attnd_metrics *metrics;    /* borrowed, for the batch hook                 */
     _Atomic int refs;          /* the registry's 1 + one per holder            */
+    /* Retired: replaced by a newer version or unloaded, alive only for the
+     * requests and sessions still holding it (under the registry's retired_mu). */
+    struct attnd_models *registry;          /* borrowed                         */
+    int retired;
+    struct attnd_model *retired_prev, *retired_next;
     int version;               /* 1 for its model's first load, +1 per load    */
     attnd_sched_config sched_cfg; /* what its (the slot's) scheduler runs with  */
 } attnd_model;
@@ -77,9 +82,29 @@ typedef struct attnd_models {
                                   is unloaded; read or swap only under mu      */
     pthread_mutex_t mu;
     pthread_mutex_t repo_mu;   /* one load, unload or reload at a time        */
+    /* Retired versions still alive, oldest first: what sessions and requests
+     * pin beyond the current models (their weights: retired_bytes). */
+    pthread_mutex_t retired_mu;
+    attnd_model *retired_head, *retired_tail;
+    int retired_count;
+    size_t retired_bytes;
     int mu_ready;
     attnd_metrics *metrics;    /* borrowed                                     */
 } attnd_models;
+
+/* The weights a version holds in memory (float parameters). */
+static inline size_t attnd_model_weight_bytes(const attnd_model *m)
+{
+    return m->info.param_count * sizeof(float);
+}
+
+/* Retired versions still alive (replaced or unloaded, held by requests or
+ * sessions) and the bytes of their weights. */
+void attnd_models_retired(attnd_models *ms, int *versions, size_t *bytes);
+
+/* A reference to the oldest retired version still alive (release it with
+ * attnd_model_release), or NULL when there is none. */
+attnd_model *attnd_models_oldest_retired(attnd_models *ms);
 
 /* How many model slots a registry for cfg has room for (configured + added):
  * the metrics registry reserves as many. */

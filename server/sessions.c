@@ -48,7 +48,7 @@ struct attnd_sessions {
     pthread_t sweeper;
 };
 
-typedef enum unlink_reason { GONE_DELETE, GONE_LRU, GONE_TTL } unlink_reason;
+typedef enum unlink_reason { GONE_DELETE, GONE_LRU, GONE_TTL, GONE_RETIRED } unlink_reason;
 
 /* ------------------------------------------------------------ small helpers */
 
@@ -215,7 +215,10 @@ static attnd_session *unlink_session(attnd_sessions *st, attnd_session *s, unlin
     if (!s->busy) drop_blocks(st, s, 0); /* a busy one's go at its release */
     if (why != GONE_DELETE) {
         tomb_add(st, s->id);
-        if (st->cfg.metrics) attnd_metrics_session_evicted(st->cfg.metrics, why == GONE_TTL);
+        if (st->cfg.metrics)
+            attnd_metrics_session_evicted(st->cfg.metrics, why == GONE_TTL       ? ATTND_EVICT_TTL
+                                                           : why == GONE_RETIRED ? ATTND_EVICT_RETIRED
+                                                                                 : ATTND_EVICT_LRU);
     }
     publish(st);
     if (s->busy) {
@@ -296,8 +299,9 @@ static attnd_session *lookup(attnd_sessions *st, const char *id, int64_t now,
     if (s) return s;
     if (id_valid(id) && tomb_has(st, id))
         session_fail(err, ATTND_SESSION_EXPIRED, "id",
-                     "session %.32s was evicted (idle past its ttl_s, or least recently "
-                     "used when the KV cache budget or max_sessions was reached)", id);
+                     "session %.40s was evicted (idle past its ttl_s, least recently used "
+                     "when the KV cache or max_sessions was full, or its model version was "
+                     "replaced and old versions held more than max_retired_bytes)", id);
     else
         session_fail(err, ATTND_SESSION_NOT_FOUND, "id", "no session %.40s", id);
     return NULL;
@@ -665,6 +669,10 @@ void attnd_sessions_release(attnd_sessions *st, attnd_session *s, int committed,
     if (rows) *rows = s->rows;
     s->busy = 0;
     s->last_used_ns = now_ns(st);
+    if (s->evict_on_release && !s->removed) { /* its model version was retired meanwhile */
+        unlink_session(st, s, GONE_RETIRED);   /* not busy now: its pages go at once */
+        s->removed = 1;                        /* and it is freed below */
+    }
     int gone = s->removed;
     if (!gone) {
         lru_unlink(st, s);
@@ -828,6 +836,23 @@ int attnd_sessions_sweep(attnd_sessions *st)
             n++;
         }
         s = prev;
+    }
+    pthread_mutex_unlock(&st->mu);
+    destroy_list(st, freelist);
+    return n;
+}
+
+int attnd_sessions_evict_model(attnd_sessions *st, const void *model)
+{
+    attnd_session *freelist = NULL;
+    int n = 0;
+    pthread_mutex_lock(&st->mu);
+    for (attnd_session *s = st->lru_tail, *prev; s; s = prev) {
+        prev = s->lru_prev;
+        if (s->model != model) continue;
+        n++;
+        if (s->busy) s->evict_on_release = 1;
+        else push_free(&freelist, unlink_session(st, s, GONE_RETIRED));
     }
     pthread_mutex_unlock(&st->mu);
     destroy_list(st, freelist);

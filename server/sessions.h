@@ -68,6 +68,7 @@ typedef struct attnd_session {
     /* store-private */
     int busy;                                /* the append slot is held                 */
     int removed;                             /* unlinked while busy: release frees it   */
+    int evict_on_release;                    /* evicted while busy (retired model)      */
     int64_t last_used_ns;
     struct attnd_session *lru_prev, *lru_next, *hash_next;
 } attnd_session;
@@ -215,6 +216,11 @@ attnd_session_result attnd_sessions_fork(attnd_sessions *st, const char *id,
 attnd_session_result attnd_sessions_list(attnd_sessions *st, const char *after, int cap,
                                          attnd_session_info *out, int *n, int *total,
                                          attnd_session_error *err);
+
+/* Evicts every session holding model (a retired version): idle ones now,
+ * busy ones when their append releases (their answer still comes). Their ids
+ * answer EXPIRED. Returns how many sessions held it. */
+int attnd_sessions_evict_model(attnd_sessions *st, const void *model);
 
 /* Expires every idle session past its TTL. Returns how many. */
 int attnd_sessions_sweep(attnd_sessions *st);

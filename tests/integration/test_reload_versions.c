@@ -3,7 +3,9 @@
  * no threads (50 reloads used to add two workers each), the pinned session
  * keeps answering on its own layer, and a request still queued on a replaced
  * version at SIGTERM is answered 200 before attnd exits 0 (drain used to cover
- * only the current versions, and libmicrohttpd then aborted).
+ * only the current versions, and libmicrohttpd then aborted). What retired
+ * versions pin is counted (attnd_retired_model_*) and bounded by
+ * --max-retired-bytes: the sessions on the oldest go (410) when it is passed.
  */
 #include <jansson.h>
 #include <pthread.h>
@@ -108,6 +110,70 @@ TEST(reloads_add_no_threads)
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);
 }
 
+/* A /metrics series' value ("name " or "name{...} " as it appears), or -1. */
+static long long metric(const attnd_proc *p, const char *series)
+{
+    char url[128];
+    snprintf(url, sizeof url, "%s/metrics", p->base_url);
+    http_result r;
+    long long v = -1;
+    if (http_do("GET", url, NULL, 0, NULL, &r) == 0 && r.body) {
+        for (const char *at = r.body; (at = strstr(at, series)); at++)
+            if (at == r.body || at[-1] == '\n') {
+                v = strtoll(at + strlen(series), NULL, 10);
+                break;
+            }
+    }
+    http_result_free(&r);
+    return v;
+}
+
+/* A new session's append path (/v1/sessions/ID/append) into path, after one append. */
+static void open_session(const attnd_proc *p, const char *body, char path[128])
+{
+    char url[128];
+    snprintf(url, sizeof url, "%s/v1/models/demo/sessions", p->base_url);
+    http_result r;
+    CHECK(http_do("POST", url, "{}", 2, NULL, &r) == 0 && r.status == 201);
+    json_error_t je;
+    json_t *j = r.body ? json_loads(r.body, 0, &je) : NULL;
+    snprintf(path, 128, "/v1/sessions/%s/append", json_string_value(json_object_get(j, "id")));
+    json_decref(j);
+    http_result_free(&r);
+    CHECK_INT_EQ(post(p, path, body), 200);
+}
+
+/* The demo layer's weights are 16640 floats = 66560 bytes: a bound of 100K
+ * lets one retired version live, not two. */
+TEST(retired_versions_bounded)
+{
+    const char *args[] = {"--max-retired-bytes", "100K", NULL};
+    attnd_proc p;
+    if (attnd_proc_start(&p, args) != 0) {
+        CHECK_MSG(0, "daemon did not start");
+        return;
+    }
+    char *body = query_body(2);
+    char a[128], b[128];
+    open_session(&p, body, a);                        /* a: version 1 */
+    CHECK_INT_EQ(reload_and_wait(&p, 1), 0);          /* a pins version 1 */
+    CHECK_INT_EQ(metric(&p, "attnd_retired_model_versions "), 1);
+    CHECK_INT_EQ(metric(&p, "attnd_retired_model_bytes "), 66560);
+    CHECK_INT_EQ(post(&p, a, body), 200);
+    open_session(&p, body, b);                        /* b: version 2 */
+    CHECK_INT_EQ(reload_and_wait(&p, 2), 0);          /* 2 x 66560 > 100K: a goes */
+    CHECK_INT_EQ(post(&p, a, body), 410);
+    CHECK_INT_EQ(post(&p, b, body), 200);
+    CHECK_INT_EQ(metric(&p, "attnd_retired_model_versions "), 1);
+    CHECK_INT_EQ(metric(&p, "attnd_session_evictions_total{reason=\"retired\"} "), 1);
+    for (int k = 3; k <= 12; k++)                      /* unpinned versions go at once */
+        CHECK_INT_EQ(reload_and_wait(&p, k), 0);
+    CHECK_INT_EQ(metric(&p, "attnd_retired_model_bytes "), 66560);
+    CHECK_INT_EQ(post(&p, b, body), 200);
+    free(body);
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+}
+
 typedef struct inflight {
     const attnd_proc *p;
     long status;
@@ -147,5 +213,6 @@ int main(void)
 {
     RUN(reloads_add_no_threads);
     RUN(sigterm_answers_a_replaced_version);
+    RUN(retired_versions_bounded);
     return check_summary();
 }
