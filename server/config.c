@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "attn.h"
+#include "sessions.h" /* attnd_replica_name_valid */
 
 typedef enum opt_kind {
     OPT_STR,    /* char *                                   */
@@ -108,6 +109,9 @@ static const option options[] = {
      "an idle streaming session expires after S s (a session's own ttl_s may be shorter)"},
     {"max-sessions", NULL, NULL, OPT_INT, F(max_sessions), "4096", 1, 1 << 20, "N",
      "streaming sessions held at once; beyond it the least recently used go"},
+    {"replica-name", NULL, NULL, OPT_STR, F(replica_name), "", 0, 0, "NAME",
+     "this replica's name behind a gateway: session ids become NAME.<32 hex> so the gateway "
+     "routes each session's calls here; [a-z0-9-], 1..40, a letter or digit at each end"},
 };
 #define N_OPTIONS (sizeof options / sizeof options[0])
 _Static_assert(N_OPTIONS <= sizeof(((attnd_config *)0)->source), "source[] too small");
@@ -773,6 +777,11 @@ attnd_config_action attnd_config_load(attnd_config *cfg, int argc, char *const *
     }
     if (parse_kv_dtype("--kv-dtype", cfg->kv_dtype_name, &cfg->kv_dtype, err, errlen) != 0)
         goto fail;
+    if (*cfg->replica_name && !attnd_replica_name_valid(cfg->replica_name)) {
+        set_err(err, errlen, "--replica-name '%.64s': use 1..%d of [a-z0-9-], starting and "
+                "ending with a letter or digit", cfg->replica_name, ATTND_REPLICA_NAME_MAX);
+        goto fail;
+    }
     if (!*cfg->tls_cert != !*cfg->tls_key) {
         set_err(err, errlen, "--tls-cert and --tls-key go together: give both or neither");
         goto fail;

@@ -59,6 +59,7 @@ typedef struct attnd_config {
     int64_t kv_cache_bytes;      /* streaming sessions' KV caches, all together */
     int session_ttl_s;           /* idle session expiry; per-session ttl_s caps at it */
     int max_sessions;            /* streaming sessions held at once             */
+    char *replica_name;          /* "" = none; else session ids are NAME.hex    */
 
     char *inspect_path;          /* --inspect PATH, or NULL                    */
 

@@ -2,7 +2,8 @@
  * injected clock: ids, LRU eviction under the byte budget and the count cap, busy
  * sessions never evicted, tombstones (EXPIRED) and their bound, TTL on access and by
  * sweep, delete while an append is in flight, the length limit, and the
- * windowed cache keeping the last window-1 rows in order when it wraps.
+ * windowed cache keeping the last window-1 rows in order when it wraps, and ids
+ * carrying a replica name.
  */
 #include "check.h"
 #include "sessions.h"
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #define ROW 8 /* row_k = row_v: floats per cached row */
+#define ID (ATTND_SESSION_ID_MAX + 1)
 
 static int64_t fake_now;
 static int64_t fake_clock(void *ctx)
@@ -43,7 +45,7 @@ static attnd_sessions *make(size_t budget, int max_sessions, int max_length, int
 }
 
 /* Opens a self session (window w) and appends t rows; copies its id. */
-static int open_with(attnd_sessions *st, int w, int t, char id[ATTND_SESSION_ID_LEN + 1])
+static int open_with(attnd_sessions *st, int w, int t, char id[ATTND_SESSION_ID_MAX + 1])
 {
     attnd_session_params p = {.kind = ATTND_SESSION_SELF, .window = w, .row_k = ROW,
                               .row_v = ROW, .model_name = "m", .model = &model_token};
@@ -53,7 +55,7 @@ static int open_with(attnd_sessions *st, int w, int t, char id[ATTND_SESSION_ID_
         fprintf(stderr, "open: %d %s %s\n", (int)e.result, e.field, e.message);
         return (int)e.result;
     }
-    memcpy(id, s->id, ATTND_SESSION_ID_LEN + 1);
+    memcpy(id, s->id, sizeof s->id);
     int rc = t ? attnd_sessions_reserve(st, s, t, &e) : 0;
     attnd_sessions_release(st, s, rc == 0 ? t : 0, NULL, NULL);
     return rc == 0 ? 0 : (int)e.result;
@@ -73,11 +75,11 @@ static int touch(attnd_sessions *st, const char *id, int t)
 TEST(ids)
 {
     attnd_sessions *st = make(1 << 20, 16, 100, 0);
-    char a[40], b[40];
+    char a[ID], b[ID];
     CHECK_INT_EQ(open_with(st, 0, 0, a), 0);
     CHECK_INT_EQ(open_with(st, 0, 0, b), 0);
-    CHECK_INT_EQ(strlen(a), ATTND_SESSION_ID_LEN);
-    CHECK_INT_EQ(strspn(a, "0123456789abcdef"), ATTND_SESSION_ID_LEN);
+    CHECK_INT_EQ(strlen(a), ATTND_SESSION_ID_HEX); /* no replica name: bare hex */
+    CHECK_INT_EQ(strspn(a, "0123456789abcdef"), ATTND_SESSION_ID_HEX);
     CHECK(strcmp(a, b) != 0);
     attnd_session_info info;
     attnd_session_error e;
@@ -97,7 +99,7 @@ TEST(lru_and_busy)
 {
     const size_t budget = 2 * bytes_for(16) + bytes_for(0) + 64;
     attnd_sessions *st = make(budget, 100, 1000, 0);
-    char a[40], b[40], c[40], d[40], x[40];
+    char a[ID], b[ID], c[ID], d[ID], x[ID];
     size_t bytes;
     int count;
     CHECK_INT_EQ(open_with(st, 0, 16, a), 0);
@@ -145,7 +147,7 @@ TEST(lru_and_busy)
 TEST(max_sessions_and_tombstones)
 {
     attnd_sessions *st = make(1 << 20, 2, 100, 2);
-    char id[5][40];
+    char id[5][ID];
     for (int i = 0; i < 5; i++) {
         CHECK_INT_EQ(open_with(st, 0, 1, id[i]), 0);
         fake_now += 1000;
@@ -170,7 +172,7 @@ TEST(ttl)
                               .row_v = ROW, .model = &model_token};
     attnd_session *s;
     attnd_session_error e;
-    char a[40], b[40], c[40];
+    char a[ID], b[ID], c[ID];
     CHECK_INT_EQ(attnd_sessions_open(st, &p, &s, &e), 0);
     CHECK_INT_EQ(s->ttl_s, 5);
     memcpy(a, s->id, sizeof a);
@@ -209,7 +211,7 @@ TEST(ttl)
 TEST(delete_while_busy)
 {
     attnd_sessions *st = make(1 << 20, 16, 100, 0);
-    char a[40];
+    char a[ID];
     CHECK_INT_EQ(open_with(st, 0, 4, a), 0);
     attnd_session *s;
     attnd_session_error e;
@@ -233,7 +235,7 @@ TEST(delete_while_busy)
 TEST(length_limit)
 {
     attnd_sessions *st = make(1 << 20, 16, 20, 0);
-    char a[40];
+    char a[ID];
     CHECK_INT_EQ(open_with(st, 0, 15, a), 0);
     CHECK_INT_EQ(touch(st, a, 6), ATTND_SESSION_TOO_LARGE);
     CHECK_INT_EQ(touch(st, a, 5), 0);
@@ -263,7 +265,7 @@ TEST(window_wrap)
     attnd_session *s;
     attnd_session_error e;
     CHECK_INT_EQ(attnd_sessions_open(st, &p, &s, &e), 0);
-    char id[40];
+    char id[ID];
     memcpy(id, s->id, sizeof id);
     attnd_sessions_release(st, s, 0, NULL, NULL);
     int bad = 0, max_rows = 0, wraps = 0;
@@ -316,6 +318,54 @@ TEST(cross)
     attnd_sessions_free(st);
 }
 
+/* A replica name: ids are NAME.<32 hex>; a bare hex id or another replica's is
+ * NOT_FOUND; an evicted named id is EXPIRED; a bad name refuses the store. */
+TEST(replica_ids)
+{
+    CHECK(attnd_replica_name_valid("r1"));
+    CHECK(attnd_replica_name_valid("attnd-0"));
+    CHECK(attnd_replica_name_valid("a234567890123456789012345678901234567890"));
+    static const char *const bad[] = {"", "R1", "r_1", "-r", "r-", "r.1", "a2345678901234567890123456789012345678901"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK_MSG(!attnd_replica_name_valid(bad[i]), "'%s' accepted", bad[i]);
+    attnd_sessions_config c = {.budget_bytes = 1 << 20, .max_sessions = 2, .ttl_s = 60,
+                               .max_length = 100, .clock_ns = fake_clock,
+                               .replica_name = "R1"};
+    CHECK(attnd_sessions_create(&c) == NULL);
+    char name[] = "attnd-2";
+    c.replica_name = name;
+    attnd_sessions *st = attnd_sessions_create(&c);
+    name[0] = 'X'; /* the store keeps its own copy */
+    char a[ID], b[ID], c2[ID], other[ID + 8];
+    CHECK_INT_EQ(open_with(st, 0, 2, a), 0);
+    CHECK_INT_EQ(open_with(st, 0, 0, b), 0);
+    CHECK_INT_EQ(strlen(a), 8 + ATTND_SESSION_ID_HEX);
+    CHECK(strncmp(a, "attnd-2.", 8) == 0);
+    CHECK_INT_EQ(strspn(a + 8, "0123456789abcdef"), ATTND_SESSION_ID_HEX);
+    CHECK_INT_EQ(touch(st, a, 1), 0);
+    attnd_session_info info;
+    CHECK_INT_EQ(attnd_sessions_get(st, a, &info, NULL), ATTND_SESSION_OK);
+    CHECK_STR_EQ(info.id, a);
+    CHECK_INT_EQ(info.length, 3);
+    CHECK_INT_EQ(attnd_sessions_get(st, a + 8, &info, NULL), ATTND_SESSION_NOT_FOUND);
+    snprintf(other, sizeof other, "attnd-3.%s", a + 8);
+    CHECK_INT_EQ(attnd_sessions_get(st, other, &info, NULL), ATTND_SESSION_NOT_FOUND);
+    snprintf(other, sizeof other, "%s0", a);
+    CHECK_INT_EQ(attnd_sessions_get(st, other, &info, NULL), ATTND_SESSION_NOT_FOUND);
+    attnd_session *child;
+    CHECK_INT_EQ(attnd_sessions_fork(st, a, &child, NULL), ATTND_SESSION_OK); /* evicts b */
+    if (child) {
+        CHECK(strncmp(child->id, "attnd-2.", 8) == 0 && strlen(child->id) == strlen(a));
+        attnd_sessions_release(st, child, 0, NULL, NULL);
+    }
+    attnd_session_error e;
+    CHECK_INT_EQ(attnd_sessions_get(st, b, &info, &e), ATTND_SESSION_EXPIRED);
+    CHECK_MSG(strstr(e.message, b) != NULL, "message names the whole id: %s", e.message);
+    CHECK_INT_EQ(open_with(st, 0, 0, c2), 0);
+    CHECK(strcmp(c2, a) != 0);
+    attnd_sessions_free(st);
+}
+
 int main(void)
 {
     fake_now = INT64_C(1000) * 1000000000;
@@ -327,5 +377,6 @@ int main(void)
     RUN(length_limit);
     RUN(window_wrap);
     RUN(cross);
+    RUN(replica_ids);
     return check_summary();
 }
