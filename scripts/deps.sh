@@ -2,11 +2,13 @@
 # deps.sh — installs the Debian packages attnd needs to build and test, when missing.
 # Usage: scripts/deps.sh [extra-package ...]
 # Runs apt-get only when something is missing; needs root for that (as CI has).
+# nginx-light: tests/scripts/test_gateway.sh runs docker/nginx.conf in front of local replicas.
 set -euo pipefail
 
 packages=(gcc make pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev
           libcurl4-openssl-dev curl ca-certificates
           python3-yaml
+          nginx-light
           openssl valgrind
           "$@")
 
