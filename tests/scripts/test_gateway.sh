@@ -6,7 +6,10 @@
 # its sessions answer 410 session_replica_gone, the others go on. Then the gateway's own
 # answers: a replica whose address never answers (connect timeout, not refused) is 410 too; a
 # bare or foreign id reaches a replica's 404; with every replica down, stateless calls get a
-# JSON 502 no_replica. make docker-test runs the same client against the compose stack.
+# JSON 502 no_replica. Then docker/k8s/gateway.yaml's nginx template the same way, over three
+# replicas named like StatefulSet pods (attnd-0..2 on 127.0.0.1..3) and a stub cluster DNS
+# (tests/scripts/dns_stub.py) that stops answering for a pod once it is killed.
+# make docker-test runs the same client against the compose stack.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ATTND_BIN=${ATTND_BIN:-${BUILD:-build}/attnd}
@@ -19,9 +22,9 @@ pids=()
 cleanup() {
     local rc=$?
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    [ -f "$tmp/nginx.pid" ] && kill "$(cat "$tmp/nginx.pid")" 2>/dev/null || true
+    for f in "$tmp"/nginx*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
     wait 2>/dev/null || true
-    [ $rc -eq 0 ] || { echo "--- nginx error log"; tail -n 20 "$tmp/error.log" 2>/dev/null || true; }
+    [ $rc -eq 0 ] || { echo "--- nginx error logs"; tail -n 20 "$tmp"/error*.log 2>/dev/null || true; }
     rm -rf "$tmp"
     exit $rc
 }
@@ -39,14 +42,16 @@ for r in r1 r2 r3; do
     pid[$r]=$!
     pids+=("$!")
 done
-for r in r1 r2 r3; do
+# wait_replica ADDR NAME: attnd at ADDR is ready and says it is NAME.
+wait_replica() {
     for _ in $(seq 100); do
-        curl -sf -m 1 "127.0.0.1:${port[$r]}/readyz" >/dev/null && break
+        curl -sf -m 1 "$1/readyz" >/dev/null && break
         sleep 0.1
     done
-    curl -sf -m 1 "127.0.0.1:${port[$r]}/healthz" | grep -q "\"replica\":\"$r\"" ||
-        { tail "$tmp/$r.log"; fail "replica $r not up on ${port[$r]}"; }
-done
+    curl -sf -m 1 "$1/healthz" | grep -q "\"replica\":\"$2\"" ||
+        { tail "$tmp/$2.log"; fail "replica $2 not up at $1"; }
+}
+for r in r1 r2 r3; do wait_replica "127.0.0.1:${port[$r]}" "$r"; done
 
 # ---- nginx with docker/nginx.conf: local addresses, and r4 = an address that never answers:
 # a socket listening with a full backlog, so connect times out (nginx's own 504) instead of
@@ -111,4 +116,47 @@ expect GET "/v1/sessions/nonsense/append" 405 method_not_allowed
 for r in r1 r3; do kill "${pid[$r]}"; done
 wait "${pid[r1]}" "${pid[r3]}" 2>/dev/null || true
 expect POST /v1/models/demo/attention 502 no_replica '{"query":[[0]]}'
+echo "ok: docker/nginx.conf"
+
+# ---- docker/k8s/gateway.yaml: pods attnd-0..2 at 127.0.0.1..3, a stub DNS for their names
+ns=attnd-ns
+mkdir -p "$tmp/dns" "$tmp/kprefix/logs"
+"$PY" tests/scripts/dns_stub.py "$tmp/dns" >"$tmp/dns.port" &
+pids+=("$!")
+for _ in $(seq 50); do [ -s "$tmp/dns.port" ] && break; sleep 0.1; done
+kport=$(free_port)
+declare -A kpid
+for i in 0 1 2; do
+    "$ATTND_BIN" --model demo=config/demo.safetensors --listen "127.0.0.$((i + 1)):$kport" \
+        --replica-name "attnd-$i" --workers 1 --http-threads 1 >"$tmp/attnd-$i.log" 2>&1 &
+    kpid[$i]=$!
+    pids+=("$!")
+    echo "127.0.0.$((i + 1))" >"$tmp/dns/attnd-$i.attnd-replicas.$ns.svc.cluster.local"
+done
+for i in 0 1 2; do wait_replica "127.0.0.$((i + 1)):$kport" "attnd-$i"; done
+# The template as the nginx image renders it; the ClusterIP Service (one address kube-proxy
+# spreads) becomes the three pods' addresses, port 8080 the local one.
+kgw=$(free_port)
+"$PY" -c 'import sys, yaml
+for d in yaml.safe_load_all(open("docker/k8s/gateway.yaml")):
+    if d and d["kind"] == "ConfigMap": sys.stdout.write(d["data"]["attnd.conf.template"])' |
+    POD_NAMESPACE=$ns CLUSTER_DOMAIN=cluster.local RESOLVER="127.0.0.1:$(cat "$tmp/dns.port")" \
+    envsubst '${POD_NAMESPACE} ${CLUSTER_DOMAIN} ${RESOLVER}' |
+    awk -v p="$kport" '/server attnd\.attnd-ns\.svc\.cluster\.local:8080/ { n++; sub(/attnd\.attnd-ns\.svc\.cluster\.local:8080/, "127.0.0." n ":" p) } { print }' |
+    sed -e "s/svc\.cluster\.local:8080;/svc.cluster.local:$kport;/" -e "s/listen 8080;/listen 127.0.0.1:$kgw;/" \
+    >"$tmp/attnd-k8s.conf"
+grep -q "127.0.0.3:$kport" "$tmp/attnd-k8s.conf" && grep -q "cluster.local:$kport;" "$tmp/attnd-k8s.conf" ||
+    fail "could not render docker/k8s/gateway.yaml's template for local pods"
+printf 'pid %s/nginx-k8s.pid;\nerror_log %s/error-k8s.log warn;\nevents {}\nhttp {\n    access_log %s/access-k8s.log;\n    include %s/attnd-k8s.conf;\n}\n' \
+    "$tmp" "$tmp" "$tmp" "$tmp" >"$tmp/nginx-k8s.conf"
+"$NGINX" -p "$tmp/kprefix" -c "$tmp/nginx-k8s.conf"
+for _ in $(seq 50); do curl -sf -m 1 "127.0.0.1:$kgw/nginx-health" >/dev/null && break; sleep 0.1; done
+base=http://127.0.0.1:$kgw
+victim_dns=$tmp/dns/attnd-1.attnd-replicas.$ns.svc.cluster.local
+"$PY" tests/scripts/gateway_sessions.py --base "$base" --sessions 30 \
+    --replicas attnd-0,attnd-1,attnd-2 --victim attnd-1 \
+    --stop-cmd "rm $victim_dns && kill ${kpid[1]} && while kill -0 ${kpid[1]} 2>/dev/null; do sleep 0.05; done"
+expect GET "/v1/sessions/attnd-7.$hex" 410 session_replica_gone   # no such pod: NXDOMAIN
+expect GET "/v1/sessions/$hex" 404 session_not_found
+echo "ok: docker/k8s/gateway.yaml"
 echo "test_gateway: all checks passed"
