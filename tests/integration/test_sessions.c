@@ -1010,7 +1010,7 @@ static void replica_ids(const char *name)
     CHECK_INT_EQ(get_status(&p, other, code), 404);
     snprintf(other, sizeof other, "%.*sG", (int)strlen(id) - 1, id); /* not hex */
     CHECK_INT_EQ(get_status(&p, other, code), 404);
-    snprintf(other, sizeof other, "%s%s", prefix, prefix);
+    snprintf(other, sizeof other, "%.40s.%.40s", name, prefix); /* NAME.NAME. */
     CHECK_INT_EQ(get_status(&p, other, code), 404);
     char longer[300];
     memset(longer, 'a', sizeof longer - 1);
