@@ -354,6 +354,15 @@ typedef struct attn_seq {
     int cache_block_rows;
     const int32_t *cache_block_table;
     int cache_dtype;        /* an attn_kv_dtype; 0 = ATTN_KV_F32 */
+
+    /* Appended in 0.4, paged caches only: bytes from the start of one pool
+     * block to the next, in both cache_k and cache_v (0 = the block bytes of
+     * attn_kv_block_bytes, K and V each packed). A larger stride lets one pool
+     * of equal pages hold the blocks of layers of different shapes, and K and
+     * V side by side: page p's K block at cache_k + p * stride and V block at
+     * cache_v + p * stride (e.g. cache_v = cache_k + K block bytes). It must
+     * be a multiple of 4 and at least the K and the V block bytes. */
+    size_t cache_block_stride;
 } attn_seq;
 
 /* Counters filled by attn_forward (optional). */
@@ -503,6 +512,7 @@ typedef struct attn_kv_cache {
     attn_kv_dtype dtype;
     int block_rows;
     const int32_t *block_table;
+    size_t block_stride; /* as attn_seq.cache_block_stride; 0 = packed */
 } attn_kv_cache;
 
 /* Writes n rows of projected keys k (n, g*d_k) and values v (n, g*d_v) — e.g.

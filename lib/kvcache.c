@@ -42,7 +42,7 @@ int attn__kv_sizes(const attn_layer *l, int dtype, int block_rows, size_t *k_byt
 }
 
 static void kv_init(const attn_layer *l, void *k, void *v, int dtype, int block_rows,
-                    const int32_t *table, attn__kv *kv)
+                    const int32_t *table, size_t stride, attn__kv *kv)
 {
     kv->k = k;
     kv->v = v;
@@ -53,11 +53,13 @@ static void kv_init(const attn_layer *l, void *k, void *v, int dtype, int block_
     while (block_rows > 1 && (1 << kv->shift) < block_rows) kv->shift++;
     kv->blk_k = kv->blk_v = 0;
     if (block_rows > 0) attn__kv_sizes(l, dtype, block_rows, &kv->blk_k, &kv->blk_v);
+    if (block_rows > 0 && stride > 0) kv->blk_k = kv->blk_v = stride;
 }
 
 void attn__kv_from_seq(const attn_layer *l, const attn_seq *s, attn__kv *kv)
 {
-    kv_init(l, s->cache_k, s->cache_v, s->cache_dtype, s->cache_block_rows, s->cache_block_table, kv);
+    kv_init(l, s->cache_k, s->cache_v, s->cache_dtype, s->cache_block_rows, s->cache_block_table,
+            s->cache_block_stride, kv);
 }
 
 /* ------------------------------------------------------------ conversions */
@@ -264,6 +266,23 @@ const float *attn__kv_rows(const attn_layer *l, const attn__kv *kv, int which, i
 
 /* ----------------------------------------------------------------- public */
 
+attn_status attn__kv_check_stride(const attn_layer *l, int dtype, int block_rows, size_t stride,
+                                  const char *name, attn_error *err)
+{
+    size_t kb, vb;
+    if (stride == 0) return ATTN_OK;
+    if (block_rows == 0)
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG, "%s = %zu is set but the cache is contiguous", name,
+                               stride);
+    if (!attn__kv_sizes(l, dtype, block_rows, &kb, &vb))
+        return attn__set_error(err, ATTN_ERR_LIMIT, "a block of %d rows overflows", block_rows);
+    if (stride % 4 != 0 || stride < kb || stride < vb)
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG,
+                               "%s = %zu, must be a multiple of 4 and >= the block bytes (K %zu, V %zu)", name,
+                               stride, kb, vb);
+    return ATTN_OK;
+}
+
 static attn_status check_layout(const attn_layer *l, int dtype, int block_rows, const int32_t *table,
                                 int check_table, attn_error *err)
 {
@@ -303,6 +322,7 @@ static attn_status check_io(const attn_layer *l, const attn_kv_cache *c, int row
 {
     if (c == NULL) return attn__set_error(err, ATTN_ERR_INVALID_ARG, "cache is NULL");
     attn_status st = check_layout(l, (int)c->dtype, c->block_rows, c->block_table, 1, err);
+    if (st == ATTN_OK) st = attn__kv_check_stride(l, (int)c->dtype, c->block_rows, c->block_stride, "block_stride", err);
     if (st != ATTN_OK) return st;
     if (c->k == NULL || c->v == NULL)
         return attn__set_error(err, ATTN_ERR_INVALID_ARG, "cache->%s is NULL", c->k ? "v" : "k");
@@ -334,7 +354,8 @@ attn_status attn_kv_store(const attn_layer *layer, const attn_kv_cache *cache, i
     if (st == ATTN_OK) st = check_finite(v, (size_t)n, (size_t)layer->kv_v_dim, "v", err);
     if (st != ATTN_OK) return st;
     attn__kv kv;
-    kv_init(layer, cache->k, cache->v, (int)cache->dtype, cache->block_rows, cache->block_table, &kv);
+    kv_init(layer, cache->k, cache->v, (int)cache->dtype, cache->block_rows, cache->block_table,
+            cache->block_stride, &kv);
     attn__kv_write(layer, &kv, row0, n, k, v);
     return ATTN_OK;
 }
@@ -345,7 +366,8 @@ attn_status attn_kv_load(const attn_layer *layer, const attn_kv_cache *cache, in
     attn_status st = check_io(layer, cache, row0, n, k, v, err);
     if (st != ATTN_OK) return st;
     attn__kv kv;
-    kv_init(layer, cache->k, cache->v, (int)cache->dtype, cache->block_rows, cache->block_table, &kv);
+    kv_init(layer, cache->k, cache->v, (int)cache->dtype, cache->block_rows, cache->block_table,
+            cache->block_stride, &kv);
     for (int w = 0; w < 2; w++) {
         const int d = w ? layer->d_v : layer->d_k, width = layer->g * d;
         float *out = w ? v : k;

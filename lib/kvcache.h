@@ -26,6 +26,11 @@ static inline int attn__kv_is_plain(const attn_seq *s)
  * dtype and block_rows must be valid (validated). */
 int attn__kv_sizes(const attn_layer *l, int dtype, int block_rows, size_t *k_bytes, size_t *v_bytes);
 
+/* OK when stride is 0, or a paged cache's valid block stride (a multiple of
+ * 4, >= the K and V block bytes); name is the field for the message. */
+attn_status attn__kv_check_stride(const attn_layer *l, int dtype, int block_rows, size_t stride,
+                                  const char *name, attn_error *err);
+
 /* The view of seq s's cache (s->cache_k != NULL, validated). */
 void attn__kv_from_seq(const attn_layer *l, const attn_seq *s, attn__kv *kv);
 

@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 /* Results must stay below this; the slack covers rounding in long sums. */
 #define MAGNITUDE_LIMIT ((double)FLT_MAX / 4.0)
@@ -31,9 +32,10 @@ static attn_status check_cache_pointers(const attn_seq *s, int i, attn_error *er
             return attn__set_error(err, ATTN_ERR_INVALID_ARG,
                                    "seqs[%d]: cache_len = %d / cache_append = %d set but cache_k is NULL",
                                    i, s->cache_len, s->cache_append);
-        if (s->cache_block_rows != 0 || s->cache_block_table != NULL || s->cache_dtype != 0)
+        if (s->cache_block_rows != 0 || s->cache_block_table != NULL || s->cache_dtype != 0 ||
+            s->cache_block_stride != 0)
             return attn__set_error(err, ATTN_ERR_INVALID_ARG,
-                                   "seqs[%d]: cache_block_rows / cache_block_table / cache_dtype set but "
+                                   "seqs[%d]: cache_block_rows / cache_block_table / cache_dtype / cache_block_stride set but "
                                    "cache_k is NULL", i);
         return ATTN_OK;
     }
@@ -75,6 +77,11 @@ static attn_status check_block_table(const attn_layer *l, const attn_seq *s, int
     if (!attn__kv_sizes(l, s->cache_dtype, s->cache_block_rows, &kb, &vb))
         return attn__set_error(err, ATTN_ERR_LIMIT, "seqs[%d]: a block of %d rows overflows", i,
                                s->cache_block_rows);
+    char name[48];
+    snprintf(name, sizeof name, "seqs[%d].cache_block_stride", i);
+    attn_status st = attn__kv_check_stride(l, s->cache_dtype, s->cache_block_rows, s->cache_block_stride, name, err);
+    if (st != ATTN_OK) return st;
+    if (s->cache_block_stride > 0) kb = vb = s->cache_block_stride;
     const int n = (s->s + s->cache_block_rows - 1) / s->cache_block_rows;
     for (int b = 0; b < n; b++) {
         const int32_t e = s->cache_block_table[b];

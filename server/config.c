@@ -100,11 +100,16 @@ static const option options[] = {
      "serve HTTPS with this PEM certificate chain (with --tls-key)"},
     {"tls-key", NULL, NULL, OPT_STR, F(tls_key), "", 0, 0, "FILE",
      "the PEM private key for --tls-cert"},
-    {"kv-dtype", NULL, NULL, OPT_STR, F(kv_dtype_name), "f32", 0, 0, "f32|f16|bf16",
+    {"kv-dtype", NULL, NULL, OPT_STR, F(kv_dtype_name), "f32", 0, 0, "f32|f16|bf16|int8",
      "how sessions' KV caches store keys and values (per model: kv_dtype= in --model); f16 "
-     "and bf16 halve the bytes each decode step reads, f32 is exact"},
-    {"kv-cache-bytes", NULL, NULL, OPT_SIZE, F(kv_cache_bytes), "256M", 1, BIG, "BYTES",
-     "KV cache memory of all streaming sessions; beyond it the least recently used go"},
+     "and bf16 halve the bytes each decode step reads, int8 (a scale per block and KV head) "
+     "quarters them; f32 is exact"},
+    {"kv-cache-bytes", NULL, NULL, OPT_SIZE, F(kv_cache_bytes), "0", 0, BIG, "BYTES",
+     "the KV page pool of all streaming sessions (0: a quarter of physical memory, or of the "
+     "cgroup's limit when lower); when full the least recently used idle sessions go"},
+    {"kv-page-bytes", NULL, NULL, OPT_SIZE, F(kv_page_bytes), "0", 0, 1 << 26, "BYTES",
+     "one KV page: a block of K and V rows of one session (0: fitted to the models at "
+     "start-up, >= 16 rows and >= 32K of the widest)"},
     {"session-ttl-s", NULL, NULL, OPT_INT, F(session_ttl_s), "600", 1, 604800, "S",
      "an idle streaming session expires after S s (a session's own ttl_s may be shorter)"},
     {"max-sessions", NULL, NULL, OPT_INT, F(max_sessions), "4096", 1, 1 << 20, "N",
@@ -254,20 +259,17 @@ nomem:
 /* The keys a model spec takes after NAME=PATH. */
 static const char spec_keys[] = "heads, kv_heads, layer, layers, format, prefix, kv_dtype";
 
-/* "f32", "f16", "bf16" -> an attn_kv_dtype. Returns 0, or -1 with err. */
+static const char *const kv_dtype_names[] = {"f32", "f16", "bf16", "int8"}; /* attn_kv_dtype order */
+
+/* "f32", "f16", "bf16", "int8" -> an attn_kv_dtype. Returns 0, or -1 with err. */
 static int parse_kv_dtype(const char *what, const char *v, int *out, char *err, size_t errlen)
 {
-    static const char *const names[] = {"f32", "f16", "bf16"};
-    for (int i = 0; i < 3; i++)
-        if (strcmp(v, names[i]) == 0) {
-            *out = i; /* ATTN_KV_F32, ATTN_KV_F16, ATTN_KV_BF16 */
+    for (int i = 0; i < 4; i++)
+        if (strcmp(v, kv_dtype_names[i]) == 0) {
+            *out = i;
             return 0;
         }
-    if (strcmp(v, "int8") == 0)
-        set_err(err, errlen, "%s: int8 needs the paged KV cache, which the session store does "
-                "not use yet: choose f32, f16 or bf16", what);
-    else
-        set_err(err, errlen, "%s must be f32, f16 or bf16, got '%.40s'", what, v);
+    set_err(err, errlen, "%s must be f32, f16, bf16 or int8, got '%.40s'", what, v);
     return -1;
 }
 
@@ -782,6 +784,12 @@ attnd_config_action attnd_config_load(attnd_config *cfg, int argc, char *const *
                 "ending with a letter or digit", cfg->replica_name, ATTND_REPLICA_NAME_MAX);
         goto fail;
     }
+    if (cfg->kv_page_bytes % 4 != 0 ||
+        (cfg->kv_cache_bytes > 0 && cfg->kv_page_bytes > cfg->kv_cache_bytes)) {
+        set_err(err, errlen, "--kv-page-bytes %lld must be a multiple of 4 and at most --kv-cache-bytes",
+                (long long)cfg->kv_page_bytes);
+        goto fail;
+    }
     if (!*cfg->tls_cert != !*cfg->tls_key) {
         set_err(err, errlen, "--tls-cert and --tls-key go together: give both or neither");
         goto fail;
@@ -868,8 +876,7 @@ static void format_value(const attnd_config *cfg, const option *o, char *buf, si
             if (m->prefix && n < cap)
                 n += (size_t)snprintf(buf + n, cap - n, ",prefix=%s", m->prefix);
             if (m->kv_dtype >= 0 && n < cap)
-                n += (size_t)snprintf(buf + n, cap - n, ",kv_dtype=%s",
-                                      m->kv_dtype == 0 ? "f32" : m->kv_dtype == 1 ? "f16" : "bf16");
+                n += (size_t)snprintf(buf + n, cap - n, ",kv_dtype=%s", kv_dtype_names[m->kv_dtype]);
         }
         break;
     }

@@ -54,9 +54,10 @@ typedef struct attnd_config {
     int ui;                      /* 1: serve the playground at / and /ui/       */
     char *tls_cert;              /* PEM files; both or neither                  */
     char *tls_key;
-    char *kv_dtype_name;         /* --kv-dtype: f32, f16, bf16                  */
+    char *kv_dtype_name;         /* --kv-dtype: f32, f16, bf16, int8            */
     int kv_dtype;                /* the same as an attn_kv_dtype (set by load)  */
-    int64_t kv_cache_bytes;      /* streaming sessions' KV caches, all together */
+    int64_t kv_cache_bytes;      /* the KV page pool of all sessions; 0 = auto  */
+    int64_t kv_page_bytes;       /* one page; 0 = fitted to the models          */
     int session_ttl_s;           /* idle session expiry; per-session ttl_s caps at it */
     int max_sessions;            /* streaming sessions held at once             */
     char *replica_name;          /* "" = none; else session ids are NAME.hex    */

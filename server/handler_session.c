@@ -20,6 +20,9 @@
 #include "codec_v2.h"
 #include "jsonbuf.h"
 #include "jsonnum.h"
+#include "kvlayout.h"
+#include "kvpool.h"
+#include "log.h"
 
 /* An append's state from decode to end (the exchange's state). */
 typedef struct attnd_session_call {
@@ -62,10 +65,57 @@ static int store_error(const attnd_session_error *se, attnd_http_error *e)
 static void release_model(void *m) { attnd_model_release(m); }
 static void retain_model(void *m) { attnd_model_retain(m); }
 
-attnd_sessions *attnd_session_store_create(const attnd_config *cfg, attnd_metrics *metrics)
+/* The page size: --kv-page-bytes, or the largest the loaded models wish for. */
+static size_t page_size(const attnd_config *cfg, attnd_models *models)
 {
+    if (cfg->kv_page_bytes > 0) return (size_t)cfg->kv_page_bytes;
+    size_t page = 0;
+    for (int i = 0; i < models->n; i++) {
+        attnd_model *m = attnd_models_acquire(models, i);
+        size_t want = m ? attnd_kv_page_wish(m->layer, m->kv_dtype) : 0;
+        if (want > page) page = want;
+        attnd_model_release(m);
+    }
+    return page ? page : ATTND_KV_MIN_PAGE;
+}
+
+/* Logs the pool and each model's blocks on it. */
+static void log_pool(attnd_sessions *st, attnd_models *models, size_t limit, const char *from)
+{
+    size_t cap = 0, page = attnd_sessions_page_bytes(st);
+    attnd_sessions_stats(st, NULL, NULL, &cap);
+    if (limit)
+        attnd_log(ATTND_LOG_INFO, "KV cache: %.1f MiB page pool (1/%d of %.1f GiB, %s; --kv-cache-bytes "
+                  "sets it), %zu pages of %zu bytes", (double)cap / 1048576.0, ATTND_KVPOOL_DEFAULT_SHARE,
+                  (double)limit / 1073741824.0, from, cap / page, page);
+    else
+        attnd_log(ATTND_LOG_INFO, "KV cache: %.1f MiB page pool (--kv-cache-bytes), %zu pages of %zu bytes",
+                  (double)cap / 1048576.0, cap / page, page);
+    static const char *const dtypes[] = {"f32", "f16", "bf16", "int8"};
+    for (int i = 0; i < models->n; i++) {
+        attnd_model *m = attnd_models_acquire(models, i);
+        attnd_kv_geometry g;
+        size_t row = 0;
+        if (m && attnd_kv_geometry_fit(m->layer, m->kv_dtype, page, &g, &row) == 0)
+            attnd_log(ATTND_LOG_INFO, "KV cache: model %s: %d rows of K and V (%s) per page, %.0f%% of it used",
+                      m->name, g.block_rows, dtypes[m->kv_dtype],
+                      100.0 * (double)(g.v_offset + g.v_bytes) / (double)page);
+        else if (m)
+            attnd_log(ATTND_LOG_WARN, "KV cache: model %s: one row of K and V (%zu bytes) is larger than a page "
+                      "(%zu bytes): it cannot open sessions (set --kv-page-bytes)", m->name, row, page);
+        attnd_model_release(m);
+    }
+}
+
+attnd_sessions *attnd_session_store_create(const attnd_config *cfg, attnd_models *models,
+                                           attnd_metrics *metrics, char *err, size_t errlen)
+{
+    size_t limit = 0;
+    const char *from = "";
+    size_t pool = cfg->kv_cache_bytes > 0 ? (size_t)cfg->kv_cache_bytes : attnd_kvpool_default_bytes(&limit, &from);
     attnd_sessions_config sc = {
-        .budget_bytes = (size_t)cfg->kv_cache_bytes,
+        .budget_bytes = pool,
+        .page_bytes = page_size(cfg, models),
         .max_sessions = cfg->max_sessions,
         .ttl_s = cfg->session_ttl_s,
         .max_length = cfg->max_seq_len,
@@ -74,13 +124,21 @@ attnd_sessions *attnd_session_store_create(const attnd_config *cfg, attnd_metric
         .metrics = metrics,
         .replica_name = cfg->replica_name,
     };
-    attnd_sessions *st = attnd_sessions_create(&sc);
+    attnd_sessions *st = attnd_sessions_create(&sc, err, errlen);
     if (st && attnd_sessions_start_sweeper(st, 1000) != 0) {
         attnd_sessions_free(st);
+        snprintf(err, errlen, "cannot start the session sweeper thread");
         st = NULL;
     }
-    if (st && metrics)
-        attnd_metrics_sessions_set(metrics, 0, 0);
+    if (st) {
+        log_pool(st, models, limit, from);
+        if (metrics) {
+            size_t cap = 0;
+            attnd_sessions_stats(st, NULL, NULL, &cap);
+            attnd_metrics_sessions_set(metrics, 0, 0);
+            attnd_metrics_kv_capacity_set(metrics, (int64_t)cap);
+        }
+    }
     return st;
 }
 
@@ -332,25 +390,52 @@ static attn_status memory_bound(const attnd_model *m, const create_body *cb, flo
     return ATTN_OK;
 }
 
-/* A cross session's memory: projected once, then stored in the model's kv dtype
- * (float32: straight into the cache). */
-static attn_status project_memory(const attnd_model *m, const create_body *cb, attnd_session *s,
-                                  attn_error *ae)
+/* A cross session's memory: projected once, then stored on its pages in the
+ * model's kv dtype. */
+static attn_status project_memory(attnd_sessions *st, const attnd_model *m, const create_body *cb,
+                                  attnd_session *s, attn_error *ae)
 {
     const float *value = cb->value ? cb->value : cb->key;
-    if (m->kv_dtype == ATTN_KV_F32)
-        return attn_project_kv(m->layer, cb->key, value, cb->key_rows, s->cache_k, s->cache_v,
-                               ae);
-    float *k = malloc((size_t)cb->key_rows * (size_t)s->row_k * sizeof *k);
-    float *v = malloc((size_t)cb->key_rows * (size_t)s->row_v * sizeof *v);
-    attn_status st = k && v ? attn_project_kv(m->layer, cb->key, value, cb->key_rows, k, v, ae)
-                            : ATTN_ERR_NOMEM;
-    attn_kv_cache cache = {.k = s->cache_k, .v = s->cache_v, .dtype = m->kv_dtype};
-    if (st == ATTN_OK)
-        st = attn_kv_store(m->layer, &cache, 0, cb->key_rows, k, v, ae);
+    const size_t rk = (size_t)attnd_kv_heads(&m->info) * (size_t)m->info.head_dim_k;
+    const size_t rv = (size_t)attnd_kv_heads(&m->info) * (size_t)m->info.head_dim_v;
+    float *k = malloc((size_t)cb->key_rows * rk * sizeof *k);
+    float *v = malloc((size_t)cb->key_rows * rv * sizeof *v);
+    attn_status status = k && v ? attn_project_kv(m->layer, cb->key, value, cb->key_rows, k, v, ae)
+                                : ATTN_ERR_NOMEM;
+    attnd_session_kv kv;
+    attnd_sessions_kv(st, s, &kv);
+    attn_kv_cache cache = {.k = kv.k, .v = kv.v, .dtype = m->kv_dtype, .block_rows = kv.block_rows,
+                           .block_table = kv.table, .block_stride = kv.stride};
+    if (status == ATTN_OK)
+        status = attn_kv_store(m->layer, &cache, 0, cb->key_rows, k, v, ae);
     free(k);
     free(v);
-    return st;
+    return status;
+}
+
+/* The open parameters of a session on model m, its blocks fitted to the
+ * store's pages. Returns 0, or -1 with *e (a row larger than a page). */
+static int session_params(attnd_app *app, attnd_model *m, const create_body *cb,
+                          attnd_session_params *p, attnd_http_error *e)
+{
+    attnd_kv_geometry g;
+    size_t row = 0, page = attnd_sessions_page_bytes(app->sessions);
+    if (attnd_kv_geometry_fit(m->layer, m->kv_dtype, page, &g, &row) != 0)
+        return attnd_http_fail(e, 500, "internal", "",
+                               "model %s: one row of K and V (%zu bytes) is larger than a KV page "
+                               "(%zu bytes): restart with --kv-page-bytes >= %zu", m->name, row, page, row);
+    *p = (attnd_session_params){
+        .kind = cb->key ? ATTND_SESSION_CROSS : ATTND_SESSION_SELF,
+        .window = (int)cb->window,
+        .ttl_s = (int)cb->ttl_s,
+        .block_rows = g.block_rows,
+        .k_block_bytes = g.v_offset,
+        .v_block_bytes = g.v_bytes,
+        .rows = cb->key_rows,
+        .model_name = m->name,
+        .model = m,
+    };
+    return 0;
 }
 
 static void create(attnd_exchange *x, attnd_reply *out)
@@ -362,19 +447,9 @@ static void create(attnd_exchange *x, attnd_reply *out)
     attnd_http_error e;
     attnd_session_error se;
     attnd_session *s = NULL;
-    if (decode_create(x, in, &cb, &e) != 0)
+    attnd_session_params p;
+    if (decode_create(x, in, &cb, &e) != 0 || session_params(app, m, &cb, &p, &e) != 0)
         goto fail;
-    attnd_session_params p = {
-        .kind = cb.key ? ATTND_SESSION_CROSS : ATTND_SESSION_SELF,
-        .window = (int)cb.window,
-        .ttl_s = (int)cb.ttl_s,
-        .row_k = attnd_kv_heads(in) * in->head_dim_k, /* the cache holds the KV heads */
-        .row_v = attnd_kv_heads(in) * in->head_dim_v,
-        .elem_bytes = m->kv_dtype == ATTN_KV_F32 ? 4 : 2, /* f16, bf16 */
-        .rows = cb.key_rows,
-        .model_name = m->name,
-        .model = m,
-    };
     attnd_model_retain(m);
     if (attnd_sessions_open(app->sessions, &p, &s, &se) != ATTND_SESSION_OK) {
         attnd_model_release(m);
@@ -385,7 +460,7 @@ static void create(attnd_exchange *x, attnd_reply *out)
         attn_error ae = {0};
         attn_status st = memory_bound(m, &cb, &s->query_limit, &ae);
         if (st == ATTN_OK)
-            st = project_memory(m, &cb, s, &ae);
+            st = project_memory(app->sessions, m, &cb, s, &ae);
         if (st != ATTN_OK) { /* the statuses one-shot cross-attention answers with */
             char id[ATTND_SESSION_ID_MAX + 1];
             memcpy(id, s->id, sizeof id);
@@ -428,6 +503,10 @@ static void put_info(attnd_jsonbuf *b, const attnd_session_info *si)
     attnd_jb_i64(b, si->rows);
     attnd_jb_puts(b, ",\"bytes\":");
     attnd_jb_i64(b, (long long)si->bytes);
+    attnd_jb_puts(b, ",\"blocks\":");
+    attnd_jb_i64(b, si->blocks);
+    attnd_jb_puts(b, ",\"shared_blocks\":");
+    attnd_jb_i64(b, si->shared_blocks);
     attnd_jb_printf(b, ",\"idle_s\":%.3f,\"busy\":%s}", si->idle_s,
                     si->busy ? "true" : "false");
 }
@@ -594,9 +673,14 @@ static int attach_cache(attnd_app *app, const attnd_model *m, attnd_session *s,
             call->positions[i] = s->length + i;
         q->position_ids = call->positions;
     }
+    attnd_session_kv kv;
+    attnd_sessions_kv(app->sessions, s, &kv);
     q->s = keys;
-    q->cache_k = s->cache_k;
-    q->cache_v = s->cache_v;
+    q->cache_k = kv.k;
+    q->cache_v = kv.v;
+    q->cache_block_rows = kv.block_rows;
+    q->cache_block_table = kv.table;
+    q->cache_block_stride = kv.stride;
     q->cache_dtype = m->kv_dtype;
     q->cache_len = s->rows;
     q->cache_append = self;

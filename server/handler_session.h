@@ -10,6 +10,7 @@
 #define ATTND_HANDLER_SESSION_H
 
 #include "handler.h"
+#include "models.h"
 #include "sessions.h"
 
 extern const attnd_handler attnd_handler_session_create; /* POST /v1/models/{name}/sessions */
@@ -18,9 +19,13 @@ extern const attnd_handler attnd_handler_session_append; /* POST /v1/sessions/{i
 extern const attnd_handler attnd_handler_session_list;   /* GET /v1/sessions                */
 extern const attnd_handler attnd_handler_session_fork;   /* POST /v1/sessions/{id}/fork     */
 
-/* Creates the store from cfg's kv_cache_bytes / max_sessions / session_ttl_s /
- * max_seq_len, releasing model versions with attnd_model_release, and starts its
- * 1 s TTL sweep. Returns NULL on failure. Free with attnd_sessions_free. */
-attnd_sessions *attnd_session_store_create(const attnd_config *cfg, attnd_metrics *metrics);
+/* Creates the store from cfg's kv_cache_bytes (0: a quarter of the memory, see
+ * attnd_kvpool_default_bytes) / kv_page_bytes (0: the largest page the loaded
+ * models wish for, kvlayout.h) / max_sessions / session_ttl_s / max_seq_len,
+ * releasing model versions with attnd_model_release, logs the pool and each
+ * model's blocks, and starts its 1 s TTL sweep. Call after the models load.
+ * Returns NULL with err on failure. Free with attnd_sessions_free. */
+attnd_sessions *attnd_session_store_create(const attnd_config *cfg, attnd_models *models,
+                                           attnd_metrics *metrics, char *err, size_t errlen);
 
 #endif

@@ -218,18 +218,18 @@ int main(int argc, char **argv)
               attnd_auth_key_count(app.auth) ? "" : " (authentication off)");
     decode_limits(&cfg, &app.limits);
     atomic_init(&app.state, ATTND_STATE_STARTING);
-    app.sessions = attnd_session_store_create(&cfg, metrics);
-    if (!app.sessions) {
-        attnd_log(ATTND_LOG_ERROR, "cannot create the session store");
-        goto done;
-    }
-
     http = attnd_http_start(&app, err, sizeof err);
     if (!http) {
         attnd_log(ATTND_LOG_ERROR, "%s", err);
         goto done;
     }
     if (attnd_models_load(&models, &cfg, metrics, err, sizeof err) != 0) {
+        attnd_log(ATTND_LOG_ERROR, "%s", err);
+        goto done;
+    }
+    /* Before READY: every session route needs models, so none reads app.sessions sooner. */
+    app.sessions = attnd_session_store_create(&cfg, &models, metrics, err, sizeof err);
+    if (!app.sessions) {
         attnd_log(ATTND_LOG_ERROR, "%s", err);
         goto done;
     }

@@ -92,7 +92,8 @@ struct attnd_metrics {
     _Atomic int64_t in_flight;
     _Atomic uint64_t reloads[2];  /* [0] error, [1] ok                          */
     _Atomic int64_t sessions;     /* streaming sessions held                    */
-    _Atomic int64_t kv_bytes;     /* their KV cache bytes                       */
+    _Atomic int64_t kv_bytes;     /* their KV cache bytes (pages in use)        */
+    _Atomic int64_t kv_capacity;  /* the page pool's bytes                      */
     _Atomic uint64_t evictions[2];/* [0] lru, [1] ttl                           */
     double start_time_s;
 };
@@ -200,6 +201,11 @@ void attnd_metrics_sessions_set(attnd_metrics *m, int sessions, int64_t kv_bytes
 {
     atomic_store_explicit(&m->sessions, sessions, memory_order_relaxed);
     atomic_store_explicit(&m->kv_bytes, kv_bytes, memory_order_relaxed);
+}
+
+void attnd_metrics_kv_capacity_set(attnd_metrics *m, int64_t bytes)
+{
+    atomic_store_explicit(&m->kv_capacity, bytes, memory_order_relaxed);
 }
 
 void attnd_metrics_session_evicted(attnd_metrics *m, int ttl)
@@ -419,9 +425,13 @@ char *attnd_metrics_render(attnd_metrics *m, const int *queue_depths, size_t *le
     family(&b, "attnd_sessions", "gauge", "Streaming sessions held.");
     put(&b, "attnd_sessions %lld\n",
         (long long)atomic_load_explicit(&m->sessions, memory_order_relaxed));
-    family(&b, "attnd_kv_cache_bytes", "gauge", "Bytes held by the sessions' KV caches.");
+    family(&b, "attnd_kv_cache_bytes", "gauge",
+           "Bytes of the KV page pool that sessions hold (a page shared by forks counts once).");
     put(&b, "attnd_kv_cache_bytes %lld\n",
         (long long)atomic_load_explicit(&m->kv_bytes, memory_order_relaxed));
+    family(&b, "attnd_kv_cache_capacity_bytes", "gauge", "Bytes of the KV page pool (--kv-cache-bytes).");
+    put(&b, "attnd_kv_cache_capacity_bytes %lld\n",
+        (long long)atomic_load_explicit(&m->kv_capacity, memory_order_relaxed));
     family(&b, "attnd_session_evictions_total", "counter",
            "Sessions evicted: least recently used under the KV budget or max_sessions (lru), "
            "idle past their TTL (ttl).");

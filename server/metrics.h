@@ -47,6 +47,8 @@ void attnd_metrics_in_flight_add(attnd_metrics *m, int delta);
  * 0: least recently used under the budget or max_sessions), and one append's
  * duration (decode, queue, compute, commit) for model i. */
 void attnd_metrics_sessions_set(attnd_metrics *m, int sessions, int64_t kv_bytes);
+/* The attnd_kv_cache_capacity_bytes gauge: the KV page pool's size (set once). */
+void attnd_metrics_kv_capacity_set(attnd_metrics *m, int64_t bytes);
 void attnd_metrics_session_evicted(attnd_metrics *m, int ttl);
 void attnd_metrics_session_append(attnd_metrics *m, int model, int64_t duration_ns);
 

@@ -1,13 +1,16 @@
 /* sessions.c — the streaming-session store (sessions.h): a hash table of
- * sessions by id, an LRU list, the byte budget, TTL expiry and a ring of
- * tombstones.
+ * sessions by id, an LRU list, the page pool with each session's block table,
+ * TTL expiry and a ring of tombstones.
  *
- * Locking. One mutex guards the table, the LRU list, the counters, every
- * session's store-private fields and the (slot) fields' writes. Cache buffers
- * are touched without the lock, only by the holder of the session's append slot
- * (busy = 1), and a busy session is never evicted, expired or freed by anyone
- * else. Freeing (buffers, model reference) happens after the lock is dropped:
- * releasing the last reference to a model version joins its workers.
+ * Locking. One mutex guards the table, the LRU list, the counters, the page
+ * pool (allocation and reference counts), every session's store-private
+ * fields and the (slot) fields' writes. Page contents are touched without the
+ * lock: a session's compute (by the holder of its append slot, busy = 1) reads
+ * its pages and writes only rows past its length, into blocks it alone
+ * references (reserve copies a shared one first); a busy session is never
+ * evicted, expired or freed by anyone else. Freeing the table and the model
+ * reference happens after the lock is dropped: releasing the last reference to
+ * a model version joins its workers.
  */
 #include "sessions.h"
 
@@ -20,6 +23,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "kvpool.h"
 #include "request.h" /* attnd_now_ns */
 
 #define DEFAULT_TOMBSTONES 1024
@@ -32,7 +36,7 @@ struct attnd_sessions {
     attnd_session *lru_head;   /* most recently used                           */
     attnd_session *lru_tail;   /* least recently used: evicted first           */
     int count;
-    size_t bytes;
+    attnd_kvpool *pool;
     char (*tomb)[ATTND_SESSION_ID_MAX + 1]; /* ring of evicted ids             */
     char prefix[ATTND_REPLICA_NAME_MAX + 2]; /* "NAME." or "": every id's start */
     size_t prefix_len;
@@ -65,9 +69,6 @@ session_fail(attnd_session_error *err, attnd_session_result r, const char *field
     va_end(ap);
     return r;
 }
-
-/* Bytes of one cached element for params p (4 when unset: float32). */
-static int elem_of(const attnd_session_params *p) { return p->elem_bytes > 0 ? p->elem_bytes : 4; }
 
 /* The result a public function returns for rc (0 or -1 with *err filled). */
 static attnd_session_result result_of(int rc, const attnd_session_error *err)
@@ -116,22 +117,51 @@ static size_t id_hash(const attnd_sessions *st, const char *id)
     return (size_t)h & (st->n_buckets - 1);
 }
 
-static size_t session_bytes(int cap, int row_k, int row_v, int elem)
+/* Pool bytes referenced by sessions (mu held). */
+static size_t used_bytes(const attnd_sessions *st)
 {
-    return sizeof(attnd_session) + (size_t)cap * ((size_t)row_k + (size_t)row_v) * (size_t)elem;
+    return (size_t)(attnd_kvpool_pages(st->pool) - attnd_kvpool_free_pages(st->pool)) *
+           attnd_kvpool_page_bytes(st->pool);
 }
 
 static void publish(attnd_sessions *st)
 {
     if (st->cfg.metrics)
-        attnd_metrics_sessions_set(st->cfg.metrics, st->count, (int64_t)st->bytes);
+        attnd_metrics_sessions_set(st->cfg.metrics, st->count, (int64_t)used_bytes(st));
 }
 
-/* Frees a session and gives its model back. Called without the lock. */
+/* Blocks needed for rows rows of s. */
+static int blocks_for(const attnd_session *s, int64_t rows)
+{
+    return (int)((rows + s->block_rows - 1) / s->block_rows);
+}
+
+/* Gives back the pages of s's blocks [from, n_blocks) (mu held). */
+static void drop_blocks(attnd_sessions *st, attnd_session *s, int from)
+{
+    for (int b = from; b < s->n_blocks; b++)
+        attnd_kvpool_release(st->pool, s->blocks[b]);
+    if (from < s->n_blocks) s->n_blocks = from;
+}
+
+/* Room in s's table for n blocks (mu held). Returns 0, or -1 (no memory). */
+static int table_room(attnd_session *s, int n)
+{
+    if (n <= s->blocks_cap) return 0;
+    int cap = s->blocks_cap ? s->blocks_cap : 8;
+    while (cap < n) cap = cap > INT32_MAX / 2 ? n : 2 * cap;
+    int32_t *t = realloc(s->blocks, (size_t)cap * sizeof *t);
+    if (!t) return -1;
+    s->blocks = t;
+    s->blocks_cap = cap;
+    return 0;
+}
+
+/* Frees a session (its pages already given back) and gives its model back.
+ * Called without the lock. */
 static void destroy(attnd_sessions *st, attnd_session *s)
 {
-    free(s->cache_k);
-    free(s->cache_v);
+    free(s->blocks);
     if (st->cfg.release_model && s->model)
         st->cfg.release_model(s->model);
     free(s);
@@ -201,7 +231,7 @@ static attnd_session *unlink_session(attnd_sessions *st, attnd_session *s, unlin
     s->hash_next = NULL;
     lru_unlink(st, s);
     st->count--;
-    st->bytes -= s->bytes;
+    if (!s->busy) drop_blocks(st, s, 0); /* a busy one's go at its release */
     if (why != GONE_DELETE) {
         tomb_add(st, s->id);
         if (st->cfg.metrics) attnd_metrics_session_evicted(st->cfg.metrics, why == GONE_TTL);
@@ -238,14 +268,34 @@ static int evict_one(attnd_sessions *st, const attnd_session *keep, attnd_sessio
     return -1;
 }
 
-/* Evicts until `more` bytes fit in the budget. Returns 0, or -1 (with what was
- * evicted so far gone: the budget was over anyway). */
-static int make_room(attnd_sessions *st, size_t more, const attnd_session *keep,
+/* Evicts until `pages` pages are free. Returns 0, or -1 (with what was
+ * evicted so far gone: the pool was full anyway). Evicting a session whose
+ * pages are all shared frees none, so this may take several. */
+static int make_room(attnd_sessions *st, int pages, const attnd_session *keep,
                      attnd_session **freelist)
 {
-    while (st->bytes + more > st->cfg.budget_bytes)
+    while (attnd_kvpool_free_pages(st->pool) < pages)
         if (evict_one(st, keep, freelist) != 0)
             return -1;
+    return 0;
+}
+
+static attnd_session_result pool_full(const attnd_sessions *st, attnd_session_error *err)
+{
+    return session_fail(err, ATTND_SESSION_CACHE_FULL, "",
+                        "the KV cache (%d pages of %zu bytes, kv_cache_bytes) is held by sessions "
+                        "with appends in flight: retry later", attnd_kvpool_pages(st->pool),
+                        attnd_kvpool_page_bytes(st->pool));
+}
+
+/* Appends n fresh pages to s's table (mu held, n pages free). Returns 0, or -1
+ * with *err (no memory for the table). */
+static int take_blocks(attnd_sessions *st, attnd_session *s, int n, attnd_session_error *err)
+{
+    if (table_room(s, s->n_blocks + n) != 0)
+        return session_fail(err, ATTND_SESSION_INTERNAL, "", "out of memory for a block table"), -1;
+    for (int i = 0; i < n; i++)
+        attnd_kvpool_alloc(st->pool, &s->blocks[s->n_blocks++]);
     return 0;
 }
 
@@ -274,25 +324,37 @@ static attnd_session *lookup(attnd_sessions *st, const char *id, int64_t now,
 
 /* ------------------------------------------------------------ public API */
 
-attnd_sessions *attnd_sessions_create(const attnd_sessions_config *cfg)
+attnd_sessions *attnd_sessions_create(const attnd_sessions_config *cfg, char *err, size_t errlen)
 {
-    if (!cfg || cfg->budget_bytes < 1 || cfg->max_sessions < 1 || cfg->ttl_s < 1 ||
-        cfg->max_length < 1 || cfg->tombstones < 0 ||
-        (cfg->replica_name && *cfg->replica_name && !attnd_replica_name_valid(cfg->replica_name)))
+    if (!cfg || cfg->max_sessions < 1 || cfg->ttl_s < 1 || cfg->max_length < 1 || cfg->tombstones < 0 ||
+        (cfg->replica_name && *cfg->replica_name && !attnd_replica_name_valid(cfg->replica_name))) {
+        snprintf(err, errlen, "session store: bad configuration");
         return NULL;
+    }
     attnd_sessions *st = calloc(1, sizeof *st);
-    if (!st) return NULL;
+    if (!st) {
+        snprintf(err, errlen, "session store: out of memory");
+        return NULL;
+    }
     st->cfg = *cfg;
     st->cfg.replica_name = NULL; /* the caller's string: only the copy below stays */
     if (cfg->replica_name && *cfg->replica_name)
         st->prefix_len = (size_t)snprintf(st->prefix, sizeof st->prefix, "%s.", cfg->replica_name);
+    st->pool = attnd_kvpool_create(cfg->budget_bytes, cfg->page_bytes, err, errlen);
+    if (!st->pool) {
+        free(st);
+        return NULL;
+    }
     st->n_buckets = 64;
     while (st->n_buckets < (size_t)cfg->max_sessions * 2 && st->n_buckets < ((size_t)1 << 24))
         st->n_buckets *= 2;
     st->tomb_cap = cfg->tombstones ? cfg->tombstones : DEFAULT_TOMBSTONES;
     st->buckets = calloc(st->n_buckets, sizeof *st->buckets);
     st->tomb = calloc((size_t)st->tomb_cap, sizeof *st->tomb);
-    if (!st->buckets || !st->tomb) goto fail;
+    if (!st->buckets || !st->tomb) {
+        snprintf(err, errlen, "session store: out of memory");
+        goto fail;
+    }
     pthread_mutex_init(&st->mu, NULL);
     pthread_mutex_init(&st->sweep_mu, NULL);
     pthread_condattr_t ca;
@@ -302,6 +364,7 @@ attnd_sessions *attnd_sessions_create(const attnd_sessions_config *cfg)
     pthread_condattr_destroy(&ca);
     return st;
 fail:
+    attnd_kvpool_free(st->pool);
     free(st->buckets);
     free(st->tomb);
     free(st);
@@ -321,12 +384,13 @@ void attnd_sessions_free(attnd_sessions *st)
     attnd_session *s = st->lru_head;
     while (s) {
         attnd_session *next = s->lru_next;
+        drop_blocks(st, s, 0);
         destroy(st, s);
         s = next;
     }
     st->count = 0;
-    st->bytes = 0;
     publish(st);
+    attnd_kvpool_free(st->pool);
     pthread_cond_destroy(&st->sweep_cv);
     pthread_mutex_destroy(&st->sweep_mu);
     pthread_mutex_destroy(&st->mu);
@@ -384,8 +448,13 @@ static int new_id(const attnd_sessions *st, char out[ATTND_SESSION_ID_MAX + 1])
 static int check_params(const attnd_sessions *st, const attnd_session_params *p,
                         attnd_session_error *err)
 {
-    if (p->row_k < 1 || p->row_v < 1)
-        return session_fail(err, ATTND_SESSION_INTERNAL, "", "session rows need widths"), -1;
+    if (p->block_rows < 1 || (p->block_rows & (p->block_rows - 1)) != 0 || p->k_block_bytes < 4 ||
+        p->v_block_bytes < 4 || p->k_block_bytes % 4 != 0 ||
+        p->k_block_bytes + p->v_block_bytes > attnd_kvpool_page_bytes(st->pool))
+        return session_fail(err, ATTND_SESSION_INTERNAL, "",
+                            "a block of %d rows (%zu + %zu bytes) does not fit a KV page of %zu bytes",
+                            p->block_rows, p->k_block_bytes, p->v_block_bytes,
+                            attnd_kvpool_page_bytes(st->pool)), -1;
     if (p->ttl_s < 0)
         return session_fail(err, ATTND_SESSION_INVALID, "ttl_s",
                             "ttl_s must be >= 1, got %d", p->ttl_s), -1;
@@ -400,22 +469,13 @@ static int check_params(const attnd_sessions *st, const attnd_session_params *p,
     return 0;
 }
 
-/* A new session (not yet registered) with its buffers. NULL + *err on no memory. */
+/* A new session (not yet registered, no pages yet). NULL + *err on no memory. */
 static attnd_session *new_session(const attnd_sessions *st, const attnd_session_params *p,
                                   attnd_session_error *err)
 {
     attnd_session *s = calloc(1, sizeof *s);
     int rows = p->kind == ATTND_SESSION_CROSS ? p->rows : 0;
-    if (s && rows > 0) {
-        s->cache_k = malloc((size_t)rows * (size_t)p->row_k * (size_t)elem_of(p));
-        s->cache_v = malloc((size_t)rows * (size_t)p->row_v * (size_t)elem_of(p));
-    }
-    if (!s || (rows > 0 && (!s->cache_k || !s->cache_v))) {
-        if (s) {
-            free(s->cache_k);
-            free(s->cache_v);
-        }
-        free(s);
+    if (!s) {
         session_fail(err, ATTND_SESSION_INTERNAL, "", "out of memory for a session");
         return NULL;
     }
@@ -424,28 +484,30 @@ static attnd_session *new_session(const attnd_sessions *st, const attnd_session_
     s->kind = p->kind;
     s->window = p->kind == ATTND_SESSION_SELF ? p->window : 0;
     s->ttl_s = p->ttl_s == 0 || p->ttl_s > st->cfg.ttl_s ? st->cfg.ttl_s : p->ttl_s;
-    s->row_k = p->row_k;
-    s->row_v = p->row_v;
+    s->block_rows = p->block_rows;
+    s->k_block_bytes = p->k_block_bytes;
+    s->block_bytes = p->k_block_bytes + p->v_block_bytes;
     s->rows = rows;
-    s->cap = rows;
-    s->elem_bytes = elem_of(p);
-    s->bytes = session_bytes(rows, p->row_k, p->row_v, s->elem_bytes);
     return s;
 }
 
-attnd_session_result attnd_sessions_open(attnd_sessions *st, const attnd_session_params *p,
-                                         attnd_session **out, attnd_session_error *err)
+/* Opens a session as attnd_sessions_open says; with_pages = 0 (a fork, which
+ * will share its parent's) takes no pages for a cross memory. */
+static attnd_session_result open_session(attnd_sessions *st, const attnd_session_params *p,
+                                         int with_pages, attnd_session **out, attnd_session_error *err)
 {
     attnd_session_error local;
     if (!err)
         err = &local;
     *out = NULL;
     if (check_params(st, p, err) != 0) return err->result;
-    int rows = p->kind == ATTND_SESSION_CROSS ? p->rows : 0;
-    if (session_bytes(rows, p->row_k, p->row_v, elem_of(p)) > st->cfg.budget_bytes) {
+    const int rows = p->kind == ATTND_SESSION_CROSS && with_pages ? p->rows : 0;
+    const int pages = (int)(((int64_t)rows + p->block_rows - 1) / p->block_rows);
+    if (pages > attnd_kvpool_pages(st->pool)) {
         session_fail(err, ATTND_SESSION_TOO_LARGE, "key",
-                     "the session's memory (%zu bytes) is over kv_cache_bytes (%zu)",
-                     session_bytes(rows, p->row_k, p->row_v, elem_of(p)), st->cfg.budget_bytes);
+                     "the session's memory needs %d KV pages of %zu bytes; the whole cache "
+                     "(kv_cache_bytes) has %d", pages, attnd_kvpool_page_bytes(st->pool),
+                     attnd_kvpool_pages(st->pool));
         return err->result;
     }
     attnd_session *s = new_session(st, p, err), *freelist = NULL;
@@ -467,12 +529,12 @@ attnd_session_result attnd_sessions_open(attnd_sessions *st, const attnd_session
             goto unlock;
         }
     }
-    if (make_room(st, s->bytes, NULL, &freelist) != 0) {
-        session_fail(err, ATTND_SESSION_CACHE_FULL, "",
-                     "the KV cache budget (%zu bytes) is held by sessions with appends "
-                     "in flight: retry later", st->cfg.budget_bytes);
+    if (make_room(st, pages, NULL, &freelist) != 0) {
+        pool_full(st, err);
         goto unlock;
     }
+    if (take_blocks(st, s, pages, err) != 0)
+        goto unlock;
     size_t b = id_hash(st, s->id);
     s->hash_next = st->buckets[b];
     st->buckets[b] = s;
@@ -480,11 +542,11 @@ attnd_session_result attnd_sessions_open(attnd_sessions *st, const attnd_session
     s->busy = 1;
     s->last_used_ns = now_ns(st);
     st->count++;
-    st->bytes += s->bytes;
     publish(st);
     *out = s;
     rc = 0;
 unlock:
+    if (rc != 0) drop_blocks(st, s, 0);
     pthread_mutex_unlock(&st->mu);
     destroy_list(st, freelist);
     if (rc != 0) {
@@ -492,6 +554,12 @@ unlock:
         destroy(st, s);
     }
     return result_of(rc, err);
+}
+
+attnd_session_result attnd_sessions_open(attnd_sessions *st, const attnd_session_params *p,
+                                         attnd_session **out, attnd_session_error *err)
+{
+    return open_session(st, p, 1, out, err);
 }
 
 attnd_session_result attnd_sessions_acquire(attnd_sessions *st, const char *id,
@@ -523,91 +591,64 @@ attnd_session_result attnd_sessions_acquire(attnd_sessions *st, const char *id,
     return s ? ATTND_SESSION_OK : err->result;
 }
 
-/* Windowed self session: when t more rows would not fit, keeps only the last
- * window-1 rows (all a new position can still see), moved to the front. */
-static void compact_window(attnd_sessions *st, attnd_session *s, int t)
+/* Windowed self session: gives back the leading blocks no new position can
+ * see. The next query stands at row s->rows and sees rows > rows - window, so
+ * every row below rows - window + 1 is dead; whole dead blocks go (mu held). */
+static void drop_dead_blocks(attnd_sessions *st, attnd_session *s)
 {
-    if (s->window == 0 || s->rows + t <= s->cap) return;
-    int keep = s->rows < s->window - 1 ? s->rows : s->window - 1;
-    if (keep < s->rows) {
-        size_t from = (size_t)(s->rows - keep), e = (size_t)s->elem_bytes;
-        char *k = (char *)s->cache_k, *v = (char *)s->cache_v;
-        memmove(k, k + from * (size_t)s->row_k * e, (size_t)keep * (size_t)s->row_k * e);
-        memmove(v, v + from * (size_t)s->row_v * e, (size_t)keep * (size_t)s->row_v * e);
-    }
-    pthread_mutex_lock(&st->mu);
-    s->rows = keep;
-    pthread_mutex_unlock(&st->mu);
+    if (s->window == 0 || s->rows - s->window + 1 < s->block_rows) return;
+    const int dead = (s->rows - s->window + 1) / s->block_rows;
+    for (int b = 0; b < dead; b++)
+        attnd_kvpool_release(st->pool, s->blocks[b]);
+    memmove(s->blocks, s->blocks + dead, (size_t)(s->n_blocks - dead) * sizeof *s->blocks);
+    s->n_blocks -= dead;
+    s->rows -= dead * s->block_rows;
 }
 
-/* The capacity to grow to for need rows: doubling from 16, up to max_length
- * positions (unbounded) or 2 * window rows (a windowed session then moves its
- * last window-1 rows to the front about once per window + 1 positions). */
-static int grown_cap(const attnd_sessions *st, const attnd_session *s, int need)
+/* 1 when the rows an append writes start inside a block another session
+ * shares (a fork's partly filled last block): it must be copied first. */
+static int shared_tail(const attnd_sessions *st, const attnd_session *s)
 {
-    int64_t want = 2 * (int64_t)s->cap;
-    if (want < 16) want = 16;
-    int64_t most = s->window ? 2 * (int64_t)s->window : st->cfg.max_length;
-    if (want > most) want = most;
-    if (want < need) want = need;
-    if (session_bytes((int)want, s->row_k, s->row_v, s->elem_bytes) > st->cfg.budget_bytes)
-        want = need;
-    return (int)want;
+    return s->rows % s->block_rows != 0 &&
+           attnd_kvpool_refs(st->pool, s->blocks[s->rows / s->block_rows]) > 1;
 }
 
-/* Counts s at `bytes` (its size after growing) against the budget, evicting
- * other idle sessions as needed. Returns 0, or -1 with *err. */
-static int account_growth(attnd_sessions *st, attnd_session *s, size_t bytes,
-                          attnd_session_error *err)
+/* Gives s a page of its own for its partly filled last block, with the same
+ * contents (mu held, one page free). Its other sharers only read the old page. */
+static void copy_tail(attnd_sessions *st, attnd_session *s)
 {
-    attnd_session *freelist = NULL;
-    int rc = -1;
-    pthread_mutex_lock(&st->mu);
-    if (s->removed) {
-        session_fail(err, ATTND_SESSION_NOT_FOUND, "id", "session %s was deleted",
-                     s->id);
-    } else if (bytes > st->cfg.budget_bytes) {
-        session_fail(err, ATTND_SESSION_TOO_LARGE, "query",
-                     "the session would need %zu bytes of KV cache, over "
-                     "kv_cache_bytes (%zu)", bytes, st->cfg.budget_bytes);
-    } else if (make_room(st, bytes - s->bytes, s, &freelist) != 0) {
-        session_fail(err, ATTND_SESSION_CACHE_FULL, "",
-                     "the KV cache budget (%zu bytes) is held by sessions with appends "
-                     "in flight: retry later", st->cfg.budget_bytes);
-    } else {
-        st->bytes += bytes - s->bytes;
-        s->bytes = bytes;
-        publish(st);
-        rc = 0;
-    }
-    pthread_mutex_unlock(&st->mu);
-    destroy_list(st, freelist);
-    return rc;
+    const int b = s->rows / s->block_rows;
+    int32_t fresh;
+    attnd_kvpool_alloc(st->pool, &fresh);
+    char *base = attnd_kvpool_base(st->pool);
+    const size_t page = attnd_kvpool_page_bytes(st->pool);
+    memcpy(base + (size_t)fresh * page, base + (size_t)s->blocks[b] * page, s->block_bytes);
+    attnd_kvpool_release(st->pool, s->blocks[b]);
+    s->blocks[b] = fresh;
 }
 
-/* Grows s's buffers to cap rows (slot held, growth already counted). On no
- * memory the cache keeps its old capacity and the count goes back: -1 + *err. */
-static int grow_buffers(attnd_sessions *st, attnd_session *s, int cap, attnd_session_error *err)
+/* The pages for t more rows of s (mu held): dead blocks back, then new ones
+ * (and a private copy of a shared tail), evicting idle sessions to make room.
+ * Returns 0, or -1 with *err; the cache is unchanged on failure but for dead
+ * blocks given back. */
+static int grow_blocks(attnd_sessions *st, attnd_session *s, int t, attnd_session **freelist,
+                       attnd_session_error *err)
 {
-    const size_t e = (size_t)s->elem_bytes;
-    float *k = realloc(s->cache_k, (size_t)cap * (size_t)s->row_k * e);
-    if (k) s->cache_k = k;
-    float *v = k ? realloc(s->cache_v, (size_t)cap * (size_t)s->row_v * e) : NULL;
-    if (v) s->cache_v = v;
-    pthread_mutex_lock(&st->mu);
-    if (k && v) {
-        s->cap = cap;
-    } else { /* the old buffers (or a bigger k) still hold cap rows */
-        size_t old = session_bytes(s->cap, s->row_k, s->row_v, s->elem_bytes);
-        if (!s->removed) st->bytes -= s->bytes - old;
-        s->bytes = old;
-        publish(st);
-    }
-    pthread_mutex_unlock(&st->mu);
-    if (k && v) return 0;
-    session_fail(err, ATTND_SESSION_INTERNAL, "",
-                 "out of memory growing the session's KV cache to %d rows", cap);
-    return -1;
+    drop_dead_blocks(st, s);
+    const int need = blocks_for(s, (int64_t)s->rows + t), cow = shared_tail(st, s);
+    const int pages = need - s->n_blocks + cow;
+    if (need > attnd_kvpool_pages(st->pool))
+        return session_fail(err, ATTND_SESSION_TOO_LARGE, "query",
+                            "the session would need %d KV pages of %zu bytes; the whole cache "
+                            "(kv_cache_bytes) has %d", need, attnd_kvpool_page_bytes(st->pool),
+                            attnd_kvpool_pages(st->pool)), -1;
+    if (pages <= 0) return 0;
+    if (table_room(s, need) != 0)
+        return session_fail(err, ATTND_SESSION_INTERNAL, "", "out of memory for a block table"), -1;
+    if (make_room(st, pages, s, freelist) != 0)
+        return pool_full(st, err), -1;
+    if (cow) copy_tail(st, s);
+    return take_blocks(st, s, need - s->n_blocks, err);
 }
 
 attnd_session_result attnd_sessions_reserve(attnd_sessions *st, attnd_session *s, int t,
@@ -624,13 +665,17 @@ attnd_session_result attnd_sessions_reserve(attnd_sessions *st, attnd_session *s
                      "stream further)", (long long)(s->length + t), st->cfg.max_length);
         return err->result;
     }
-    compact_window(st, s, t);
-    int need = s->rows + t;
-    if (need <= s->cap) return ATTND_SESSION_OK;
-    int cap = grown_cap(st, s, need);
-    if (account_growth(st, s, session_bytes(cap, s->row_k, s->row_v, s->elem_bytes), err) != 0)
-        return err->result;
-    return result_of(grow_buffers(st, s, cap, err), err);
+    attnd_session *freelist = NULL;
+    int rc = -1;
+    pthread_mutex_lock(&st->mu);
+    if (s->removed)
+        session_fail(err, ATTND_SESSION_NOT_FOUND, "id", "session %s was deleted", s->id);
+    else
+        rc = grow_blocks(st, s, t, &freelist, err);
+    publish(st);
+    pthread_mutex_unlock(&st->mu);
+    destroy_list(st, freelist);
+    return result_of(rc, err);
 }
 
 void attnd_sessions_release(attnd_sessions *st, attnd_session *s, int committed,
@@ -649,13 +694,17 @@ void attnd_sessions_release(attnd_sessions *st, attnd_session *s, int committed,
     if (!gone) {
         lru_unlink(st, s);
         lru_push_front(st, s);
+    } else {
+        drop_blocks(st, s, 0);
+        publish(st);
     }
     pthread_mutex_unlock(&st->mu);
     if (gone) destroy(st, s);
 }
 
-/* The snapshot GET and the list report. */
-static void fill_info(const attnd_session *s, int64_t now, attnd_session_info *out)
+/* The snapshot GET and the list report (mu held). */
+static void fill_info(const attnd_sessions *st, const attnd_session *s, int64_t now,
+                      attnd_session_info *out)
 {
     memset(out, 0, sizeof *out);
     memcpy(out->id, s->id, sizeof out->id);
@@ -665,7 +714,10 @@ static void fill_info(const attnd_session *s, int64_t now, attnd_session_info *o
     out->ttl_s = s->ttl_s;
     out->rows = s->rows;
     out->length = s->length;
-    out->bytes = s->bytes;
+    out->blocks = s->n_blocks;
+    for (int b = 0; b < s->n_blocks; b++)
+        out->shared_blocks += attnd_kvpool_refs(st->pool, s->blocks[b]) > 1;
+    out->bytes = (size_t)s->n_blocks * attnd_kvpool_page_bytes(st->pool);
     out->busy = s->busy;
     out->idle_s =
         s->busy || now < s->last_used_ns ? 0.0 : (double)(now - s->last_used_ns) / 1e9;
@@ -682,7 +734,7 @@ attnd_session_result attnd_sessions_get(attnd_sessions *st, const char *id,
     int64_t now = now_ns(st);
     attnd_session *s = lookup(st, id, now, &freelist, err);
     if (s)
-        fill_info(s, now, out);
+        fill_info(st, s, now, out);
     pthread_mutex_unlock(&st->mu);
     destroy_list(st, freelist);
     return s ? ATTND_SESSION_OK : err->result;
@@ -718,34 +770,32 @@ attnd_session_result attnd_sessions_fork(attnd_sessions *st, const char *id,
         .kind = parent->kind,
         .window = parent->window,
         .ttl_s = parent->ttl_s,
-        .row_k = parent->row_k,
-        .row_v = parent->row_v,
-        .elem_bytes = parent->elem_bytes,
+        .block_rows = parent->block_rows,
+        .k_block_bytes = parent->k_block_bytes,
+        .v_block_bytes = parent->block_bytes - parent->k_block_bytes,
         .rows = parent->kind == ATTND_SESSION_CROSS ? parent->rows : 0,
         .model_name = parent->model_name,
         .model = parent->model,
     };
-    r = attnd_sessions_open(st, &p, &child, err);
-    if (r == ATTND_SESSION_OK && parent->kind == ATTND_SESSION_SELF && parent->rows > 0)
-        r = attnd_sessions_reserve(st, child, parent->rows, err);
+    r = open_session(st, &p, 0, &child, err); /* no pages: it shares the parent's */
     if (r == ATTND_SESSION_OK) {
-        /* Both slots are held: nobody else touches either cache now. (An empty
-         * parent has no buffers: memcpy must not see their NULLs.) */
-        if (parent->rows > 0) {
-            memcpy(child->cache_k, parent->cache_k,
-                   (size_t)parent->rows * (size_t)parent->row_k * (size_t)parent->elem_bytes);
-            memcpy(child->cache_v, parent->cache_v,
-                   (size_t)parent->rows * (size_t)parent->row_v * (size_t)parent->elem_bytes);
-        }
         pthread_mutex_lock(&st->mu);
-        child->rows = parent->rows;
-        child->length = parent->length;
-        child->query_limit = parent->query_limit; /* a cross memory's bound comes along */
-        if (st->cfg.retain_model && child->model)
-            st->cfg.retain_model(child->model);
+        if (table_room(child, parent->n_blocks) == 0) {
+            for (int b = 0; b < parent->n_blocks; b++)
+                attnd_kvpool_retain(st->pool, child->blocks[b] = parent->blocks[b]);
+            child->n_blocks = parent->n_blocks;
+            child->rows = parent->rows;
+            child->length = parent->length;
+            child->query_limit = parent->query_limit; /* a cross memory's bound comes along */
+            if (st->cfg.retain_model && child->model)
+                st->cfg.retain_model(child->model);
+            *out = child;
+        } else {
+            r = session_fail(err, ATTND_SESSION_INTERNAL, "", "out of memory for a block table");
+        }
         pthread_mutex_unlock(&st->mu);
-        *out = child;
-    } else if (child) {
+    }
+    if (r != ATTND_SESSION_OK && child) {
         char cid[ATTND_SESSION_ID_MAX + 1];
         memcpy(cid, child->id, sizeof cid);
         pthread_mutex_lock(&st->mu);
@@ -778,7 +828,7 @@ attnd_session_result attnd_sessions_list(attnd_sessions *st, const char *after, 
     }
     int64_t now = now_ns(st);
     for (attnd_session *s = st->lru_head; s && k < count; s = s->lru_next)
-        fill_info(s, now, &all[k++]);
+        fill_info(st, s, now, &all[k++]);
     pthread_mutex_unlock(&st->mu);
     qsort(all, (size_t)k, sizeof *all, by_id);
     for (int i = 0; i < k && *n < cap; i++)
@@ -809,10 +859,23 @@ int attnd_sessions_sweep(attnd_sessions *st)
     return n;
 }
 
-void attnd_sessions_stats(attnd_sessions *st, int *count, size_t *bytes)
+void attnd_sessions_stats(attnd_sessions *st, int *count, size_t *bytes, size_t *capacity)
 {
     pthread_mutex_lock(&st->mu);
     if (count) *count = st->count;
-    if (bytes) *bytes = st->bytes;
+    if (bytes) *bytes = used_bytes(st);
+    if (capacity) *capacity = (size_t)attnd_kvpool_pages(st->pool) * attnd_kvpool_page_bytes(st->pool);
     pthread_mutex_unlock(&st->mu);
+}
+
+size_t attnd_sessions_page_bytes(const attnd_sessions *st) { return attnd_kvpool_page_bytes(st->pool); }
+
+void attnd_sessions_kv(const attnd_sessions *st, const attnd_session *s, attnd_session_kv *out)
+{
+    char *base = attnd_kvpool_base(st->pool);
+    out->k = base;
+    out->v = base + s->k_block_bytes;
+    out->stride = attnd_kvpool_page_bytes(st->pool);
+    out->block_rows = s->block_rows;
+    out->table = s->blocks;
 }

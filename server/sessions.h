@@ -1,9 +1,21 @@
 /* sessions.h — the streaming-session store: 128-bit random ids, the KV cache each
- * session owns, one append slot per session, LRU eviction under a global byte
- * budget and a session count cap, TTL expiry (on access and by a sweep thread),
- * and tombstones that tell an evicted id (EXPIRED) from an unknown one
+ * session holds as a table of blocks in one page pool (kvpool.h), one append
+ * slot per session, LRU eviction when the pool or the session count cap is
+ * full, TTL expiry (on access and by a sweep thread), copy-on-write forks, and
+ * tombstones that tell an evicted id (EXPIRED) from an unknown one
  * (NOT_FOUND). No HTTP and no JSON here: functions return attnd_session_result,
  * and handler_session.c, the wire side, maps results to statuses. Thread-safe.
+ *
+ * The KV cache of a session: logical row i (of K and of V) is row i % B of
+ * block i / B, and block b lives in pool page blocks[b]: its K rows at the
+ * page's start, its V rows k_block_bytes further, in the layout attn.h's "KV
+ * cache layouts" gives for the model's dtype (attnd_sessions_kv gives the
+ * attn_seq view: pool base, stride = page bytes). A session grows a block at
+ * a time and never moves a row; only its last block is ever partly filled. A
+ * fork copies the table and shares every page (reference counts); whoever
+ * first appends into a shared partly filled block copies that one page. A
+ * page is counted once however many sessions share it; the pool's pages are
+ * the whole budget.
  *
  * Life of a session: attnd_sessions_open registers it with its append slot held
  * by the caller (who fills a cross-attention memory, then releases). Each append
@@ -46,29 +58,29 @@ typedef struct attnd_session {
     int window;                              /* (fixed) self: keep the last window
                                                 positions; 0 = keep all                 */
     int ttl_s;                               /* (fixed) idle seconds before expiry      */
-    int row_k, row_v;                        /* (fixed) elements per cached row: g*d_k, g*d_v */
-    int elem_bytes;                          /* (fixed) bytes of an element: 4 (f32) or 2
-                                                (f16, bf16), the model's kv dtype; the
-                                                caches stay typed float* as attn_seq has */
+    int block_rows;                          /* (fixed) rows per block, a power of two  */
+    size_t k_block_bytes;                    /* (fixed) bytes of a block's K rows: its V
+                                                rows start this far into the page      */
+    size_t block_bytes;                      /* (fixed) K + V bytes of a block          */
     float query_limit;                       /* (fixed) cross: the largest |query| number an
                                                 append may carry, set by the creator before
                                                 it releases the slot (0 until then)     */
-    float *cache_k;                          /* (slot) (cap, row_k), owned              */
-    float *cache_v;                          /* (slot) (cap, row_v), owned              */
+    int32_t *blocks;                         /* (slot) block table: the page of each block */
+    int n_blocks;                            /* (slot) blocks in the table              */
+    int blocks_cap;                          /* (slot) entries allocated                */
     int rows;                                /* (slot) rows held in the cache           */
-    int cap;                                 /* (slot) rows allocated                   */
     int64_t length;                          /* (slot) positions appended in total      */
 
     /* store-private */
     int busy;                                /* the append slot is held                 */
     int removed;                             /* unlinked while busy: release frees it   */
     int64_t last_used_ns;
-    size_t bytes;                            /* counted against the budget             */
     struct attnd_session *lru_prev, *lru_next, *hash_next;
 } attnd_session;
 
 typedef struct attnd_sessions_config {
-    size_t budget_bytes;       /* KV memory of all sessions together, >= 1           */
+    size_t budget_bytes;       /* the page pool: KV memory of all sessions together  */
+    size_t page_bytes;         /* one page (a block of K and V rows), a multiple of 4 */
     int max_sessions;          /* >= 1                                               */
     int ttl_s;                 /* default and maximum idle time, >= 1                */
     int max_length;            /* unbounded self sessions: total positions, >= 1     */
@@ -96,8 +108,8 @@ typedef enum attnd_session_result {
     ATTND_SESSION_EXPIRED,     /* evicted, or idle past its TTL                      */
     ATTND_SESSION_BUSY,        /* its append slot is held by another append          */
     ATTND_SESSION_INVALID,     /* a parameter out of range (err->field names it)     */
-    ATTND_SESSION_TOO_LARGE,   /* more than the whole budget or max_length alone     */
-    ATTND_SESSION_CACHE_FULL,  /* no room now: the budget is held by busy sessions   */
+    ATTND_SESSION_TOO_LARGE,   /* more than the whole pool or max_length alone       */
+    ATTND_SESSION_CACHE_FULL,  /* no room now: the pool is held by busy sessions     */
     ATTND_SESSION_TOO_MANY,    /* max_sessions exist and every one is busy           */
     ATTND_SESSION_INTERNAL     /* out of memory, no entropy, or a caller's bug       */
 } attnd_session_result;
@@ -116,8 +128,9 @@ typedef struct attnd_session_params {
     attnd_session_kind kind;
     int window;                /* self only; 0 = unbounded; 0 <= window <= max_length */
     int ttl_s;                 /* 0 = the default; larger than cfg.ttl_s is capped   */
-    int row_k, row_v;          /* elements per row, >= 1                             */
-    int elem_bytes;            /* bytes per element: 0 or 4 = float32, 2 = f16/bf16  */
+    int block_rows;            /* rows per block: a power of two, >= 1               */
+    size_t k_block_bytes;      /* bytes of a block of K rows and of V rows; together */
+    size_t v_block_bytes;      /* at most the pool's page bytes                      */
     int rows;                  /* cross: memory rows (allocated now); self: 0        */
     const char *model_name;
     void *model;               /* handed back to release_model when freed            */
@@ -131,14 +144,16 @@ typedef struct attnd_session_info {
     int window, ttl_s;
     int rows;                  /* cached rows                                        */
     int64_t length;
-    size_t bytes;
+    int blocks;                /* pages its table references                         */
+    int shared_blocks;         /* of those, pages another session references too     */
+    size_t bytes;              /* blocks * page bytes (shared pages included)        */
     double idle_s;
     int busy;
 } attnd_session_info;
 
-/* Creates a store. Returns NULL on a bad config or no memory. Free with
- * attnd_sessions_free. */
-attnd_sessions *attnd_sessions_create(const attnd_sessions_config *cfg);
+/* Creates a store and maps its page pool. Returns NULL with err on a bad
+ * config or no memory. Free with attnd_sessions_free. */
+attnd_sessions *attnd_sessions_create(const attnd_sessions_config *cfg, char *err, size_t errlen);
 
 /* Stops the sweeper, frees every session (releasing its model). No append may
  * be in flight. NULL allowed. */
@@ -164,13 +179,15 @@ attnd_session_result attnd_sessions_open(attnd_sessions *st, const attnd_session
 attnd_session_result attnd_sessions_acquire(attnd_sessions *st, const char *id,
                                             attnd_session **out, attnd_session_error *err);
 
-/* Makes room for t more rows (slot held). Self windowed sessions first drop all
- * but the last window-1 rows when the buffer would overflow (moved to the front;
- * positions are relative, so causal + window stay right); unbounded ones grow,
- * up to max_length positions in total. Growth counts against the budget and may
- * evict other idle sessions. Cross sessions need no room. Returns OK, or
- * TOO_LARGE, CACHE_FULL, NOT_FOUND (deleted meanwhile), INTERNAL (no memory)
- * with *err; the cache is still valid either way. */
+/* Makes room for t more rows (slot held). Self windowed sessions first give
+ * back their leading blocks that no new position can see (every row older
+ * than the last window-1; positions are relative, so causal + window stay
+ * right); unbounded ones grow up to max_length positions in total. New blocks
+ * come from the pool, evicting least recently used idle sessions when it is
+ * full; a shared last block that the rows will go into is copied first. Cross
+ * sessions need no room. Returns OK, or TOO_LARGE, CACHE_FULL, NOT_FOUND
+ * (deleted meanwhile), INTERNAL (no memory) with *err; the cache is still
+ * valid either way. */
 attnd_session_result attnd_sessions_reserve(attnd_sessions *st, attnd_session *s, int t,
                                             attnd_session_error *err);
 
@@ -191,14 +208,14 @@ attnd_session_result attnd_sessions_get(attnd_sessions *st, const char *id,
 attnd_session_result attnd_sessions_delete(attnd_sessions *st, const char *id,
                                            attnd_session_error *err);
 
-/* Forks session id: a new session with a copy of its cache, length and
- * settings (kind, window, ttl_s), which then lives on its own — appends to one
- * never change the other's answers. The child holds its own reference to the
- * parent's model (cfg.retain_model). Returns OK and *out with the child's append
- * slot held by the caller (release it with 0); or, with *err, what acquire
- * returns for the parent (NOT_FOUND, EXPIRED, BUSY: the parent is read under its
- * slot) and what open and reserve return for the child (TOO_MANY, CACHE_FULL,
- * TOO_LARGE, INTERNAL). The copy counts against the budget in full. */
+/* Forks session id: a new session sharing its cache pages (copy-on-write),
+ * with its length and settings (kind, window, ttl_s), which then lives on its
+ * own — appends to one never change the other's answers. The child holds its
+ * own reference to the parent's model (cfg.retain_model). Returns OK and *out
+ * with the child's append slot held by the caller (release it with 0); or,
+ * with *err, what acquire returns for the parent (NOT_FOUND, EXPIRED, BUSY:
+ * the parent is read under its slot) and what open returns for the child
+ * (TOO_MANY, INTERNAL). A fork takes no pages until it appends. */
 attnd_session_result attnd_sessions_fork(attnd_sessions *st, const char *id,
                                          attnd_session **out, attnd_session_error *err);
 
@@ -212,7 +229,23 @@ attnd_session_result attnd_sessions_list(attnd_sessions *st, const char *after, 
 /* Expires every idle session past its TTL. Returns how many. */
 int attnd_sessions_sweep(attnd_sessions *st);
 
-/* Sessions and bytes held now. */
-void attnd_sessions_stats(attnd_sessions *st, int *count, size_t *bytes);
+/* Sessions and pool bytes in use now (pages referenced by any session x page
+ * bytes), and the pool's size; each may be NULL. */
+void attnd_sessions_stats(attnd_sessions *st, int *count, size_t *bytes, size_t *capacity);
+
+/* The page size of the pool (fixed at creation). */
+size_t attnd_sessions_page_bytes(const attnd_sessions *st);
+
+/* Where session s's cache lives, for attn_seq (cache_k = k, cache_v = v,
+ * cache_block_stride = stride, cache_block_rows = block_rows,
+ * cache_block_table = table). The slot holder's view: valid until its
+ * release or next reserve. */
+typedef struct attnd_session_kv {
+    void *k, *v;
+    size_t stride;
+    int block_rows;
+    const int32_t *table;
+} attnd_session_kv;
+void attnd_sessions_kv(const attnd_sessions *st, const attnd_session *s, attnd_session_kv *out);
 
 #endif

@@ -1,9 +1,15 @@
 /* app.js — the attnd playground: lists models (GET /v1/models), builds one query sequence
    (generated or pasted), runs POST /v1/models/{name}/attention with per-head weights and
-   draws one heatmap per head plus their average. Plain browser JavaScript, no libraries.
-   For tests: window.attndLast = {seq, request, status, response, weights, average}; each
-   heatmap canvas has data-head ("avg" or 0..h-1), data-rows, data-cols, data-cell (CSS px);
-   #tooltip carries data-head/-row/-col/-value of the hovered cell; #error data-code/-field. */
+   draws one heatmap per head plus their average, and the output vectors beside them; copies
+   the request as a curl command or as Python (the attnd client); streams the same rows
+   through a session one position per append, drawing each step's weights row as it comes.
+   Plain browser JavaScript, no libraries.
+   For tests: window.attndLast = {seq, request, status, response, weights, average, output};
+   each heatmap canvas has data-head ("avg", "output" or 0..h-1), data-rows, data-cols,
+   data-cell (CSS px; data-cell-w when cells are not square); #tooltip carries
+   data-head/-row/-col/-value of the hovered cell; #error data-code/-field; #snippet
+   data-kind ("curl"/"python") holds the last copied text; window.attndStream = {state
+   ("running"/"done"/"error"), id, steps: [{length, cached, weights, output}], deleted}. */
 'use strict';
 
 (() => {
@@ -57,8 +63,8 @@
 
   /* --------------------------------------------------------- error and status */
 
-  function showError(source, status, err) {
-    const box = $('error');
+  function showError(source, status, err, boxId = 'error') {
+    const box = $(boxId);
     box.replaceChildren();
     box.dataset.source = source;
     box.dataset.status = String(status);
@@ -317,6 +323,8 @@
     button.disabled = true;
     $('run-hint').textContent = 'running…';
     const path = '/v1/models/' + encodeURIComponent(state.model.name) + '/attention';
+    state.shown = { model: state.model.name, request: built.request };
+    $('copy-row').hidden = false;
     const r = await api('POST', path, JSON.stringify(built.request));
     button.disabled = false;
     $('run-hint').textContent = '';
@@ -339,9 +347,11 @@
     clearError();
     last.weights = heads;
     last.average = averageHeads(heads);
+    last.output = Array.isArray(r.json.output) ? r.json.output : null;
     window.attndLast = last;
     const T = heads[0].length, S = T ? heads[0][0].length : 0;
-    state.view = { heads, average: last.average, qLabels: built.qLabels, kLabels: built.kLabels, T, S };
+    state.view = { heads, average: last.average, output: last.output, qLabels: built.qLabels,
+                   kLabels: built.kLabels, T, S };
     renderTiming(r.json.timing || {}, r.ms, h, T, S);
     renderMaps();
   }
@@ -439,6 +449,7 @@
       const vmax = mode === 'one' ? 1 : mode === 'each' ? matrixMax(x.m) : shared;
       const c = x.head === 'avg' ? Math.max(cell, Math.round(cell * 1.5)) : cell;
       maps.append(mapFigure(x, c, vmax, v));
+      if (x.head === 'avg' && v.output) maps.append(outputFigure(v, c));
       if (x.head === 'avg') maps.append(el('div', 'break'));  /* heads start a new line */
       else if (group && (Number(x.head) + 1) % group === 0) maps.append(el('div', 'break'));
     }
@@ -500,6 +511,190 @@
     c.addEventListener('mousemove', (e) => hover(e, c, x));
     c.addEventListener('mouseleave', unhover);
     return c;
+  }
+
+  /* --------------------------------------------------------- output vectors */
+
+  /* Diverging colours for output values: red below 0, white at 0, blue above. */
+  const NEG = [178, 24, 43], POS = [33, 102, 172], MID = [247, 247, 247];
+
+  function divergingColour(x, vmax) {
+    const f = vmax > 0 ? Math.min(1, Math.abs(x) / vmax) : 0, end = x < 0 ? NEG : POS;
+    return MID.map((c, k) => Math.round(c + (end[k] - c) * f));
+  }
+
+  /* The output rows (T × E_out) beside the heatmaps: one row per query, as tall as the
+     heatmaps' rows so they line up; narrow columns, one per output dimension. */
+  function outputFigure(v, cell) {
+    const m = v.output, T = m.length, E = T ? m[0].length : 0;
+    const cellW = Math.max(2, Math.min(cell, Math.floor(360 / Math.max(E, 1))));
+    let vmax = 0;
+    for (const row of m) for (const x of row) vmax = Math.max(vmax, Math.abs(x));
+    const x = { head: 'output', title: 'Output', m };
+    const fig = el('figure', 'map output');
+    fig.dataset.head = 'output';
+    const title = el('h3', '', x.title);
+    title.append(el('span', 'muted', `${T} × ${E} · |x| ≤ ${vmax.toFixed(3)}`));
+    fig.append(title);
+    const c = sizedCanvas(E * cellW, T * cell);
+    c.className = 'cells';
+    Object.assign(c.dataset, { head: 'output', rows: T, cols: E, cell, cellW, vmax });
+    c.setAttribute('role', 'img');
+    c.setAttribute('aria-label', `output: ${T} queries by ${E} dimensions`);
+    const ctx = c.getContext('2d');
+    m.forEach((row, t) => row.forEach((val, s) => {
+      ctx.fillStyle = rgb(divergingColour(val, vmax));
+      ctx.fillRect(s * cellW, t * cell, cellW, cell);
+    }));
+    c.addEventListener('mousemove', (e) => hover(e, c, x));
+    c.addEventListener('mouseleave', unhover);
+    const overlay = sizedCanvas(E * cellW, T * cell);
+    overlay.className = 'overlay';
+    const wrap = el('div', 'cellwrap');
+    wrap.append(c, overlay);
+    const grid = el('div', 'grid');
+    const font = Math.max(8, Math.min(11, cell - 1));
+    grid.append(el('div', 'corner', 'q╲dim'), el('div', 'axisnote', `dimensions 0…${E - 1}`),
+                el('div'), yAxis(v.qLabels, cell, font), wrap);
+    fig.append(grid);
+    return fig;
+  }
+
+  /* ---------------------------------------------------- copy as curl / Python */
+
+  /* A value as a Python literal (numbers, booleans and nested lists only). */
+  function pyLiteral(v) {
+    return JSON.stringify(v).replace(/\btrue\b/g, 'True').replace(/\bfalse\b/g, 'False')
+      .replace(/\bnull\b/g, 'None');
+  }
+
+  function curlSnippet(shown) {
+    const url = `${location.origin}/v1/models/${encodeURIComponent(shown.model)}/attention`;
+    const keyed = $('apikey').value.trim() !== '';
+    return (keyed ? '# export ATTND_API_KEY=...   (the key typed in the page)\n' : '') +
+      `curl -s ${url} -H 'Content-Type: application/json'` +
+      (keyed ? ' \\\n     -H "Authorization: Bearer $ATTND_API_KEY"' : '') +
+      ` \\\n     -d @- <<'JSON'\n${JSON.stringify(shown.request)}\nJSON\n`;
+  }
+
+  function pythonSnippet(shown) {
+    const keyed = $('apikey').value.trim() !== '';
+    const req = shown.request;
+    const args = ['query', `model=${JSON.stringify(shown.model)}`];
+    const lines = ['import attnd' + (keyed ? ', os' : ''),
+                   `client = attnd.Client(${JSON.stringify(location.origin)}` +
+                   (keyed ? ', api_key=os.environ["ATTND_API_KEY"])' : ')'),
+                   `query = ${pyLiteral(req.query)}`];
+    for (const name of ['key', 'value', 'key_padding_mask']) {
+      if (req[name] === undefined) continue;
+      lines.push(`${name} = ${pyLiteral(req[name])}`);
+      args.push(`${name}=${name}`);
+    }
+    for (const name of ['is_causal', 'window', 'need_weights', 'average_attn_weights'])
+      if (req[name] !== undefined) args.push(`${name}=${pyLiteral(req[name])}`);
+    lines.push(`r = client.attention(${args.join(', ')})`,
+               'print(r.output)    # T × E_out', 'print(r.weights)   # h × T × S, one matrix per head',
+               'print(r.timing)');
+    return lines.join('\n') + '\n';
+  }
+
+  /* Shows the snippet and puts it on the clipboard when the browser allows it. */
+  async function copySnippet(kind) {
+    if (!state.shown) return;
+    const text = kind === 'curl' ? curlSnippet(state.shown) : pythonSnippet(state.shown);
+    const pre = $('snippet');
+    pre.textContent = text;
+    pre.dataset.kind = kind;
+    pre.hidden = false;
+    let copied = false;
+    try {
+      if (navigator.clipboard && window.isSecureContext) {
+        await navigator.clipboard.writeText(text);
+        copied = true;
+      }
+    } catch (e) { /* denied: the text is shown to select by hand */ }
+    $('copy-note').textContent = copied ? `copied (${kind === 'curl' ? 'bash' : 'Python'})`
+                                        : 'select the text below and copy it';
+    $('copy-note').dataset.copied = String(copied);
+  }
+
+  /* ------------------------------------------------------- streaming session */
+
+  const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
+
+  /* The session's steps as a T × T canvas filled one row per append; a windowed session's
+     row covers only the positions it still holds. */
+  function streamCanvas(T, cell) {
+    const c = sizedCanvas(T * cell, T * cell);
+    c.className = 'cells';
+    Object.assign(c.dataset, { head: 'stream', rows: T, cols: T, cell, filled: 0 });
+    const ctx = c.getContext('2d');
+    ctx.fillStyle = rgb(ZERO);
+    ctx.fillRect(0, 0, T * cell, T * cell);
+    return c;
+  }
+
+  function drawStreamRow(c, step) {
+    const cell = Number(c.dataset.cell), t = step.length - 1, first = step.length - step.cached;
+    const ctx = c.getContext('2d');
+    ctx.fillStyle = '#fff';
+    ctx.fillRect(0, t * cell, Number(c.dataset.cols) * cell, cell);
+    const vmax = Math.max(...step.weights);
+    step.weights.forEach((w, j) => {
+      ctx.fillStyle = rgb(colour(w, vmax));
+      ctx.fillRect((first + j) * cell, t * cell, cell, cell);
+    });
+    c.dataset.filled = String(t + 1);
+  }
+
+  async function stream() {
+    const built = buildRequest();
+    const box = 'stream-error';
+    $(box).hidden = true;
+    if (built.error) return showError('browser', 0, built.error, box);
+    if (built.request.key !== undefined)
+      return showError('browser', 0, { code: 'cross', field: 'key', message:
+        'the streaming view shows self-attention: clear key and value' }, box);
+    const rows = built.request.query, T = rows.length, model = state.model.name;
+    const run = { state: 'running', id: null, model, steps: [], deleted: false };
+    window.attndStream = run;
+    $('stream-run').disabled = true;
+    const body = built.request.window ? { window: built.request.window } : {};
+    const made = await api('POST', `/v1/models/${encodeURIComponent(model)}/sessions`, JSON.stringify(body));
+    if (made.status !== 201 || !made.json) {
+      run.state = 'error';
+      $('stream-run').disabled = false;
+      return showError('api', made.status, apiError(made), box);
+    }
+    run.id = made.json.id;
+    const cell = autoCell(T, T);
+    const fig = el('figure', 'map');
+    fig.append(el('h3', '', `Session ${run.id.slice(0, 8)}… · one row per append`));
+    const canvas = streamCanvas(T, cell);
+    fig.append(canvas);
+    $('stream-view').replaceChildren(fig);
+    const delay = Number($('stream-delay').value) || 0;
+    for (let t = 0; t < T && run.state === 'running'; t++) {
+      const r = await api('POST', `/v1/sessions/${run.id}/append`,
+                          JSON.stringify({ query: [rows[t]], need_weights: true }));
+      if (r.status !== 200 || !r.json || !Array.isArray(r.json.weights)) {
+        run.state = 'error';
+        showError('api', r.status, apiError(r), box);
+        break;
+      }
+      const step = { length: r.json.session.length, cached: r.json.session.cached,
+                     weights: r.json.weights[0], output: r.json.output[0],
+                     compute_us: (r.json.timing || {}).compute_us };
+      run.steps.push(step);
+      drawStreamRow(canvas, step);
+      $('stream-status').textContent = `step ${t + 1} of ${T} · length ${step.length} · ` +
+        `cached ${step.cached} · compute ${fmtUs(step.compute_us)}`;
+      if (delay) await sleep(delay);
+    }
+    const del = await api('DELETE', `/v1/sessions/${run.id}`);
+    run.deleted = del.status === 204;
+    if (run.state === 'running') run.state = 'done';
+    $('stream-run').disabled = false;
   }
 
   /* Every step-th label so text never overlaps. */
@@ -603,22 +798,23 @@
   /* ---------------------------------------------------------------- hover */
 
   function hover(e, canvas, x) {
-    const cell = Number(canvas.dataset.cell);
-    const s = Math.floor(e.offsetX / cell), t = Math.floor(e.offsetY / cell);
+    const cell = Number(canvas.dataset.cell), cellW = Number(canvas.dataset.cellW || cell);
+    const s = Math.floor(e.offsetX / cellW), t = Math.floor(e.offsetY / cell);
     const T = x.m.length, S = T ? x.m[0].length : 0;
     if (t < 0 || s < 0 || t >= T || s >= S) return unhover();
     const w = x.m[t][s], v = state.view;
     const tip = $('tooltip');
     Object.assign(tip.dataset, { head: x.head, row: String(t), col: String(s), value: String(w) });
-    tip.replaceChildren(
-      el('div', 'k', `${x.head === 'avg' ? 'average' : 'head ' + x.head} · query ${t} “${v.qLabels[t]}” → key ${s} “${v.kLabels[s]}”`),
-      el('div', 'v', w.toFixed(6)));
+    const what = x.head === 'output'
+      ? `output · query ${t} “${v.qLabels[t]}” · dimension ${s}`
+      : `${x.head === 'avg' ? 'average' : 'head ' + x.head} · query ${t} “${v.qLabels[t]}” → key ${s} “${v.kLabels[s]}”`;
+    tip.replaceChildren(el('div', 'k', what), el('div', 'v', w.toFixed(6)));
     tip.hidden = false;
     const pad = 14, r = tip.getBoundingClientRect();
     const left = e.clientX + pad + r.width > window.innerWidth ? e.clientX - pad - r.width : e.clientX + pad;
     tip.style.left = Math.max(0, left) + 'px';
     tip.style.top = Math.max(0, e.clientY + pad) + 'px';
-    markCell(t, s);
+    markCell(t, s, x.head === 'output');
   }
 
   function unhover() {
@@ -626,21 +822,24 @@
     markCell(-1, -1);
   }
 
-  /* Outlines query t / key s in every map, and bolds row t's sum. */
-  function markCell(t, s) {
+  /* Outlines query t in every map and column s (a key, or an output dimension when
+     fromOutput) in the maps of that kind, and bolds row t's sum. */
+  function markCell(t, s, fromOutput) {
     for (const fig of document.querySelectorAll('#maps .map')) {
       const cells = fig.querySelector('canvas.cells'), ov = fig.querySelector('canvas.overlay');
-      const cell = Number(cells.dataset.cell);
+      const cell = Number(cells.dataset.cell), cellW = Number(cells.dataset.cellW || cell);
+      const col = (fig.dataset.head === 'output') === Boolean(fromOutput) ? s : -1;
       const ctx = ov.getContext('2d');
       ctx.clearRect(0, 0, ov.width, ov.height);
       fig.querySelectorAll('.rowsums span.hot').forEach((sp) => sp.classList.remove('hot'));
       if (t < 0) continue;
       ctx.fillStyle = 'rgba(29, 35, 48, 0.07)';
       ctx.fillRect(0, t * cell, ov.width, cell);
-      ctx.fillRect(s * cell, 0, cell, ov.height);
+      if (col < 0) continue;
+      ctx.fillRect(col * cellW, 0, cellW, ov.height);
       ctx.strokeStyle = '#e8590c';
       ctx.lineWidth = 2;
-      ctx.strokeRect(s * cell + 1, t * cell + 1, cell - 2, cell - 2);
+      ctx.strokeRect(col * cellW + 1, t * cell + 1, cellW - 2, cell - 2);
       const sp = fig.querySelector(`.rowsums span[data-row="${t}"]`);
       if (sp) sp.classList.add('hot');
     }
@@ -680,6 +879,9 @@
       $(id).addEventListener('input', updateGenerator);
     $('gen-to-json').addEventListener('click', generatedToJson);
     $('run').addEventListener('click', run);
+    $('copy-curl').addEventListener('click', () => copySnippet('curl'));
+    $('copy-python').addEventListener('click', () => copySnippet('python'));
+    $('stream-run').addEventListener('click', stream);
     document.addEventListener('keydown', (e) => {
       if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) run();
     });

@@ -8,8 +8,13 @@
 //   SCREENSHOT       where to write the screenshot (PNG)
 //   UI_FROM_SOURCE=1 serve server/ui/ through a local proxy instead of the page compiled
 //                    into attnd (to try page edits without regenerating and rebuilding)
+// Also checked: the output vectors beside the heatmaps equal the API's output; "copy as
+// curl" and "copy as Python" produce text that, run as is (bash; Debian's python3 with
+// clients/python on PYTHONPATH), answers what the page showed; the streaming view's rows,
+// one per append, equal the one-shot causal request's rows and its session is deleted.
 // Exits 0 only when every check passed; prints one line per check.
 import { createRequire } from 'node:module';
+import { execFileSync } from 'node:child_process';
 import http from 'node:http';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -74,6 +79,59 @@ async function pageOrigin(base) {
   return { url: `http://127.0.0.1:${server.address().port}/`, close: () => server.close() };
 }
 
+function maxDiff(a, b) {
+  const fa = [a].flat(Infinity), fb = [b].flat(Infinity);
+  if (fa.length !== fb.length) return Infinity;
+  return fa.reduce((m, x, i) => Math.max(m, Math.abs(x - fb[i])), 0);
+}
+
+// Clicks a copy button; returns the snippet shown, its kind and what the clipboard holds.
+async function copyAs(page, kind) {
+  await page.click(`#copy-${kind}`);
+  await page.waitForFunction((k) => document.getElementById('snippet').dataset.kind === k &&
+                             document.getElementById('copy-note').textContent !== '', kind);
+  return page.evaluate(async () => ({
+    text: document.getElementById('snippet').textContent,
+    copied: document.getElementById('copy-note').dataset.copied,
+    clipboard: await navigator.clipboard.readText().catch((e) => 'unreadable: ' + e.message),
+  }));
+}
+
+// 9. The streaming view: T appends of one row; each step's weights row is row t of the
+//    one-shot causal request's head-averaged weights, each output row its output row; the
+//    canvas fills one row per step (seen part-way); the session is deleted at the end.
+async function streaming(page, req, T) {
+  const oneShot = await post({ ...req, average_attn_weights: true });
+  await page.selectOption('#stream-delay', '150');
+  await page.click('#stream-run');
+  const mid = await page.waitForFunction(() => {
+    const s = window.attndStream, c = document.querySelector('#stream-view canvas.cells');
+    return s && s.state === 'running' && s.steps.length >= 2 && c &&
+      { steps: s.steps.length, filled: Number(c.dataset.filled), rows: Number(c.dataset.rows) };
+  }, null, { timeout: 10000 }).then((h) => h.jsonValue());
+  check(mid.filled === mid.steps && mid.steps < T && mid.rows === T,
+        'streaming view grows one row per append (seen part-way)', JSON.stringify(mid));
+  await page.waitForFunction(() => window.attndStream && window.attndStream.state !== 'running',
+                             null, { timeout: 20000 });
+  const run = await page.evaluate(() => window.attndStream);
+  check(run.state === 'done' && run.steps.length === T, `streaming session: ${T} steps done`,
+        `${run.state}, ${run.steps.length} steps`);
+  let worst = 0, shapes = true;
+  run.steps.forEach((st, t) => {
+    shapes = shapes && st.length === t + 1 && st.cached === t + 1 && st.weights.length === t + 1;
+    worst = Math.max(worst, maxDiff(st.weights, oneShot.json.weights[t].slice(0, t + 1)),
+                     maxDiff(st.output, oneShot.json.output[t]));
+  });
+  check(shapes, 'step t holds t+1 keys and answers t+1 weights');
+  check(worst <= 1e-5, 'each step = row t of the one-shot causal request (weights, output)',
+        `max difference ${worst}`);
+  const status = await page.textContent('#stream-status');
+  check(status.startsWith(`step ${T} of ${T}`), 'stream status names the last step', status);
+  const gone = await fetch(`${ATTND}/v1/sessions/${run.id}`);
+  check(run.deleted && gone.status === 404, 'the streaming session is deleted afterwards',
+        `deleted ${run.deleted}, GET ${gone.status}`);
+}
+
 async function runAndWait(page) {
   const before = await page.evaluate(() => (window.attndLast ? window.attndLast.seq : 0));
   await page.click('#run');
@@ -88,7 +146,8 @@ async function hoverCell(page, head, row, col) {
   await canvas.scrollIntoViewIfNeeded();
   const box = await canvas.boundingBox();
   const cell = Number(await canvas.getAttribute('data-cell'));
-  await page.mouse.move(box.x + (col + 0.5) * cell, box.y + (row + 0.5) * cell);
+  const cellW = Number(await canvas.getAttribute('data-cell-w') || cell);   // output: narrow
+  await page.mouse.move(box.x + (col + 0.5) * cellW, box.y + (row + 0.5) * cell);
   await page.waitForFunction(([h, r, c]) => {
     const t = document.getElementById('tooltip');
     return !t.hidden && t.dataset.head === h && t.dataset.row === r && t.dataset.col === c;
@@ -156,7 +215,7 @@ async function gqaServer(context) {
                                                      : '|'));
     });
     check(JSON.stringify(layout) === JSON.stringify(
-            ['Average of 4 heads', '|', 'Head 0 · KV 0', 'Head 1 · KV 0', '|',
+            ['Average of 4 heads', 'Output', '|', 'Head 0 · KV 0', 'Head 1 · KV 0', '|',
              'Head 2 · KV 1', 'Head 3 · KV 1', '|']),
           'GQA heads grouped by the KV head they share, one line per group', JSON.stringify(layout));
   } finally {
@@ -173,6 +232,7 @@ async function main() {
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
            '--disable-background-networking', '--disable-component-update', '--disable-sync'],
     viewport: { width: 1440, height: 1000 },
+    permissions: ['clipboard-read', 'clipboard-write'],
   });
   const pageErrors = [];
   try {
@@ -275,6 +335,49 @@ async function main() {
     check(/^\d+(\.\d+)? (µs|ms)$/.test(timing.queue_us || '') &&
           /^\d+(\.\d+)? (µs|ms)$/.test(timing.compute_us || '') && Number(timing.batch_size) >= 1,
           'timing shows queue_us, compute_us, batch_size', JSON.stringify(timing));
+
+    // 5b. The output vectors beside the heatmaps: T × 64, hover = the API's output value.
+    const outDims = await page.evaluate(() => {
+      const c = document.querySelector('#maps canvas.cells[data-head="output"]');
+      return c && { rows: Number(c.dataset.rows), cols: Number(c.dataset.cols) };
+    });
+    check(outDims && outDims.rows === T && outDims.cols === 64, `output map: ${T}×64`,
+          JSON.stringify(outDims));
+    for (const [r, c] of [[3, 10], [T - 1, 63], [0, 0]]) {
+      const tip = await hoverCell(page, 'output', r, c);
+      const want = mine.json.output[r][c];
+      check(Math.abs(tip.value - want) <= TOL, `output (${r},${c}) = API output ${want}`,
+            `shown ${tip.value}`);
+    }
+
+    // 5c. Copy as curl / as Python: the text runs as is and answers what the page shows.
+    const curl = await copyAs(page, 'curl');
+    check(curl.copied === 'true' && curl.clipboard === curl.text, 'copy as curl: on the clipboard',
+          `copied ${curl.copied}; clipboard ${curl.clipboard.slice(0, 80)}`);
+    let got = null;
+    try {
+      got = JSON.parse(execFileSync('bash', ['-c', curl.text], { encoding: 'utf8', timeout: 20000 }));
+    } catch (e) { got = { error: String(e.message || e) }; }
+    check(got && maxDiff(got.weights, W) === 0 && maxDiff(got.output, mine.json.output) === 0,
+          'copy as curl: runs in bash and answers the same weights and output',
+          JSON.stringify(got).slice(0, 300));
+    const py = await copyAs(page, 'python');
+    check(py.text.includes('import attnd') && py.text.includes('is_causal=True') &&
+          py.clipboard === py.text, 'copy as Python: uses the attnd client, on the clipboard',
+          py.text.slice(0, 200));
+    try {
+      const extra = '\nimport json; print("@@" + json.dumps({"output": r.output, "weights": r.weights}))\n';
+      const out = execFileSync(process.env.PYTHON || '/usr/bin/python3', ['-c', py.text + extra], {
+        encoding: 'utf8', timeout: 30000, maxBuffer: 1 << 26,
+        env: { ...process.env, PYTHONPATH: path.resolve('clients/python') },
+      });
+      got = JSON.parse(out.slice(out.lastIndexOf('@@') + 2));
+    } catch (e) { got = { error: String(e.message || e) }; }
+    check(got && maxDiff(got.weights, W) <= 1e-7 && maxDiff(got.output, mine.json.output) <= 1e-7,
+          'copy as Python: runs and answers the same weights and output',
+          JSON.stringify(got).slice(0, 300));
+
+    await streaming(page, req, T);
 
     await hoverCell(page, 3, 7, 3);   // a tooltip in the picture
     await page.screenshot({ path: process.env.SCREENSHOT, fullPage: true });

@@ -1,8 +1,10 @@
-/* benchutil.c — the clock, PRNG and model-file writer the benchmarks share
+/* benchutil.c — the clock, PRNG, model-file writers, forward timer and read
+ * bandwidth probe the benchmarks share
  * (see benchutil.h). */
 #include "benchutil.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,22 +27,30 @@ double bench_rng_sym(uint64_t *state)
     return (double)(r >> 11) / 4503599627370496.0 - 1.0;
 }
 
-int bench_write_mha_model(const char *path, int e, int heads, uint64_t *rng)
+/* One F32 tensor of a safetensors file: rows x cols (cols 0: a vector of rows),
+ * values uniform in [-bound, bound). */
+typedef struct st_tensor {
+    const char *name;
+    int rows, cols;
+    float bound;
+} st_tensor;
+
+/* Writes a safetensors file of n F32 tensors (metadata: a JSON object body
+ * such as "\"num_heads\":\"8\"", or ""), values from *rng. 0 or -1. */
+static int write_safetensors(const char *path, const char *metadata, const st_tensor *t, int n,
+                             uint64_t *rng)
 {
-    const size_t sizes[4] = {(size_t)3 * e * e, (size_t)3 * e, (size_t)e * e, (size_t)e};
-    const char *names[4] = {"in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"};
-    char header[1024], shape[32];
-    int len = snprintf(header, sizeof header, "{\"__metadata__\":{\"num_heads\":\"%d\"}", heads);
+    char header[2048], shape[48];
+    int len = snprintf(header, sizeof header, "{\"__metadata__\":{%s}", metadata);
     size_t off = 0;
-    for (int i = 0; i < 4; i++) {
-        if (i == 0 || i == 2)
-            snprintf(shape, sizeof shape, "[%d,%d]", i ? e : 3 * e, e);
-        else
-            snprintf(shape, sizeof shape, "[%d]", i == 1 ? 3 * e : e);
+    for (int i = 0; i < n; i++) {
+        const size_t count = (size_t)t[i].rows * (size_t)(t[i].cols ? t[i].cols : 1);
+        if (t[i].cols) snprintf(shape, sizeof shape, "[%d,%d]", t[i].rows, t[i].cols);
+        else snprintf(shape, sizeof shape, "[%d]", t[i].rows);
         len += snprintf(header + len, sizeof header - (size_t)len,
                         ",\"%s\":{\"dtype\":\"F32\",\"shape\":%s,\"data_offsets\":[%zu,%zu]}",
-                        names[i], shape, off, off + sizes[i] * 4);
-        off += sizes[i] * 4;
+                        t[i].name, shape, off, off + count * 4);
+        off += count * 4;
     }
     len += snprintf(header + len, sizeof header - (size_t)len, "}");
     while (len % 8)
@@ -51,13 +61,102 @@ int bench_write_mha_model(const char *path, int e, int heads, uint64_t *rng)
         return -1;
     uint64_t hlen = (uint64_t)len; /* little-endian on every machine we target */
     int ok = fwrite(&hlen, 8, 1, f) == 1 && fwrite(header, 1, (size_t)len, f) == (size_t)len;
-    const float bound[4] = {sqrtf(6.0f / (4.0f * e)), 0.05f, 1.0f / sqrtf((float)e), 0.05f};
-    for (int i = 0; i < 4 && ok; i++)
-        for (size_t k = 0; k < sizes[i] && ok; k++) {
-            float v = (float)bench_rng_sym(rng) * bound[i];
+    for (int i = 0; i < n && ok; i++) {
+        const size_t count = (size_t)t[i].rows * (size_t)(t[i].cols ? t[i].cols : 1);
+        for (size_t k = 0; k < count && ok; k++) {
+            float v = (float)bench_rng_sym(rng) * t[i].bound;
             ok = fwrite(&v, 4, 1, f) == 1;
         }
+    }
     return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+int bench_write_mha_model(const char *path, int e, int heads, uint64_t *rng)
+{
+    const st_tensor t[4] = {
+        {"in_proj_weight", 3 * e, e, sqrtf(6.0f / (4.0f * e))},
+        {"in_proj_bias", 3 * e, 0, 0.05f},
+        {"out_proj.weight", e, e, 1.0f / sqrtf((float)e)},
+        {"out_proj.bias", e, 0, 0.05f},
+    };
+    char meta[48];
+    snprintf(meta, sizeof meta, "\"num_heads\":\"%d\"", heads);
+    return write_safetensors(path, meta, t, 4, rng);
+}
+
+int bench_write_llama_layer(const char *dir, int e, int h, int g, int d, uint64_t *rng)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f, "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
+               "\"hidden_size\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d, "
+               "\"head_dim\": %d, \"num_hidden_layers\": 1, \"rope_theta\": 500000.0, "
+               "\"max_position_embeddings\": 131072, \"rms_norm_eps\": 1e-05, "
+               "\"torch_dtype\": \"float32\"}\n", e, h, g, d);
+    if (fclose(f) != 0) return -1;
+    const float in = 1.0f / sqrtf((float)e), out = 1.0f / sqrtf((float)(h * d));
+    const st_tensor t[4] = {
+        {"model.layers.0.self_attn.q_proj.weight", h * d, e, in},
+        {"model.layers.0.self_attn.k_proj.weight", g * d, e, in},
+        {"model.layers.0.self_attn.v_proj.weight", g * d, e, in},
+        {"model.layers.0.self_attn.o_proj.weight", e, h * d, out},
+    };
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    return write_safetensors(path, "\"format\":\"pt\"", t, 4, rng);
+}
+
+typedef struct sum_arg {
+    const float *p;
+    size_t n;
+    float sum;
+} sum_arg;
+
+static void *sum_thread(void *arg)
+{
+    sum_arg *a = arg;
+    float s[16] = {0}; /* 16 independent sums: the loop is bound by memory, not by adds */
+    for (size_t i = 0; i + 16 <= a->n; i += 16)
+        for (int j = 0; j < 16; j++) s[j] += a->p[i + j];
+    float t = 0;
+    for (int j = 0; j < 16; j++) t += s[j];
+    a->sum = t;
+    return NULL;
+}
+
+double bench_read_bandwidth(int threads)
+{
+    enum { MAX_THREADS = 16 };
+    const size_t n = (size_t)1 << 28;
+    if (threads < 1) threads = 1;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    float *p = malloc(n * sizeof *p);
+    if (p == NULL) return -1;
+    for (size_t i = 0; i < n; i++) p[i] = (float)(i & 7);
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        sum_arg a[MAX_THREADS];
+        pthread_t th[MAX_THREADS];
+        const size_t share = n / (size_t)threads;
+        const int64_t t0 = bench_now_ns();
+        int started = 0;
+        for (int i = 0; i < threads; i++) {
+            a[i] = (sum_arg){p + (size_t)i * share, share, 0};
+            if (i > 0 && pthread_create(&th[i], NULL, sum_thread, &a[i]) == 0) started |= 1 << i;
+        }
+        sum_thread(&a[0]);
+        for (int i = 1; i < threads; i++)
+            if (started & (1 << i)) pthread_join(th[i], NULL);
+            else sum_thread(&a[i]);
+        const double s = (double)(bench_now_ns() - t0) * 1e-9;
+        float total = 0;
+        for (int i = 0; i < threads; i++) total += a[i].sum;
+        if (total < 0) printf("?"); /* keep the sums live */
+        if ((double)n * sizeof *p / s > best) best = (double)n * sizeof *p / s;
+    }
+    free(p);
+    return best;
 }
 
 static int cmp_double(const void *a, const void *b)

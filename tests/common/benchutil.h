@@ -1,6 +1,7 @@
 /* benchutil.h — what the benchmark programs share: a monotonic clock, a small
- * seeded PRNG, a writer for a PyTorch-named attention model file, and a timer
- * for one attn_forward. */
+ * seeded PRNG, writers for a PyTorch-named attention model file and a Hugging
+ * Face Llama attention layer, a timer for one attn_forward, and the machine's
+ * streaming read bandwidth. */
 #ifndef ATTN_TEST_BENCHUTIL_H
 #define ATTN_TEST_BENCHUTIL_H
 
@@ -18,6 +19,18 @@ double bench_rng_sym(uint64_t *state);
  * in_proj/out_proj weights and biases, PyTorch-like init scales), its values
  * drawn from *rng. Returns 0, or -1 if the file cannot be written. */
 int bench_write_mha_model(const char *path, int e, int heads, uint64_t *rng);
+
+/* Writes a Hugging Face Llama checkpoint directory holding one decoder layer's
+ * attention: dir/config.json (hidden e, h query heads, g KV heads, head_dim d,
+ * rope_theta 500000) and dir/model.safetensors with
+ * model.layers.0.self_attn.{q,k,v,o}_proj.weight (F32, no biases), values from
+ * *rng at nn.Linear's init scale. dir must exist. Returns 0 or -1. */
+int bench_write_llama_layer(const char *dir, int e, int h, int g, int d, uint64_t *rng);
+
+/* The best of 5 passes of `threads` threads (1..16) each summing its share of
+ * a 1 GiB float buffer: the read bandwidth a memory-bound kernel can hope
+ * for, in bytes/s; -1 when out of memory. */
+double bench_read_bandwidth(int threads);
 
 /* Median seconds of attn_forward(l, seq, 1, ws) over about `budget` seconds,
  * at least min_runs runs (at most 2000) after one warm-up; -1 on error (the

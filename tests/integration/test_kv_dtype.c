@@ -1,9 +1,11 @@
 /* test_kv_dtype.c — compact KV caches through the real daemon: the demo layer
- * served twice, once with float32 caches and once with kv_dtype=f16 / bf16.
- * The same stream appended in chunks to both answers alike within the dtype's
- * rounding (and not bit-identically: the conversion really happens); the
- * compact session holds half the cache bytes; cross sessions and forks work;
- * --kv-dtype int8 and unknown names are refused at start-up.
+ * served four times, with float32 caches and with kv_dtype=f16 / bf16 / int8,
+ * on pages of 2112 bytes (4 rows of f32 K and V, 8 of f16, 16 of int8 with
+ * its scales). The same stream appended in chunks to each answers alike within
+ * the dtype's rounding (and not bit-identically: the conversion really
+ * happens); the f16/bf16 session holds half the pages, the int8 one under a
+ * third; cross sessions and forks work; unknown dtype names are refused at
+ * start-up.
  */
 #include <jansson.h>
 #include <math.h>
@@ -116,13 +118,13 @@ static double stream_diff(const char *compact, long *bytes_exact, long *bytes_co
     return d;
 }
 
-TEST(f16_and_bf16_streams)
+TEST(compact_streams)
 {
     static const struct {
         const char *model;
-        double tol;
-    } cases[] = {{"half", 2e-3}, {"brain", 2e-2}};
-    for (size_t i = 0; i < 2; i++) {
+        double tol, bytes;
+    } cases[] = {{"half", 2e-3, 0.6}, {"brain", 2e-2, 0.6}, {"small", 3e-2, 0.34}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         long be = 0, bc = 0;
         double d = stream_diff(cases[i].model, &be, &bc);
         printf("%-5s stream of 40 in chunks vs f32 caches: max diff %.3g (tol %.0e); "
@@ -130,7 +132,7 @@ TEST(f16_and_bf16_streams)
         CHECK_MSG(d <= cases[i].tol, "%s: %.3g", cases[i].model, d);
         CHECK_MSG(d > 0, "%s answers bit-identically to f32: no conversion happened",
                   cases[i].model);
-        CHECK_MSG(bc < be * 0.6, "%s holds %ld bytes, f32 %ld", cases[i].model, bc, be);
+        CHECK_MSG(bc < be * cases[i].bytes, "%s holds %ld bytes, f32 %ld", cases[i].model, bc, be);
     }
 }
 
@@ -165,8 +167,8 @@ TEST(startup_refusals)
     static const struct {
         const char *flag, *value, *says;
     } bad[] = {
-        {"--kv-dtype", "int8", "paged KV cache"},
-        {"--kv-dtype", "fp8", "must be f32, f16 or bf16"},
+        {"--kv-dtype", "fp8", "must be f32, f16, bf16 or int8"},
+        {"--kv-page-bytes", "2", "multiple of 4"},
         {"--model", "x=config/demo.safetensors,kv_dtype=f64", "kv_dtype must be"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -184,12 +186,14 @@ int main(void)
 {
     const char *args[] = {"--model", "exact=config/demo.safetensors",
                           "--model", "half=config/demo.safetensors,kv_dtype=f16",
-                          "--model", "brain=config/demo.safetensors,kv_dtype=bf16", NULL};
+                          "--model", "brain=config/demo.safetensors,kv_dtype=bf16",
+                          "--model", "small=config/demo.safetensors,kv_dtype=int8",
+                          "--kv-page-bytes", "2112", NULL};
     if (attnd_proc_start(&proc, args) != 0) {
         CHECK_MSG(0, "daemon did not start");
         return check_summary();
     }
-    RUN(f16_and_bf16_streams);
+    RUN(compact_streams);
     RUN(cross_and_fork);
     RUN(startup_refusals);
     CHECK_INT_EQ(attnd_proc_stop(&proc), 0);

@@ -4,7 +4,9 @@
  *   2. against a fake server answering 500s, 503s, malformed JSON, short and missing outputs:
  *      each counted under the right kind, exit 1;
  *   3. open loop: exactly rate x duration requests; a slow server gives timeouts;
- *      bad usage exits 2, an unreachable server exits 3;
+ *      bad usage exits 2, an unreachable server exits 3; a server slower than the offered
+ *      rate is reported SHORT with its late fraction, --max-late-fraction turns that into
+ *      exit 4, and the SVG has ticks at the offered rates and the offered = achieved line;
  *   4. a tiny sweep against the real attnd (tests/common/daemon.h): zero errors, rps > 0,
  *      0 < p50 <= p90 <= p95 <= p99 <= max, and the JSON, CSV and SVG files are well formed;
  *      then --protocol v2 --binary against it: zero errors, timing read from the answers. */
@@ -28,7 +30,7 @@
 
 /* ---- fake server ---------------------------------------------------------------------------- */
 
-enum { FAKE_GOOD, FAKE_BAD, FAKE_SLOW };
+enum { FAKE_GOOD, FAKE_BAD, FAKE_SLOW, FAKE_20MS };
 
 typedef struct fake {
     struct MHD_Daemon *d;
@@ -85,6 +87,10 @@ static enum MHD_Result answer_post(fake *f, struct MHD_Connection *c, upload *u)
     long n = atomic_fetch_add(&f->posts, 1);
     if (f->mode == FAKE_SLOW) {
         struct timespec ts = {0, 300000000}; /* 300 ms: past the client's timeout */
+        nanosleep(&ts, NULL);
+    }
+    if (f->mode == FAKE_20MS) { /* one polling thread: at most 50 answers/s */
+        struct timespec ts = {0, 20000000};
         nanosleep(&ts, NULL);
     }
     if (f->mode != FAKE_BAD) return reply(c, 200, good_answer(u->buf, u->len, 0));
@@ -155,6 +161,14 @@ static int fake_start(fake *f, int mode)
     const union MHD_DaemonInfo *i = MHD_get_daemon_info(f->d, MHD_DAEMON_INFO_BIND_PORT);
     f->port = i ? i->port : 0;
     return f->port ? 0 : -1;
+}
+
+/* Starts a fake in mode and writes its base URL into url. */
+static int fake_open(fake *f, int mode, char *url, size_t n)
+{
+    if (fake_start(f, mode) != 0) return -1;
+    snprintf(url, n, "http://127.0.0.1:%d", f->port);
+    return 0;
 }
 
 /* ---- running attnd-load ----------------------------------------------------------------------- */
@@ -294,8 +308,7 @@ TEST(fake_good)
 {
     fake f;
     char url[64];
-    CHECK(fake_start(&f, FAKE_GOOD) == 0);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", f.port);
+    CHECK(fake_open(&f, FAKE_GOOD, url, sizeof url) == 0);
     const char *args[] = {"--url", url, "--model", "x", "--concurrency", "1,4", "--duration",
                           "500ms", "--warmup", "100ms", "--seq-len", "2:9", "--batch", "2",
                           "--json", tmp_path("good.json"), "--csv", tmp_path("good.csv"),
@@ -332,8 +345,7 @@ TEST(fake_bad)
 {
     fake f;
     char url[64];
-    CHECK(fake_start(&f, FAKE_BAD) == 0);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", f.port);
+    CHECK(fake_open(&f, FAKE_BAD, url, sizeof url) == 0);
     const char *args[] = {"--url", url, "--model", "x", "--embed", "8", "--concurrency", "2",
                           "--requests", "60", "--warmup", "0", "--seq-len", "3:6", "--quiet",
                           "--json", tmp_path("bad.json"), NULL};
@@ -377,8 +389,7 @@ TEST(open_loop_and_timeout)
 {
     fake f;
     char url[64];
-    CHECK(fake_start(&f, FAKE_GOOD) == 0);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", f.port);
+    CHECK(fake_open(&f, FAKE_GOOD, url, sizeof url) == 0);
     /* 200 req/s for 0.5 s: sends scheduled at 0, 5, ..., 495 ms -> exactly 100 measured */
     const char *args[] = {"--url", url, "--model", "x", "--rate", "200", "--duration", "500ms",
                           "--warmup", "100ms", "--quiet", "--json", tmp_path("rate.json"),
@@ -393,6 +404,9 @@ TEST(open_loop_and_timeout)
     CHECK_INT_EQ(atomic_load(&f.posts), 120); /* + 20 warm-up sends */
     CHECK(jnum(l, "elapsed_s") >= 0.495 && jnum(l, "elapsed_s") < 5);
     CHECK(jint(l, "late") >= 0 && jint(l, "late") <= 100);
+    CHECK_NEAR(jnum(l, "late_fraction"), jint(l, "late") / 100.0, 1e-9);
+    CHECK(jnum(l, "achieved_rps") > 0);
+    CHECK(json_is_boolean(json_object_get(l, "short_of_offered")));
     CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(root, "params"), "mode")), "open_loop_rate");
     json_decref(root);
     char *csv = slurp(tmp_path("rate.csv"));
@@ -401,8 +415,7 @@ TEST(open_loop_and_timeout)
     check_svg(tmp_path("rate.svg"));
     MHD_stop_daemon(f.d);
 
-    CHECK(fake_start(&f, FAKE_SLOW) == 0);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", f.port);
+    CHECK(fake_open(&f, FAKE_SLOW, url, sizeof url) == 0);
     const char *slow[] = {"--url", url, "--model", "x", "--embed", "8", "--requests", "2",
                           "--warmup", "0", "--timeout", "100ms", "--quiet", "--json",
                           tmp_path("slow.json"), NULL};
@@ -415,8 +428,54 @@ TEST(open_loop_and_timeout)
     MHD_stop_daemon(f.d);
 }
 
+/* The fake answers one request per 20 ms (at most 50/s); 100/s is offered. */
+TEST(open_loop_short_of_offered)
+{
+    fake f;
+    char url[64];
+    CHECK(fake_open(&f, FAKE_20MS, url, sizeof url) == 0);
+    const char *args[] = {"--url", url, "--model", "x", "--rate", "25,100", "--duration",
+                          "500ms", "--warmup", "0", "--max-inflight", "2", "--quiet", "--json",
+                          tmp_path("short.json"), "--svg", tmp_path("short.svg"), NULL};
+    CHECK_INT_EQ(run_load(args), 0); /* no limit on lateness: late is reported, not fatal */
+    char *out = slurp(tmp_path("out.txt"));
+    CHECK(out && strstr(out, "achieved") && strstr(out, "late: sent more than 1 ms after its"));
+    CHECK_MSG(out && strstr(out, "SHORT at rate 100: achieved"), "table: %s", out ? out : "");
+    free(out);
+    json_t *root = load_json(tmp_path("short.json"));
+    long ok;
+    json_t *fast = json_array_get(check_report(root, 2, &ok), 1);
+    CHECK_INT_EQ(jint(fast, "requests"), 50);
+    CHECK_MSG(jnum(fast, "achieved_rps") < 70, "achieved %g req/s", jnum(fast, "achieved_rps"));
+    CHECK(json_is_true(json_object_get(fast, "short_of_offered")));
+    CHECK_MSG(jnum(fast, "late_fraction") > 0.5, "late fraction %g", jnum(fast, "late_fraction"));
+    json_decref(root);
+
+    char *svg = slurp(tmp_path("short.svg"));
+    CHECK(svg && strstr(svg, "text-anchor=\"middle\">25</text>") &&
+          strstr(svg, "text-anchor=\"middle\">100</text>")); /* ticks at the offered rates */
+    CHECK(svg && !strstr(svg, "text-anchor=\"middle\">64</text>")); /* not powers of two */
+    CHECK(svg && strstr(svg, "class=\"offered\"") && strstr(svg, "offered = achieved"));
+    free(svg);
+    check_svg(tmp_path("short.svg"));
+
+    const char *strict[] = {"--url", url, "--model", "x", "--rate", "100", "--duration",
+                            "300ms", "--warmup", "0", "--max-inflight", "2", "--quiet",
+                            "--max-late-fraction", "0.2", NULL};
+    CHECK_INT_EQ(run_load(strict), 4);
+    const char *lenient[] = {"--url", url, "--model", "x", "--rate", "100", "--duration",
+                             "300ms", "--warmup", "0", "--max-inflight", "2", "--quiet",
+                             "--max-late-fraction", "1", NULL};
+    CHECK_INT_EQ(run_load(lenient), 0);
+    MHD_stop_daemon(f.d);
+}
+
 TEST(usage)
 {
+    const char *late_closed[] = {"--concurrency", "2", "--max-late-fraction", "0.1", NULL};
+    CHECK_INT_EQ(run_load(late_closed), 2);
+    const char *late_bad[] = {"--rate", "10", "--max-late-fraction", "1.5", NULL};
+    CHECK_INT_EQ(run_load(late_bad), 2);
     const char *bad[] = {"--concurrency", "1:64", NULL};
     CHECK_INT_EQ(run_load(bad), 2);
     const char *bad2[] = {"--no-such-flag", NULL};
@@ -425,6 +484,8 @@ TEST(usage)
     CHECK_INT_EQ(run_load(help), 0);
     char *out = slurp(tmp_path("out.txt"));
     CHECK(out && strstr(out, "--concurrency") && strstr(out, "examples"));
+    CHECK(out && strstr(out, "--max-late-fraction") && strstr(out, "is late when sent more"));
+    CHECK(out && !strstr(out, "work"));
     free(out);
 }
 
@@ -483,7 +544,7 @@ TEST(real_attnd)
 static void cleanup(void)
 {
     const char *names[] = {"out.txt", "good.json", "good.csv", "good.svg", "bad.json",
-                           "gone.json", "rate.json", "rate.csv", "rate.svg", "slow.json", "real.json", "real.csv", "real.svg", "real_v2.json"};
+                           "gone.json", "rate.json", "rate.csv", "rate.svg", "slow.json", "short.json", "short.svg", "real.json", "real.csv", "real.svg", "real_v2.json"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) unlink(tmp_path(names[i]));
     rmdir(tmpdir);
 }
@@ -500,6 +561,7 @@ int main(void)
     RUN(fake_good);
     RUN(fake_bad);
     RUN(open_loop_and_timeout);
+    RUN(open_loop_short_of_offered);
     RUN(real_attnd);
     cleanup();
     return check_summary();

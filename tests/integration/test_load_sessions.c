@@ -244,6 +244,28 @@ TEST_WITH(demo, const attnd_proc *p)
     CHECK_INT_EQ(live_sessions(p), 0);
 }
 
+/* --binary: every append in the v2 binary tensor encoding (prefill chunks and steps), each
+ * answer checked as binary output of the right size with the session's length in its
+ * parameters. */
+TEST_WITH(binary_appends, const attnd_proc *p)
+{
+    const char *args[] = {"--url", p->base_url, "--model", "demo", "--sessions", "3", "--prefix",
+                          "40", "--prefill-chunk", "16", "--window", "24", "--steps", "10",
+                          "--binary", "--quiet", "--json", tmp_path("binary.json"),
+                          "--max-error-rate", "0", NULL};
+    CHECK_INT_EQ(run_load(args), 0);
+    json_t *root = load_json(tmp_path("binary.json"));
+    json_t *l = level0(root);
+    CHECK_INT_EQ(jint(l, "requests"), 3 * (1 + 3 + 10 + 1));
+    CHECK_INT_EQ(jint(l, "prefill_tokens"), 120);
+    CHECK_INT_EQ(jint(l, "decode_tokens"), 30);
+    CHECK_INT_EQ(jint(l, "errors"), 0);
+    CHECK_INT_EQ(jint(l, "with_timing"), 30); /* timing came from the binary answers' parameters */
+    CHECK(json_is_true(json_object_get(json_object_get(root, "params"), "binary")));
+    json_decref(root);
+    CHECK_INT_EQ(live_sessions(p), 0);
+}
+
 /* --duration caps decoding; SIGINT stops it; either way every session is deleted. */
 TEST_WITH(bounded, const attnd_proc *p)
 {
@@ -661,6 +683,7 @@ int main(void)
     CHECK_MSG(started, "attnd did not start (ATTND_BIN=%s)", getenv("ATTND_BIN") ? getenv("ATTND_BIN") : "");
     if (started) {
         RUN_WITH(demo, &p);
+        RUN_WITH(binary_appends, &p);
         RUN_WITH(bounded, &p);
         RUN_WITH(failing_setup, &p);
         CHECK_INT_EQ(attnd_proc_stop(&p), 0);

@@ -2,7 +2,10 @@
  * the real daemon: a fork continues exactly as its parent would (each answer
  * equals one causal request over its own whole sequence), appends to one never
  * change the other's answers, windowed sessions fork too, errors name what is
- * wrong, and the list pages through every session in id order.
+ * wrong, and the list pages through every session in id order. Pages of
+ * 2 KiB hold 4 rows of the demo layer's K and V, so a fork of 9 rows shares
+ * two full blocks and a partly filled one: the shared pages count once, and
+ * each side's first append copies only that tail page.
  */
 #include <jansson.h>
 #include <math.h>
@@ -110,6 +113,31 @@ static double diff(const float *a, const float *b)
     return d;
 }
 
+/* An integer member of GET /v1/sessions/{id}, or of a /metrics line (name "m:<series> "). */
+static long long session_field(const char *id, const char *field)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/sessions/%s", id);
+    json_t *j = NULL;
+    long long v = call("GET", path, NULL, &j) == 200 ? json_integer_value(json_object_get(j, field)) : -1;
+    json_decref(j);
+    return v;
+}
+
+static long long kv_cache_bytes(void)
+{
+    char url[256];
+    snprintf(url, sizeof url, "%s/metrics", proc.base_url);
+    http_result r;
+    long long v = -1;
+    if (http_do("GET", url, NULL, 0, NULL, &r) == 0) {
+        const char *at = r.body ? strstr(r.body, "\nattnd_kv_cache_bytes ") : NULL;
+        if (at) v = strtoll(at + strlen("\nattnd_kv_cache_bytes "), NULL, 10);
+        http_result_free(&r);
+    }
+    return v;
+}
+
 /* Parent and child share rows 0..P-1 of sequence 1; then the parent goes on
  * with sequence 1 and the child with sequence 2. */
 static void fork_and_diverge(int window)
@@ -127,6 +155,11 @@ static void fork_and_diverge(int window)
     CHECK_STR_EQ(json_string_value(json_object_get(j, "forked_from")), parent);
     CHECK(strcmp(child, parent) != 0);
     json_decref(j);
+    /* 9 rows = 3 pages, all shared, counted once */
+    const long long page = 2048, blocks = session_field(parent, "blocks");
+    CHECK_INT_EQ(blocks, 3); /* a window drops blocks only when an append needs room */
+    CHECK_INT_EQ(session_field(child, "shared_blocks"), blocks);
+    CHECK_INT_EQ(kv_cache_bytes(), blocks * page);
     double worst = 0;
     for (int k = 0; k < MORE; k++) { /* interleaved: each append must see only its own past */
         float *c = append(child, 2, P + k, 1), *p = append(parent, 1, P + k, 1);
@@ -140,6 +173,11 @@ static void fork_and_diverge(int window)
         free(want_p);
     }
     printf("fork (window %d): parent and child vs one-shot, max diff %.3g\n", window, worst);
+    if (!window) { /* rows 9..12 went into copies of the shared tail page: 3 + 1 pages each, 2 shared */
+        CHECK_INT_EQ(session_field(child, "shared_blocks"), 2);
+        CHECK_INT_EQ(session_field(child, "blocks"), 4);
+        CHECK_INT_EQ(kv_cache_bytes(), (2 + 2 + 2) * page);
+    }
     CHECK(worst <= 1e-5);
     snprintf(path, sizeof path, "/v1/sessions/%s", parent);
     CHECK_INT_EQ(call("DELETE", path, NULL, NULL), 204);
@@ -218,7 +256,8 @@ TEST(list_pages_in_id_order)
 
 int main(void)
 {
-    if (attnd_proc_start(&proc, NULL) != 0) {
+    const char *args[] = {"--kv-page-bytes", "2K", NULL};
+    if (attnd_proc_start(&proc, args) != 0) {
         CHECK_MSG(0, "daemon did not start");
         return check_summary();
     }

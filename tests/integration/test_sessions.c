@@ -592,12 +592,13 @@ TEST_WITH(metrics, const attnd_proc *p)
 
 /* ------------------------------------------------------------ eviction */
 
-/* Budget 20 KiB: two sessions of 16 cached rows (8 KiB + a header each) fit, a
- * third does not. The least recently used one goes (410); the recent one stays
- * correct. */
+/* A pool of 3 pages of 4 KiB (8 rows of the demo layer's f32 K and V each):
+ * a (9 rows, 2 pages) and b (8 rows, 1 page) fill it; c needs a page, so the
+ * least recently used, b, goes (410); a stays correct and grows into the
+ * room. */
 TEST(eviction)
 {
-    const char *args[] = {"--kv-cache-bytes", "20K", NULL};
+    const char *args[] = {"--kv-cache-bytes", "12K", "--kv-page-bytes", "4K", NULL};
     attnd_proc p;
     if (attnd_proc_start(&p, args) != 0) {
         CHECK(!"daemon with a tiny KV budget started");
@@ -638,10 +639,11 @@ TEST(eviction)
     CHECK_NEAR(d.w, 0, TOL);
     json_decref(j);
     CHECK(metric(&p, "attnd_session_evictions_total{reason=\"lru\"} ") >= 1);
-    CHECK(metric(&p, "attnd_kv_cache_bytes ") <= 20 * 1024);
+    CHECK_INT_EQ(metric(&p, "attnd_kv_cache_bytes "), 12 * 1024); /* a: 2 pages, c: 1 */
+    CHECK_INT_EQ(metric(&p, "attnd_kv_cache_capacity_bytes "), 12 * 1024);
     CHECK_INT_EQ(metric(&p, "attnd_sessions "), 2);
-    /* A session that alone would exceed the budget is refused (40 rows = 20 KiB
-     * plus its header), without evicting anyone. */
+    /* A session that alone would exceed the pool is refused (40 rows = 5
+     * pages), without evicting anyone. */
     char d_id[ID_CAP];
     float *qd = rand_rows(&s, 40);
     CHECK_INT_EQ(create(&p, "{}", d_id), 201);
@@ -655,6 +657,69 @@ TEST(eviction)
     free(qa);
     free(qb);
     free(qc);
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+}
+
+/* A pool of 2 pages (8 rows each) held by session a, whose append sits in a
+ * 1.5 s queue delay: b's append needs a page, and the only other session is
+ * busy, so b gets 503 kv_cache_full with Retry-After (never a wrong answer);
+ * once a's append is answered, b's retry evicts a (then 410). */
+typedef struct slow_append {
+    const attnd_proc *p;
+    const char *id;
+    const float *q;
+    long status;
+} slow_append;
+
+static void *slow_append_main(void *arg)
+{
+    slow_append *a = arg;
+    json_decref(append(a->p, a->id, a->q, 1, 0, &a->status));
+    return NULL;
+}
+
+TEST(kv_cache_full)
+{
+    const char *args[] = {"--kv-cache-bytes", "8K", "--kv-page-bytes", "4K", "--max-queue-delay-us",
+                          "1500000", NULL};
+    attnd_proc p;
+    if (attnd_proc_start(&p, args) != 0) {
+        CHECK(!"daemon with a 2-page KV pool started");
+        return;
+    }
+    uint64_t s = 91;
+    float *q = rand_rows(&s, 10);
+    char a[ID_CAP], b[ID_CAP], url[200];
+    long st;
+    CHECK_INT_EQ(create(&p, "{}", a), 201);
+    json_decref(append(&p, a, q, 9, 0, &st)); /* 2 pages */
+    CHECK_INT_EQ(st, 200);
+    CHECK_INT_EQ(create(&p, "{}", b), 201);
+    slow_append sa = {.p = &p, .id = a, .q = q + 9 * E};
+    pthread_t th;
+    pthread_create(&th, NULL, slow_append_main, &sa);
+    attnd_sleep_ms(400); /* a's append is queued: a is busy */
+    sbuf body = {0};
+    sb_printf(&body, "{\"query\":");
+    sb_matrix(&body, q, 1, E);
+    sb_printf(&body, "}");
+    snprintf(url, sizeof url, "%s/v1/sessions/%s/append", p.base_url, b);
+    http_result r = {0};
+    CHECK_INT_EQ(http_do("POST", url, body.p, strlen(body.p), NULL, &r), 0);
+    CHECK_INT_EQ(r.status, 503);
+    CHECK_STR_EQ(r.retry_after, "1");
+    CHECK(r.body && strstr(r.body, "\"kv_cache_full\"") != NULL);
+    http_result_free(&r);
+    pthread_join(th, NULL);
+    CHECK_INT_EQ(sa.status, 200); /* the busy session was never touched */
+    json_decref(append(&p, b, q, 1, 0, &st)); /* now a is idle: evicted for b */
+    CHECK_INT_EQ(st, 200);
+    json_t *j = append(&p, a, q, 1, 0, &st);
+    CHECK_INT_EQ(st, 410);
+    CHECK_STR_EQ(err_code(j), "session_expired");
+    json_decref(j);
+    free(body.p);
+    free(q);
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);
 }
 
@@ -824,14 +889,16 @@ static void *many_main(void *arg)
     return NULL;
 }
 
+/* 64 streams at once, on pages of 4 rows, windowed and not: every append of
+ * every stream equals its one-shot causal answer, and appends batch. */
 TEST_WITH(many_sessions, const attnd_proc *p)
 {
-    enum { N = 8 };
+    enum { N = 64 };
     many_arg args[N];
     pthread_t th[N];
     for (int i = 0; i < N; i++) {
-        args[i] = (many_arg){.p = p, .seed = 1000 + (uint64_t)i, .n = 14 + i,
-                             .window = i % 2 ? 4 : 0};
+        args[i] = (many_arg){.p = p, .seed = 1000 + (uint64_t)i, .n = 14 + i % 8,
+                             .window = i % 2 ? 4 + i % 3 : 0};
         pthread_create(&th[i], NULL, many_main, &args[i]);
     }
     int bad = 0, max_batch = 0;
@@ -1046,7 +1113,9 @@ TEST(replica_name)
 int main(void)
 {
     attnd_proc p;
-    const char *args[] = {"--max-seq-len", "64", NULL};
+    /* Pages of 2 KiB: 4 rows of the demo layer's K and V, so every stream
+     * below crosses many block boundaries. */
+    const char *args[] = {"--max-seq-len", "64", "--kv-page-bytes", "2K", NULL};
     if (attnd_proc_start(&p, args) != 0) {
         CHECK(!"daemon started");
         return check_summary();
@@ -1062,6 +1131,7 @@ int main(void)
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);
 
     RUN(eviction);
+    RUN(kv_cache_full);
     RUN(auth);
     RUN(reload_keeps_version);
     RUN(replica_name);
@@ -1074,7 +1144,7 @@ int main(void)
     } else {
         CHECK(!"daemon with a queue delay started");
     }
-    const char *many[] = {"--max-queue-delay-us", "20000", NULL};
+    const char *many[] = {"--max-queue-delay-us", "20000", "--kv-page-bytes", "2K", NULL};
     if (attnd_proc_start(&p, many) == 0) {
         RUN_WITH(many_sessions, &p);
         CHECK_INT_EQ(attnd_proc_stop(&p), 0);

@@ -418,6 +418,75 @@ class TestSessions(Base):
             outs = s.append(q[:5]).output + s.append(q[5:]).output
         self.assertClose(outs, one.output)
 
+    def test_fork_goes_its_own_way(self):
+        q = CASES["causal10"]["query"]
+        one = self.c.attention(q, model="demo", is_causal=True)
+        other = matrix(41, 4)
+        with self.c.session("demo") as s:
+            s.append(q[:6])
+            with s.fork() as f:
+                self.assertNotEqual(f.id, s.id)
+                self.assertEqual((f.length, f.created["forked_from"]), (6, s.id))
+                branch = f.append(other).output
+                self.assertEqual(f.length, 10)
+            rest = s.append(q[6:]).output
+        self.assertTrue(f.closed)
+        self.assertClose(rest, one.output[6:])          # the fork changed nothing here
+        both = self.c.attention(q[:6] + other, model="demo", is_causal=True)
+        self.assertClose(branch, both.output[6:])
+
+    def test_sessions_listing_pages(self):
+        opened = [self.c.session("demo") for _ in range(5)]
+        try:
+            seen = list(self.c.sessions(limit=2))
+            ids = [i["id"] for i in seen]
+            self.assertEqual(len(ids), len(set(ids)), "a session listed twice")
+            self.assertEqual(ids, sorted(ids), "not in id order")
+            for s in opened:
+                self.assertIn(s.id, ids)
+            self.assertEqual({i["model"] for i in seen if i["id"] == opened[0].id}, {"demo"})
+        finally:
+            for s in opened:
+                s.close()
+        self.assertFalse(set(s.id for s in opened) & set(i["id"] for i in self.c.sessions()))
+
+    def test_append_position_ids(self):
+        q = matrix(42, 5)
+        one = self.c.attention(q, model="llama", is_causal=True, position_ids=list(range(5)))
+        with self.c.session("llama") as s:
+            a = s.append(q[:3], position_ids=[0, 1, 2]).output
+            with self.assertRaises(ValueError):
+                s.append(q[3:], position_ids=[0, 1])        # not where the stream is
+            self.assertEqual(s.length, 3)
+            b = s.append(q[3:], position_ids=[[3, 4]]).output
+        self.assertClose(list(a) + list(b), one.output)
+
+    def test_binary_append(self):
+        if not attnd.HAVE_NUMPY:
+            self.skipTest("numpy hidden")
+        q = arr(CASES["causal10"]["query"])
+        with self.c.session("demo") as s:
+            a = s.append(q[:4])
+            b = s.append(q[4:], need_weights=True)         # weights: the JSON form
+            self.assertEqual((a.protocol, a.binary), ("v2", True))
+            self.assertEqual(a.session, {"id": s.id, "length": 4, "cached": 4})
+            self.assertIn("compute_us", a.timing)
+            self.assertEqual((b.protocol, b.binary, s.length), ("v1", False, 10))
+            self.assertEqual(shape(b.weights), [6, 10])
+            c = s.append(q[:1], binary=False)
+            self.assertEqual(c.protocol, "v1")
+        self.assertIsInstance(a.output, np.ndarray)
+        self.assertClose(np.vstack([a.output, b.output]), REF["causal10"]["output"])
+        with self.assertRaises(attnd.SessionNotFound):
+            s.append(q[:1])                                 # binary form, closed session
+
+    def test_metadata(self):
+        self.assertEqual(self.c.metadata()["name"], "attnd")
+        names = [t["name"] for t in self.c.metadata("demo")["inputs"]]
+        self.assertIn("query", names)
+        with self.assertRaises(attnd.ModelNotFound):
+            self.c.metadata("nope")
+
     def test_close_is_idempotent(self):
         s = self.c.session("demo", ttl_s=30)
         self.assertEqual(s.ttl_s, 30)

@@ -96,6 +96,7 @@ static void seq_use_cache(attn_seq *s, const tcache *t)
     s->cache_dtype = (int)t->c.dtype;
     s->cache_block_rows = t->c.block_rows;
     s->cache_block_table = t->c.block_table;
+    s->cache_block_stride = t->c.block_stride;
 }
 
 /* Streams x (L, E) through cache t in appends of `step` rows (0 = random
@@ -393,6 +394,52 @@ TEST(int8_scales_and_requantisation)
     attn_layer_free(l);
 }
 
+/* One pool of equal pages holding K and V side by side (the server's layout):
+ * page p has its K block at p * stride and its V block just after it, with
+ * slack at the end of each page. Streams answer exactly as with packed pools,
+ * for every dtype, and a stride below the block bytes is refused by name. */
+TEST(strided_pages_match_packed)
+{
+    test_rng r = {0x73747269ull};
+    for (int c = 0; c < 16; c++) {
+        gqa_shape sh = random_shape(&r);
+        attn_layer *l = gqa_layer(&r, &sh);
+        if (l == NULL) return;
+        const int dtype = c % 4, B = (int[]){1, 4, 16}[rng_int(&r, 0, 2)], L = rng_int(&r, 1, 60);
+        tcache tp;
+        tcache_init(&tp, &r, l, L, dtype, B, 2);
+        const size_t stride = tp.kb + tp.vb + 4 * (size_t)rng_int(&r, 0, 8);
+        char *pages = calloc((size_t)tp.n_blocks, stride);
+        tcache ts = tp; /* same table, pages instead of packed pools */
+        ts.c.k = pages;
+        ts.c.v = pages + tp.kb;
+        ts.c.block_stride = stride;
+        float *x = rand_floats(&r, (size_t)L * sh.e, 1.0f);
+        const size_t no = (size_t)L * sh.e_out;
+        float *op = malloc(fsz(no)), *os = malloc(fsz(no));
+        const uint64_t seed = rng_next(&r);
+        attn_workspace *ws = make_ws(ATTN_KERNEL_FUSED, 1, 0);
+        int ok = stream(l, &tp, x, L, 0, seed, 0, ws, op) == 0;
+        attn_seq probe = {0};
+        seq_use_cache(&probe, &ts);
+        ok = ok && probe.cache_block_stride == stride && stream(l, &ts, x, L, 0, seed, 0, ws, os) == 0;
+        CHECK_MSG(ok && memcmp(op, os, fsz(no)) == 0, "case %d: strided pages (dtype %d, B=%d) != packed: %.3g", c,
+                  dtype, B, max_abs_diff(op, os, no));
+        attn_kv_cache bad = ts.c;
+        bad.block_stride = tp.kb - 4;
+        attn_error err = {0};
+        float *k1 = calloc((size_t)sh.g * sh.d_k, sizeof(float)), *v1 = calloc((size_t)sh.g * sh.d_v, sizeof(float));
+        CHECK_INT_EQ(attn_kv_store(l, &bad, 0, 1, k1, v1, &err), ATTN_ERR_INVALID_ARG);
+        CHECK(strstr(err.message, "block_stride") != NULL);
+        free(k1); free(v1);
+        attn_workspace_free(ws);
+        free(pages); free(x); free(op); free(os);
+        ts.c.k = ts.c.v = NULL;
+        tcache_free(&tp);
+        attn_layer_free(l);
+    }
+}
+
 static void expect_invalid(const attn_layer *l, attn_seq s, const char *field)
 {
     attn_error err = {0};
@@ -466,6 +513,7 @@ int main(void)
     RUN(conversions_round_to_nearest_even);
     RUN(int8_scales_and_requantisation);
     RUN(validation_names_the_field);
+    RUN(strided_pages_match_packed);
     printf("max relative difference: paged stream vs one-shot %.3g\n", worst.oneshot);
     printf("max error vs F32 (of max(1, max|out|)): F16 %.3g, BF16 %.3g, INT8 %.3g\n", worst.f16, worst.bf16,
            worst.int8);

@@ -1,9 +1,12 @@
 /* test_sessions.c — the session store (server/sessions.c) on its own, with an
- * injected clock: ids, LRU eviction under the byte budget and the count cap, busy
- * sessions never evicted, tombstones (EXPIRED) and their bound, TTL on access and by
- * sweep, delete while an append is in flight, the length limit, and the
- * windowed cache keeping the last window-1 rows in order when it wraps, and ids
- * carrying a replica name.
+ * injected clock: ids, LRU eviction when the page pool or the count cap is
+ * full, exact page accounting, busy sessions never evicted, tombstones
+ * (EXPIRED) and their bound, TTL on access and by sweep, delete while an
+ * append is in flight, the length limit, the windowed cache giving back dead
+ * leading blocks and keeping the last window-1 rows in order, and forks
+ * sharing pages copy-on-write (counted once, the shared tail copied on the
+ * first append, neither side ever seeing the other's rows), and ids carrying a
+ * replica name.
  */
 #include "check.h"
 #include "sessions.h"
@@ -12,7 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ROW 8 /* row_k = row_v: floats per cached row */
+#define ROW 8   /* floats per cached row of K and of V */
+#define BLOCK 4 /* rows per block */
+#define KB ((size_t)BLOCK * ROW * sizeof(float)) /* bytes of a block of K (and of V) */
+#define PAGE (2 * KB)
 #define ID (ATTND_SESSION_ID_MAX + 1)
 
 static int64_t fake_now;
@@ -31,24 +37,51 @@ static void count_release(void *model)
 
 static int model_token; /* any non-NULL pointer stands for a model reference */
 
-static size_t bytes_for(int rows)
-{
-    return sizeof(attnd_session) + (size_t)rows * 2 * ROW * sizeof(float);
-}
+/* Pool bytes for n pages. */
+static size_t pages(int n) { return (size_t)n * PAGE; }
 
 static attnd_sessions *make(size_t budget, int max_sessions, int max_length, int tombstones)
 {
-    attnd_sessions_config c = {.budget_bytes = budget, .max_sessions = max_sessions,
+    attnd_sessions_config c = {.budget_bytes = budget, .page_bytes = PAGE, .max_sessions = max_sessions,
                                .ttl_s = 60, .max_length = max_length, .tombstones = tombstones,
                                .clock_ns = fake_clock, .release_model = count_release};
-    return attnd_sessions_create(&c);
+    char err[200];
+    attnd_sessions *st = attnd_sessions_create(&c, err, sizeof err);
+    CHECK_MSG(st != NULL, "create: %s", err);
+    return st;
+}
+
+/* Params of a session of the test geometry. */
+static attnd_session_params params(attnd_session_kind kind, int window)
+{
+    return (attnd_session_params){.kind = kind, .window = window, .block_rows = BLOCK, .k_block_bytes = KB,
+                                  .v_block_bytes = KB, .model_name = "m", .model = &model_token};
+}
+
+/* Row i of session s's K (which 0) or V cache, as the library would address it. */
+static float *row_of(attnd_sessions *st, const attnd_session *s, int which, int i)
+{
+    attnd_session_kv kv;
+    attnd_sessions_kv(st, s, &kv);
+    char *base = which ? kv.v : kv.k;
+    return (float *)(base + (size_t)kv.table[i / kv.block_rows] * kv.stride) + (size_t)(i % kv.block_rows) * ROW;
+}
+
+/* The "compute" of an append: rows [s->rows, s->rows + t) get their position
+ * (and its negation in V), as the library would write them. */
+static void write_rows(attnd_sessions *st, attnd_session *s, int t, float tag)
+{
+    for (int i = 0; i < t; i++)
+        for (int k = 0; k < ROW; k++) {
+            row_of(st, s, 0, s->rows + i)[k] = tag + (float)(s->length + i);
+            row_of(st, s, 1, s->rows + i)[k] = -(tag + (float)(s->length + i));
+        }
 }
 
 /* Opens a self session (window w) and appends t rows; copies its id. */
 static int open_with(attnd_sessions *st, int w, int t, char id[ATTND_SESSION_ID_MAX + 1])
 {
-    attnd_session_params p = {.kind = ATTND_SESSION_SELF, .window = w, .row_k = ROW,
-                              .row_v = ROW, .model_name = "m", .model = &model_token};
+    attnd_session_params p = params(ATTND_SESSION_SELF, w);
     attnd_session *s;
     attnd_session_error e;
     if (attnd_sessions_open(st, &p, &s, &e) != 0) {
@@ -94,10 +127,10 @@ TEST(ids)
     released = 0;
 }
 
-/* Budget for exactly two sessions of 16 rows and one empty one. */
+/* A pool of 8 pages: two sessions of 16 rows (4 pages each) fill it. */
 TEST(lru_and_busy)
 {
-    const size_t budget = 2 * bytes_for(16) + bytes_for(0) + 64;
+    const size_t budget = pages(8) + PAGE / 2; /* the half page is no page */
     attnd_sessions *st = make(budget, 100, 1000, 0);
     char a[ID], b[ID], c[ID], d[ID], x[ID];
     size_t bytes;
@@ -106,18 +139,21 @@ TEST(lru_and_busy)
     fake_now += 1000;
     CHECK_INT_EQ(open_with(st, 0, 16, b), 0);
     fake_now += 1000;
-    attnd_sessions_stats(st, &count, &bytes);
+    attnd_sessions_stats(st, &count, &bytes, NULL);
     CHECK_INT_EQ(count, 2);
-    CHECK_INT_EQ(bytes, 2 * bytes_for(16));
+    CHECK_INT_EQ(bytes, pages(8));
+    size_t cap;
+    attnd_sessions_stats(st, NULL, NULL, &cap);
+    CHECK_INT_EQ(cap, pages(8));
     CHECK_INT_EQ(touch(st, a, 0), 0); /* a becomes the most recently used */
     CHECK_INT_EQ(open_with(st, 0, 16, c), 0); /* room for c: b goes */
     CHECK_INT_EQ(touch(st, b, 0), ATTND_SESSION_EXPIRED);
     CHECK_INT_EQ(touch(st, a, 0), 0);
     CHECK_INT_EQ(touch(st, c, 0), 0);
     CHECK_INT_EQ(released, 1);
-    attnd_sessions_stats(st, &count, &bytes);
+    attnd_sessions_stats(st, &count, &bytes, NULL);
     CHECK_INT_EQ(count, 2);
-    CHECK(bytes <= budget);
+    CHECK_INT_EQ(bytes, pages(8));
 
     /* a is least recently used but busy: c goes instead. */
     attnd_session *sa;
@@ -130,13 +166,13 @@ TEST(lru_and_busy)
     attnd_session *sd;
     CHECK_INT_EQ(attnd_sessions_acquire(st, d, &sd, &e), 0);
     CHECK_INT_EQ(open_with(st, 0, 16, x), ATTND_SESSION_CACHE_FULL);
-    CHECK_INT_EQ(touch(st, x, 0), 0); /* x exists (its header fitted), just holds no rows */
+    CHECK_INT_EQ(touch(st, x, 0), 0); /* x exists, just holds no rows (no pages) */
     attnd_sessions_release(st, sd, 0, NULL, NULL);
     attnd_sessions_release(st, sa, 0, NULL, NULL);
     CHECK_INT_EQ(touch(st, a, 0), 0);
     CHECK_INT_EQ(touch(st, d, 0), 0);
 
-    /* One session alone over the budget: TOO_LARGE, nobody evicted. */
+    /* One session alone over the pool: TOO_LARGE, nobody evicted. */
     CHECK_INT_EQ(touch(st, x, 1000), ATTND_SESSION_TOO_LARGE);
     CHECK_INT_EQ(touch(st, a, 0), 0);
     CHECK_INT_EQ(touch(st, d, 0), 0);
@@ -153,7 +189,7 @@ TEST(max_sessions_and_tombstones)
         fake_now += 1000;
     }
     int count;
-    attnd_sessions_stats(st, &count, NULL);
+    attnd_sessions_stats(st, &count, NULL, NULL);
     CHECK_INT_EQ(count, 2);
     CHECK_INT_EQ(touch(st, id[4], 0), 0);
     CHECK_INT_EQ(touch(st, id[3], 0), 0);
@@ -168,8 +204,8 @@ TEST(max_sessions_and_tombstones)
 TEST(ttl)
 {
     attnd_sessions *st = make(1 << 20, 16, 100, 0);
-    attnd_session_params p = {.kind = ATTND_SESSION_SELF, .ttl_s = 5, .row_k = ROW,
-                              .row_v = ROW, .model = &model_token};
+    attnd_session_params p = params(ATTND_SESSION_SELF, 0);
+    p.ttl_s = 5;
     attnd_session *s;
     attnd_session_error e;
     char a[ID], b[ID], c[ID];
@@ -201,7 +237,7 @@ TEST(ttl)
     fake_now += INT64_C(61) * 1000000000;
     CHECK_INT_EQ(attnd_sessions_sweep(st), 1);
     int count;
-    attnd_sessions_stats(st, &count, NULL);
+    attnd_sessions_stats(st, &count, NULL, NULL);
     CHECK_INT_EQ(count, 0);
     CHECK_INT_EQ(released, 3);
     attnd_sessions_free(st);
@@ -226,7 +262,7 @@ TEST(delete_while_busy)
     attnd_sessions_release(st, s, 1, NULL, NULL);
     CHECK_INT_EQ(released, 1);
     size_t bytes;
-    attnd_sessions_stats(st, NULL, &bytes);
+    attnd_sessions_stats(st, NULL, &bytes, NULL);
     CHECK_INT_EQ(bytes, 0);
     attnd_sessions_free(st);
     released = 0;
@@ -245,8 +281,7 @@ TEST(length_limit)
     CHECK_INT_EQ(attnd_sessions_get(st, a, &info, &e), 0);
     CHECK_INT_EQ(info.length, 20);
     CHECK_INT_EQ(info.rows, 20);
-    attnd_session_params p = {.kind = ATTND_SESSION_SELF, .window = 21, .row_k = ROW,
-                              .row_v = ROW};
+    attnd_session_params p = params(ATTND_SESSION_SELF, 21);
     attnd_session *s;
     CHECK_INT_EQ(attnd_sessions_open(st, &p, &s, &e), ATTND_SESSION_INVALID);
     CHECK_STR_EQ(e.field, "window");
@@ -254,57 +289,156 @@ TEST(length_limit)
     released = 0;
 }
 
-/* Window 3, steps of 1 and 2: after every append the cache holds, in order, the
- * positions length-rows .. length-1, and at least the last 2 (window - 1). The
- * "compute" writes each new row as its position number, as the library would. */
-TEST(window_wrap)
+/* Window 6, steps of 1..3: after every append the cache holds, in order, the
+ * positions length-rows .. length-1, at least the last 5 (window - 1), and
+ * whole dead blocks have gone back to the pool (at most window - 1 + BLOCK - 1
+ * + t rows, and pages = blocks in use). */
+TEST(window_drops_dead_blocks)
 {
-    attnd_sessions *st = make(1 << 20, 16, 100, 0);
-    attnd_session_params p = {.kind = ATTND_SESSION_SELF, .window = 3, .row_k = ROW,
-                              .row_v = ROW};
+    attnd_sessions *st = make(pages(64), 16, 100, 0);
+    attnd_session_params p = params(ATTND_SESSION_SELF, 6);
     attnd_session *s;
     attnd_session_error e;
     CHECK_INT_EQ(attnd_sessions_open(st, &p, &s, &e), 0);
     char id[ID];
     memcpy(id, s->id, sizeof id);
     attnd_sessions_release(st, s, 0, NULL, NULL);
-    int bad = 0, max_rows = 0, wraps = 0;
-    for (int step = 0; step < 40; step++) {
-        int t = step % 3 == 2 ? 2 : 1;
+    int bad = 0, max_rows = 0, drops = 0;
+    for (int step = 0; step < 60; step++) {
+        int t = 1 + step % 3;
         CHECK_INT_EQ(attnd_sessions_acquire(st, id, &s, &e), 0);
         int before = s->rows;
         CHECK_INT_EQ(attnd_sessions_reserve(st, s, t, &e), 0);
-        wraps += s->rows < before;
-        bad += s->rows + t > s->cap;
-        for (int i = 0; i < t; i++)
-            for (int k = 0; k < ROW; k++) {
-                s->cache_k[(size_t)(s->rows + i) * ROW + k] = (float)(s->length + i);
-                s->cache_v[(size_t)(s->rows + i) * ROW + k] = (float)-(s->length + i);
-            }
+        drops += s->rows < before;
+        bad += s->rows + t > s->n_blocks * BLOCK;
+        write_rows(st, s, t, 0);
         int64_t length;
         int rows;
         attnd_sessions_release(st, s, t, &length, &rows);
         if (rows > max_rows) max_rows = rows;
-        bad += rows < (length < 2 ? length : 2);
+        bad += rows < (length < 5 ? length : 5);
         for (int i = 0; i < rows; i++)
-            bad += s->cache_k[(size_t)i * ROW] != (float)(length - rows + i) ||
-                   s->cache_v[(size_t)i * ROW + ROW - 1] != (float)-(length - rows + i);
+            bad += row_of(st, s, 0, i)[0] != (float)(length - rows + i) ||
+                   row_of(st, s, 1, i)[ROW - 1] != (float)-(length - rows + i);
+        size_t bytes;
+        attnd_sessions_stats(st, NULL, &bytes, NULL);
+        bad += bytes != pages(s->n_blocks);
     }
     CHECK_INT_EQ(bad, 0);
-    CHECK(wraps >= 5);
-    CHECK(max_rows <= 6); /* 2 * window */
+    CHECK(drops >= 10);
+    CHECK(max_rows <= 5 + BLOCK - 1 + 3);
     attnd_sessions_free(st);
+}
+
+/* One append of one row to id, written as tag + position. Returns 0 or the store's result. */
+static int append_tagged(attnd_sessions *st, const char *id, float tag)
+{
+    attnd_session *s;
+    attnd_session_error e;
+    if (attnd_sessions_acquire(st, id, &s, &e) != 0) return (int)e.result;
+    int rc = attnd_sessions_reserve(st, s, 1, &e);
+    if (rc == 0) write_rows(st, s, 1, tag);
+    attnd_sessions_release(st, s, rc == 0 ? 1 : 0, NULL, NULL);
+    return rc;
+}
+
+/* A fork shares every page (counted once); the first append to either side
+ * copies the shared partly filled tail block, never a full one; neither side
+ * then sees the other's rows; deleting the parent keeps the child's pages. */
+TEST(fork_copy_on_write)
+{
+    attnd_sessions *st = make(pages(16), 16, 100, 0);
+    char a[ID];
+    CHECK_INT_EQ(open_with(st, 0, 0, a), 0);
+    attnd_session *s, *c;
+    attnd_session_error e;
+    CHECK_INT_EQ(attnd_sessions_acquire(st, a, &s, &e), 0);
+    CHECK_INT_EQ(attnd_sessions_reserve(st, s, 10, &e), 0); /* 10 rows: 2 full blocks + 2 rows */
+    write_rows(st, s, 10, 0);
+    attnd_sessions_release(st, s, 10, NULL, NULL);
+    size_t bytes;
+    attnd_sessions_stats(st, NULL, &bytes, NULL);
+    CHECK_INT_EQ(bytes, pages(3));
+
+    CHECK_INT_EQ(attnd_sessions_fork(st, a, &c, &e), 0);
+    char b[ID];
+    memcpy(b, c->id, sizeof b);
+    CHECK_INT_EQ(c->rows, 10);
+    CHECK_INT_EQ(c->length, 10);
+    attnd_sessions_release(st, c, 0, NULL, NULL);
+    attnd_sessions_stats(st, NULL, &bytes, NULL);
+    CHECK_INT_EQ(bytes, pages(3)); /* shared: counted once */
+    attnd_session_info info;
+    CHECK_INT_EQ(attnd_sessions_get(st, b, &info, &e), 0);
+    CHECK_INT_EQ(info.blocks, 3);
+    CHECK_INT_EQ(info.shared_blocks, 3);
+
+    /* The child appends 1 row: its tail block is copied (one page more). */
+    CHECK_INT_EQ(append_tagged(st, b, 1000), 0);
+    attnd_sessions_stats(st, NULL, &bytes, NULL);
+    CHECK_INT_EQ(bytes, pages(4));
+    CHECK_INT_EQ(attnd_sessions_get(st, b, &info, &e), 0);
+    CHECK_INT_EQ(info.shared_blocks, 2);
+    /* The parent appends 1 row: its tail is its own now, no copy, no new page. */
+    CHECK_INT_EQ(append_tagged(st, a, 2000), 0);
+    attnd_sessions_stats(st, NULL, &bytes, NULL);
+    CHECK_INT_EQ(bytes, pages(4));
+    /* Each sees the shared prefix and its own row 10. */
+    CHECK_INT_EQ(attnd_sessions_acquire(st, a, &s, &e), 0);
+    CHECK_INT_EQ(attnd_sessions_acquire(st, b, &c, &e), 0);
+    int bad = 0;
+    for (int i = 0; i < 10; i++)
+        bad += row_of(st, s, 0, i)[0] != (float)i || row_of(st, c, 0, i)[0] != (float)i ||
+               row_of(st, c, 1, i)[3] != (float)-i;
+    CHECK_INT_EQ(bad, 0);
+    CHECK(row_of(st, s, 0, 10)[0] == 2010.0f);
+    CHECK(row_of(st, c, 0, 10)[0] == 1010.0f);
+    attnd_sessions_release(st, c, 0, NULL, NULL);
+    attnd_sessions_release(st, s, 0, NULL, NULL);
+    /* Deleting the parent frees only its own tail page. */
+    CHECK_INT_EQ(attnd_sessions_delete(st, a, &e), 0);
+    attnd_sessions_stats(st, NULL, &bytes, NULL);
+    CHECK_INT_EQ(bytes, pages(3));
+    CHECK_INT_EQ(attnd_sessions_acquire(st, b, &c, &e), 0);
+    CHECK(row_of(st, c, 0, 9)[0] == 9.0f && row_of(st, c, 0, 10)[0] == 1010.0f);
+    attnd_sessions_release(st, c, 0, NULL, NULL);
+    attnd_sessions_free(st);
+    released = 0;
+}
+
+/* A pool of 4 pages: a and its fork share 3; evicting the fork frees nothing,
+ * so making room for 2 pages takes the parent as well; busy sessions stay. */
+TEST(eviction_counts_shared_pages_once)
+{
+    attnd_sessions *st = make(pages(4), 16, 100, 0);
+    char a[ID], b[ID], c[ID];
+    CHECK_INT_EQ(open_with(st, 0, 12, a), 0);
+    attnd_session *s;
+    attnd_session_error e;
+    CHECK_INT_EQ(attnd_sessions_fork(st, a, &s, &e), 0);
+    memcpy(b, s->id, sizeof b);
+    attnd_sessions_release(st, s, 0, NULL, NULL);
+    fake_now += 1000;
+    CHECK_INT_EQ(touch(st, b, 0), 0); /* b more recent: a is evicted first... */
+    CHECK_INT_EQ(open_with(st, 0, 8, c), 0); /* ...but freeing 2 pages needs both */
+    CHECK_INT_EQ(touch(st, a, 0), ATTND_SESSION_EXPIRED);
+    CHECK_INT_EQ(touch(st, b, 0), ATTND_SESSION_EXPIRED);
+    size_t bytes;
+    attnd_sessions_stats(st, NULL, &bytes, NULL);
+    CHECK_INT_EQ(bytes, pages(2));
+    attnd_sessions_free(st);
+    released = 0;
 }
 
 TEST(cross)
 {
-    attnd_sessions *st = make(bytes_for(10) + 10, 16, 100, 0);
-    attnd_session_params p = {.kind = ATTND_SESSION_CROSS, .rows = 10, .row_k = ROW,
-                              .row_v = ROW};
+    attnd_sessions *st = make(pages(3), 16, 100, 0);
+    attnd_session_params p = params(ATTND_SESSION_CROSS, 0);
+    p.rows = 10;
     attnd_session *s;
     attnd_session_error e;
     CHECK_INT_EQ(attnd_sessions_open(st, &p, &s, &e), 0);
-    CHECK(s->cache_k && s->cache_v);
+    CHECK_INT_EQ(s->n_blocks, 3);
     CHECK_INT_EQ(s->rows, 10);
     CHECK_INT_EQ(attnd_sessions_reserve(st, s, 50, &e), 0); /* reads only: no room needed */
     int64_t length;
@@ -312,9 +446,13 @@ TEST(cross)
     attnd_sessions_release(st, s, 7, &length, &rows);
     CHECK_INT_EQ(length, 7);
     CHECK_INT_EQ(rows, 10);
-    p.rows = 11; /* alone over the budget */
+    p.rows = 13; /* alone over the pool */
     CHECK_INT_EQ(attnd_sessions_open(st, &p, &s, &e), ATTND_SESSION_TOO_LARGE);
     CHECK_INT_EQ(e.result, ATTND_SESSION_TOO_LARGE);
+    /* a block that does not fit a page is refused */
+    p = params(ATTND_SESSION_SELF, 0);
+    p.k_block_bytes = PAGE;
+    CHECK_INT_EQ(attnd_sessions_open(st, &p, &s, &e), ATTND_SESSION_INTERNAL);
     attnd_sessions_free(st);
 }
 
@@ -328,13 +466,15 @@ TEST(replica_ids)
     static const char *const bad[] = {"", "R1", "r_1", "-r", "r-", "r.1", "a2345678901234567890123456789012345678901"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         CHECK_MSG(!attnd_replica_name_valid(bad[i]), "'%s' accepted", bad[i]);
-    attnd_sessions_config c = {.budget_bytes = 1 << 20, .max_sessions = 2, .ttl_s = 60,
+    attnd_sessions_config c = {.budget_bytes = 1 << 20, .page_bytes = PAGE, .max_sessions = 2, .ttl_s = 60,
                                .max_length = 100, .clock_ns = fake_clock,
                                .replica_name = "R1"};
-    CHECK(attnd_sessions_create(&c) == NULL);
+    char err[200];
+    CHECK(attnd_sessions_create(&c, err, sizeof err) == NULL);
     char name[] = "attnd-2";
     c.replica_name = name;
-    attnd_sessions *st = attnd_sessions_create(&c);
+    attnd_sessions *st = attnd_sessions_create(&c, err, sizeof err);
+    CHECK_MSG(st != NULL, "create: %s", err);
     name[0] = 'X'; /* the store keeps its own copy */
     char a[ID], b[ID], c2[ID], other[ID + 8];
     CHECK_INT_EQ(open_with(st, 0, 2, a), 0);
@@ -375,7 +515,9 @@ int main(void)
     RUN(ttl);
     RUN(delete_while_busy);
     RUN(length_limit);
-    RUN(window_wrap);
+    RUN(window_drops_dead_blocks);
+    RUN(fork_copy_on_write);
+    RUN(eviction_counts_shared_pages_once);
     RUN(cross);
     RUN(replica_ids);
     return check_summary();

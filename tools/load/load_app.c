@@ -133,6 +133,20 @@ static int write_outputs(const load_opts *o, const load_model *m, const load_sta
     return rc;
 }
 
+/* --max-late-fraction: whether a level started too many requests late (said on stderr). */
+static int too_late(const load_opts *o, const load_stats *lv, size_t n)
+{
+    int bad = 0;
+    for (size_t i = 0; o->max_late_fraction >= 0 && i < n; i++) {
+        if (lv[i].late_fraction <= o->max_late_fraction) continue;
+        fprintf(stderr, "attnd-load: rate %g: %.1f%% of requests started late (above "
+                        "--max-late-fraction %g); achieved %.1f req/s\n",
+                lv[i].x, 100 * lv[i].late_fraction, o->max_late_fraction, lv[i].achieved_rps);
+        bad = 1;
+    }
+    return bad;
+}
+
 int load_app_main(int argc, char **argv)
 {
     load_opts o;
@@ -193,6 +207,8 @@ int load_app_main(int argc, char **argv)
         fprintf(stderr, "attnd-load: error rate %.4f (%s) above --max-error-rate %g\n", rate,
                 ok ? "some requests failed" : "no request succeeded", o.max_error_rate);
         status = LOAD_EXIT_ERRORS;
+    } else if (too_late(&o, lv, done)) {
+        status = LOAD_EXIT_LATE;
     }
     goto out;
 fail:

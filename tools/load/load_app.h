@@ -9,6 +9,7 @@ enum {
     LOAD_EXIT_ERRORS = 1, /* error rate above --max-error-rate, or nothing succeeded */
     LOAD_EXIT_USAGE = 2,
     LOAD_EXIT_SETUP = 3,  /* server unreachable, unknown model, unreadable file, cannot write */
+    LOAD_EXIT_LATE = 4,   /* a level's late fraction above --max-late-fraction */
 };
 
 /* Runs attnd-load with argv; returns the exit status. Output on stdout/stderr. */

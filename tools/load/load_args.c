@@ -188,6 +188,7 @@ void load_usage(FILE *f)
         "                         with --cross, is_causal/window/need_weights as parameters\n"
         "  --binary               v2: send tensors as binary data (Inference-Header-Content-\n"
         "                         Length) and ask for binary outputs; checks their sizes\n"
+        "                         (--sessions: appends as v2 binary tensors, no JSON floats)\n"
         "requests (bodies are pre-generated into a pool, seeded; generation is not measured)\n"
         "  --seq-len N|A:B        query length T, fixed or uniform in [A,B] (default 32)\n"
         "  --seq-len-dist FILE    T sampled from FILE's lines (one length per line)\n"
@@ -206,8 +207,15 @@ void load_usage(FILE *f)
         "load\n"
         "  --concurrency LIST     closed loop, LIST = 1,8,64 or 1:64:x2 or 10:40:+10 (default 1)\n"
         "  --rate LIST            open loop at R requests/s per level (same LIST syntax);\n"
-        "                         latency counts from the scheduled send time\n"
-        "  --duration D           measured time per level (default 5s; 500ms, 2m, 1.5 work)\n"
+        "                         latency counts from the scheduled send time. A request\n"
+        "                         is late when sent more than 1 ms after that time (all\n"
+        "                         --max-inflight were in flight, or this client was too\n"
+        "                         busy); the table gives late, late% and the achieved\n"
+        "                         rate, marked SHORT when more than 5% below the offer\n"
+        "  --max-late-fraction F  --rate: exit 4 when more than F of a level's requests\n"
+        "                         started late (default: never)\n"
+        "  --duration D           measured time per level (default 5s; also 500ms, 2m, or 1.5\n"
+        "                         meaning seconds)\n"
         "  --requests N           measure N requests per level instead of a duration\n"
         "  --warmup D             unmeasured load before each level (default 1s)\n"
         "  --timeout D            per-request timeout (default 30s)\n"
@@ -227,7 +235,7 @@ void load_usage(FILE *f)
         "  --max-retries N        503 with Retry-After: retry each call up to N times, waiting\n"
         "                         as told (at most 5 s), before it counts (default 3)\n"
         "  --duration D           caps each level's decode phase (default: no cap)\n"
-        "  also: --url --model --embed --seed --pool --timeout, the output options; other\n"
+        "  also: --url --model --embed --seed --pool --timeout --binary, the output options; other\n"
         "  request and load options are refused\n"
         "output\n"
         "  --json FILE, --csv FILE, --svg FILE   results per level; SVG chart of rps and p99\n"
@@ -239,7 +247,8 @@ void load_usage(FILE *f)
         "Latency is wall time per request on the client; percentiles are exact nearest-rank\n"
         "over every successful request of the level (value at rank ceil(p/100*n)).\n"
         "Exit status: 0 ok; 1 error rate above --max-error-rate, or no request succeeded;\n"
-        "2 bad usage; 3 could not start (server unreachable, model unknown, unreadable file).\n"
+        "2 bad usage; 3 could not start (server unreachable, model unknown, unreadable file);\n"
+        "4 late fraction above --max-late-fraction (requests not sent on schedule).\n"
         "\n"
         "examples\n"
         "  attnd-load --model demo --concurrency 1:64:x2 --duration 5s --seq-len 16:128\n"
@@ -255,7 +264,7 @@ enum {
     O_URL = 256, O_MODEL, O_SEQ, O_SEQDIST, O_EMBED, O_CROSS, O_KEYLEN, O_WEIGHTS, O_CAUSAL,
     O_WINDOW, O_KPAD, O_BATCH, O_REQFILE, O_POOL, O_SEED, O_CONC, O_RATE, O_DUR, O_REQS,
     O_WARM, O_TIMEOUT, O_INFLIGHT, O_JSON, O_CSV, O_SVG, O_QUIET, O_MAXERR, O_HELP,
-    O_PROTOCOL, O_BINARY, O_SESSIONS, O_PREFIX, O_STEPS, O_PCHUNK, O_RETRIES,
+    O_PROTOCOL, O_BINARY, O_SESSIONS, O_PREFIX, O_STEPS, O_PCHUNK, O_RETRIES, O_MAXLATE,
     O_END /* one past the last */
 };
 
@@ -295,6 +304,7 @@ static const struct option long_opts[] = {
     {"steps", required_argument, 0, O_STEPS},
     {"prefill-chunk", required_argument, 0, O_PCHUNK},
     {"max-retries", required_argument, 0, O_RETRIES},
+    {"max-late-fraction", required_argument, 0, O_MAXLATE},
     {0, 0, 0, 0},
 };
 
@@ -314,6 +324,7 @@ static void set_defaults(load_opts *o)
     o->prefix = 128;
     o->steps = 32;
     o->max_retries = 3;
+    o->max_late_fraction = -1;
 }
 
 /* The option's name for messages ("--rate"). */
@@ -338,7 +349,6 @@ static const struct {
     {O_CAUSAL, "a session's appends are causal already"},
     {O_KPAD, "an append takes query rows only"},
     {O_REQFILE, "each stream's bodies are generated"},
-    {O_BINARY, "sessions are a /v1 JSON API"},
 };
 
 /* Why option c does not combine with --sessions ("" when it does). */
@@ -405,9 +415,10 @@ static int apply_opt(load_opts *o, int c, const char *arg, int *seen_conc, char 
         o->key_padding = d;
         return 0;
     case O_MAXERR:
+    case O_MAXLATE:
         if (parse_double(arg, &d) || d < 0 || d > 1)
-            return errf(err, el, "--max-error-rate: '%s' is not a fraction in [0, 1]", arg);
-        o->max_error_rate = d;
+            return errf(err, el, "--%s: '%s' is not a fraction in [0, 1]", opt_name(c), arg);
+        *(c == O_MAXERR ? &o->max_error_rate : &o->max_late_fraction) = d;
         return 0;
     case O_DUR: return load_parse_duration(arg, &o->duration_s, err, el);
     case O_WARM: return load_parse_duration(arg, &o->warmup_s, err, el);
@@ -487,13 +498,17 @@ static int validate(load_opts *o, const unsigned char *given, char *err, size_t 
     if (strncmp(o->url, "http://", 7) && strncmp(o->url, "https://", 8))
         return errf(err, el, "--url: '%s' must start with http:// or https://", o->url);
     if (o->key_min && !o->cross) return errf(err, el, "--key-len needs --cross");
+    if (given[O_MAXLATE - O_URL] && !o->is_rate)
+        return errf(err, el, "--max-late-fraction needs --rate (only an open loop has a "
+                             "schedule to be late for)");
     if (o->timeout_s <= 0) return errf(err, el, "--timeout must be > 0");
     if (!o->sessions && !o->requests && o->duration_s <= 0)
         return errf(err, el, "--duration must be > 0");
     if (o->n_request_files && (o->cross || o->batch || o->seq_dist || o->need_weights ||
                                o->causal || o->window || o->key_padding > 0))
         return errf(err, el, "--request-file is sent as is; drop the request-shape options");
-    if (o->binary && o->protocol != 2) return errf(err, el, "--binary needs --protocol v2");
+    if (o->binary && o->protocol != 2 && !o->sessions)
+        return errf(err, el, "--binary needs --protocol v2 (or --sessions: binary appends)");
     if (o->protocol == 2 && !o->model)
         return errf(err, el, "--protocol v2 needs --model (the v2 path names the model)");
     if (o->protocol == 2 && o->n_request_files)

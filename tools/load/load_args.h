@@ -36,6 +36,7 @@ typedef struct load_opts {
     const char *json_path, *csv_path, *svg_path;
     int quiet;
     double max_error_rate;
+    double max_late_fraction; /* --rate: exit 4 above this late fraction; < 0 = no limit */
     int help;               /* --help was given (usage already printed) */
     int protocol;           /* 1: POST /v1 attention (default); 2: KServe v2 infer */
     int binary;             /* v2 only: tensors as binary data, both ways */

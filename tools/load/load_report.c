@@ -14,25 +14,44 @@ double load_error_rate(const load_stats *lv, size_t n)
     return req ? (double)err / (double)req : 0.0;
 }
 
+/* Open loop: what late and achieved mean, and each level that fell short of its offer. */
+static void report_rate_notes(FILE *f, const load_stats *lv, size_t n)
+{
+    fprintf(f, "late: sent more than %g ms after its scheduled time (all --max-inflight were in "
+               "flight, or this client was too busy);\n      its latency counts from the "
+               "scheduled time. achieved: requests answered per second (ok or not).\n",
+            LOAD_LATE_MS);
+    for (size_t i = 0; i < n; i++)
+        if (lv[i].short_of_offered)
+            fprintf(f, "SHORT at rate %g: achieved %.1f req/s, %.0f%% below the offered rate; "
+                       "%ld of %ld requests (%.1f%%) started late, their latency including the "
+                       "wait: the server or this client could not keep up\n",
+                    lv[i].x, lv[i].achieved_rps, 100 * (1 - lv[i].achieved_rps / lv[i].x),
+                    lv[i].late, lv[i].requests, 100 * lv[i].late_fraction);
+}
+
 void load_report_table(FILE *f, const load_stats *lv, size_t n)
 {
     int rate = n && lv[0].is_rate;
     fprintf(f, "%11s %8s %6s %9s %10s %6s %8s %8s %8s %8s %8s %8s %8s %8s%s\n",
             rate ? "rate(req/s)" : "concurrency", "requests", "errors", "rps", "tokens/s",
             "batch", "p50 ms", "p90 ms", "p95 ms", "p99 ms", "max ms", "queue", "compute",
-            "client", rate ? "     late" : "");
+            "client", rate ? "     late   late%  achieved" : "");
     for (size_t i = 0; i < n; i++) {
         const load_stats *s = &lv[i];
         fprintf(f, "%11g %8ld %6ld %9.1f %10.0f %6.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f",
                 s->x, s->requests, s->errors, s->rps, s->tokens_per_s, s->mean_batch, s->p50_ms,
                 s->p90_ms, s->p95_ms, s->p99_ms, s->max_ms, s->queue_ms, s->compute_ms,
                 s->overhead_ms);
-        if (rate) fprintf(f, " %8ld", s->late);
+        if (rate)
+            fprintf(f, " %8ld %7.1f %9.1f%s", s->late, 100 * s->late_fraction, s->achieved_rps,
+                    s->short_of_offered ? " SHORT" : "");
         fputc('\n', f);
     }
     fputs("latency: client wall time per successful request; percentiles exact (nearest rank).\n"
           "queue/compute: server-reported means (ms); client = latency - queue - compute (mean).\n",
           f);
+    if (rate) report_rate_notes(f, lv, n);
     for (size_t i = 0; i < n; i++) {
         if (!lv[i].errors) continue;
         fprintf(f, "errors at %s %g:", rate ? "rate" : "concurrency", lv[i].x);
@@ -99,6 +118,13 @@ static json_t *level_json(const load_stats *s)
         l = NULL;
     }
     json_decref(m);
+    if (l && s->is_rate &&
+        (json_object_set_new(l, "achieved_rps", json_real(s->achieved_rps)) ||
+         json_object_set_new(l, "late_fraction", json_real(s->late_fraction)) ||
+         json_object_set_new(l, "short_of_offered", json_boolean(s->short_of_offered)))) {
+        json_decref(l);
+        l = NULL;
+    }
     return l;
 }
 
@@ -130,16 +156,19 @@ int load_report_csv(const char *path, const load_stats *lv, size_t n, char *err,
     FILE *f = fopen(path, "w");
     if (!f) return snprintf(err, el, "--csv: cannot write %s", path), -1;
     fprintf(f, "%s,requests,ok,errors,elapsed_s,rps,tokens_per_s,mean_ms,p50_ms,p90_ms,p95_ms,"
-               "p99_ms,max_ms,mean_batch_size,queue_ms,compute_ms,overhead_ms,late",
+               "p99_ms,max_ms,mean_batch_size,queue_ms,compute_ms,overhead_ms,late,late_fraction,"
+               "achieved_rps",
             n && lv[0].is_rate ? "rate" : "concurrency");
     for (int k = 1; k < LOAD_KIND_COUNT; k++) fprintf(f, ",err_%s", load_kind_name((load_kind)k));
     fputc('\n', f);
     for (size_t i = 0; i < n; i++) {
         const load_stats *s = &lv[i];
-        fprintf(f, "%g,%ld,%ld,%ld,%.6f,%.3f,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%ld",
+        fprintf(f, "%g,%ld,%ld,%ld,%.6f,%.3f,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%ld,"
+                   "%.6f,%.3f",
                 s->x, s->requests, s->ok, s->errors, s->elapsed_s, s->rps, s->tokens_per_s,
                 s->mean_ms, s->p50_ms, s->p90_ms, s->p95_ms, s->p99_ms, s->max_ms, s->mean_batch,
-                s->queue_ms, s->compute_ms, s->overhead_ms, s->late);
+                s->queue_ms, s->compute_ms, s->overhead_ms, s->late, s->late_fraction,
+                s->achieved_rps);
         for (int k = 1; k < LOAD_KIND_COUNT; k++) fprintf(f, ",%ld", s->by_kind[k]);
         fputc('\n', f);
     }

@@ -72,6 +72,15 @@ static int rand_int(uint64_t *s, int lo, int hi)
 
 /* ---- generated requests ---------------------------------------------------------------------- */
 
+/* f as 4 little-endian bytes (the v2 binary tensor encoding). */
+static void put_f32_le(sbuf *b, float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    char le[4] = {(char)(u & 0xff), (char)(u >> 8 & 0xff), (char)(u >> 16 & 0xff), (char)(u >> 24)};
+    sb_put(b, le, 4);
+}
+
 /* rows x cols matrix of uniform values in [-1, 1) with 4 decimals. */
 static void put_matrix(sbuf *b, uint64_t *rng, int rows, int cols)
 {
@@ -203,6 +212,27 @@ char *load_gen_query_body(unsigned long long *rng, int rows, int cols, size_t *l
     return b.s;
 }
 
+char *load_gen_query_binary(unsigned long long *rng, int rows, int cols, size_t *len,
+                            size_t *header_len)
+{
+    sbuf b = {0};
+    uint64_t state = *rng;
+    sb_fmt(&b, "{\"inputs\":[{\"name\":\"query\",\"shape\":[1,%d,%d],", rows, cols);
+    sb_fmt(&b, "\"datatype\":\"FP32\",\"parameters\":{\"binary_data_size\":%zu}}],",
+           (size_t)rows * (size_t)cols * 4);
+    sb_str(&b, "\"outputs\":[{\"name\":\"output\",\"parameters\":{\"binary_data\":true}}]}");
+    *header_len = b.n;
+    for (long i = 0; i < (long)rows * cols; i++) /* the values put_matrix would print */
+        put_f32_le(&b, (float)((int)(splitmix64(&state) % 20001) - 10000) / 10000.0f);
+    *rng = state;
+    if (b.oom) {
+        free(b.s);
+        return NULL;
+    }
+    *len = b.n;
+    return b.s;
+}
+
 /* ---- KServe v2 requests ----------------------------------------------------------------------- */
 
 /* One input tensor of a v2 request: JSON data, or (binary) its bytes appended to raw. */
@@ -242,12 +272,7 @@ static void put_v2_input(sbuf *h, sbuf *raw, uint64_t *rng, const v2_input *in, 
                    abs(v) % 10000);
             continue;
         }
-        float f = (float)v / 10000.0f;
-        uint32_t u;
-        memcpy(&u, &f, sizeof u);
-        char le[4] = {(char)(u & 0xff), (char)(u >> 8 & 0xff), (char)(u >> 16 & 0xff),
-                      (char)(u >> 24)};
-        sb_put(out, le, 4);
+        put_f32_le(out, (float)v / 10000.0f);
     }
     if (!binary) sb_str(h, "]}");
 }

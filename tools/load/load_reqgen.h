@@ -46,6 +46,13 @@ void load_pool_free(load_pool *p);
  * with *len, or NULL when out of memory. */
 char *load_gen_query_body(unsigned long long *rng, int rows, int cols, size_t *len);
 
+/* The same rows as a v2 binary-tensor append (--sessions --binary): a JSON header naming
+ * query FP32 [1,rows,cols] and asking for the output as binary, then the rows as raw
+ * little-endian float32. *header_len gets the header's bytes (Inference-Header-Content-
+ * Length). NULL when out of memory. */
+char *load_gen_query_binary(unsigned long long *rng, int rows, int cols, size_t *len,
+                            size_t *header_len);
+
 /* The load_expect for one pool entry (borrows from r). */
 load_expect load_req_expect(const load_req *r);
 

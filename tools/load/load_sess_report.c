@@ -141,7 +141,7 @@ static json_t *params_json(const load_opts *o, const load_model *m)
         json_array_append_new(levels, I(o->levels[i]));
     const char *keys[] = {"url", "model", "mode", "levels", "prefix", "steps", "prefill_chunk",
                           "window", "seed", "pool", "duration_s", "timeout_s", "max_retries",
-                          "max_error_rate", "model_dims", "protocol", "percentiles"};
+                          "max_error_rate", "model_dims", "protocol", "binary", "percentiles"};
     json_t *vals[] = {
         json_string(o->url), json_string(o->model), json_string("sessions"), levels,
         I(o->prefix), I(o->steps), I(o->prefill_chunk), I(o->window), I(o->seed), I(o->pool),
@@ -149,7 +149,8 @@ static json_t *params_json(const load_opts *o, const load_model *m)
         R(o->max_error_rate),
         json_pack("{s:i, s:i, s:i, s:i, s:i}", "embed_q", m->embed_q, "embed_k", m->embed_k,
                   "embed_v", m->embed_v, "embed_out", m->embed_out, "num_heads", m->heads),
-        json_string("v1"), json_string("exact, nearest rank over successful decode appends"),
+        json_string("v1"), json_boolean(o->binary),
+        json_string("exact, nearest rank over successful decode appends"),
     };
     _Static_assert(sizeof keys / sizeof *keys == sizeof vals / sizeof *vals, "keys and values");
     json_t *p = json_object();

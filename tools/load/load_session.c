@@ -215,12 +215,16 @@ typedef struct qbody {
     size_t len;
 } qbody;
 
-/* A set of pre-built bodies of one row count, sent round robin, and their answers' shape. */
+/* A set of pre-built bodies of one row count, sent round robin, and their answers' shape.
+ * With --binary the bodies are v2 binary-tensor appends, all with one header length, sent
+ * with their own request headers. */
 typedef struct body_set {
     qbody *b;
     size_t n, next;
     int rows;
-    load_shape shape; /* rows x E_out */
+    load_shape shape;            /* rows x E_out (JSON answers) */
+    load_expect_v2 v2;           /* the binary answer (--binary) */
+    struct curl_slist *headers;  /* --binary: octet-stream + Inference-Header-Content-Length */
 } body_set;
 
 typedef struct stream {
@@ -228,6 +232,7 @@ typedef struct stream {
     char *buf;                 /* the answer (owned) */
     size_t len, cap;
     double retry_after_s;      /* the answer's Retry-After in s; -1 when absent */
+    long long header_len;      /* the answer's Inference-Header-Content-Length; -1 when absent */
     st_state state;
     int busy;                  /* a request in flight */
     int waiting;               /* a retry is due at send_at */
@@ -287,21 +292,44 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *ud)
         long v = strtol(p, &end, 10);
         while (*end == ' ' || *end == '\r' || *end == '\n') end++;
         s->retry_after_s = end != p && !*end && v >= 0 ? (double)v : -1;
+    } else if (load_http_header_value(data, n, "inference-header-content-length:", buf, sizeof buf)) {
+        char *end;
+        long long v = strtoll(buf, &end, 10);
+        s->header_len = end != buf && v >= 0 ? v : -1;
     }
     return n;
 }
 
-/* count bodies of rows x E_q from *rng. 0 / -1 (no memory). */
-static int build_set(body_set *set, size_t count, int rows, const load_model *m,
+/* The request headers of a binary set whose bodies carry header_len bytes of JSON. */
+static struct curl_slist *binary_headers(size_t header_len)
+{
+    char ihcl[80];
+    snprintf(ihcl, sizeof ihcl, "Inference-Header-Content-Length: %zu", header_len);
+    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/octet-stream");
+    struct curl_slist *h2 = h ? curl_slist_append(h, ihcl) : NULL;
+    struct curl_slist *h3 = h2 ? curl_slist_append(h2, "Expect:") : NULL;
+    if (!h3) curl_slist_free_all(h);
+    return h3;
+}
+
+/* count bodies of rows x E_q from *rng, JSON or (binary) v2 binary tensors. 0 / -1 (no
+ * memory). */
+static int build_set(body_set *set, size_t count, int rows, const load_model *m, int binary,
                      unsigned long long *rng)
 {
     set->rows = rows;
     if (!rows || !count) return 0;
     if (load_shape_push_matrix(&set->shape, 0, rows, m->embed_out)) return -1;
+    set->v2 = (load_expect_v2){.binary = 1, .b = 1, .t = rows, .e_out = m->embed_out};
     if (!(set->b = calloc(count, sizeof *set->b))) return -1;
-    for (; set->n < count; set->n++)
-        if (!(set->b[set->n].s = load_gen_query_body(rng, rows, m->embed_q, &set->b[set->n].len)))
-            return -1;
+    size_t header_len = 0;
+    for (; set->n < count; set->n++) {
+        qbody *q = &set->b[set->n];
+        q->s = binary ? load_gen_query_binary(rng, rows, m->embed_q, &q->len, &header_len)
+                      : load_gen_query_body(rng, rows, m->embed_q, &q->len);
+        if (!q->s) return -1;
+    }
+    if (binary && !(set->headers = binary_headers(header_len))) return -1;
     return 0;
 }
 
@@ -310,6 +338,7 @@ static void free_set(body_set *set)
     for (size_t i = 0; i < set->n; i++) free(set->b[i].s);
     free(set->b);
     load_shape_free(&set->shape);
+    curl_slist_free_all(set->headers);
     memset(set, 0, sizeof *set);
 }
 
@@ -346,9 +375,10 @@ load_sess_runner *load_sess_new(const load_opts *o, const load_model *m, char *e
     int chunk = o->prefill_chunk && o->prefill_chunk < o->prefix ? o->prefill_chunk : o->prefix;
     int full = chunk ? o->prefix / chunk : 0, tail = chunk ? o->prefix % chunk : 0;
     unsigned long long rng = o->seed;
-    if (build_set(&r->chunk, set_count(o, m, n * (size_t)full, chunk), chunk, m, &rng) ||
-        build_set(&r->tail, set_count(o, m, n, tail), tail, m, &rng) ||
-        build_set(&r->step, set_count(o, m, n * (size_t)o->steps, 1), o->steps ? 1 : 0, m, &rng))
+    if (build_set(&r->chunk, set_count(o, m, n * (size_t)full, chunk), chunk, m, o->binary, &rng) ||
+        build_set(&r->tail, set_count(o, m, n, tail), tail, m, o->binary, &rng) ||
+        build_set(&r->step, set_count(o, m, n * (size_t)o->steps, 1), o->steps ? 1 : 0, m, o->binary,
+                  &rng))
         goto oom;
 
     r->headers = curl_slist_append(NULL, "Content-Type: application/json");
@@ -462,7 +492,9 @@ static int send_call(load_sess_runner *r, level *lv, stream *s, int64_t now)
     CURL *e = s->easy;
     s->len = 0;
     s->retry_after_s = -1;
+    s->header_len = -1;
     if (!s->tries) s->call_start = now;
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, s->set && s->set->headers ? s->set->headers : r->headers);
     if (s->state == ST_DELETE) {
         curl_easy_setopt(e, CURLOPT_URL, s->session_url);
         curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
@@ -568,6 +600,19 @@ static void after_step(load_sess_runner *r, level *lv, stream *s, int64_t now)
     }
 }
 
+/* A binary append's answer (already checked as a v2 response) names s's session and the
+ * length it should have now among its parameters. */
+static int binary_session_ok(const stream *s, long long length)
+{
+    json_t *root = json_loadb(s->buf, (size_t)s->header_len, 0, NULL);
+    json_t *p = json_object_get(root, "parameters");
+    const char *id = json_string_value(json_object_get(p, "session_id"));
+    json_t *len = json_object_get(p, "session_length");
+    int ok = id && strcmp(id, s->id) == 0 && json_is_integer(len) && json_integer_value(len) == length;
+    json_decref(root);
+    return ok;
+}
+
 /* An answer to s's call arrived at end (or curl gave up: cc). */
 static void complete(load_sess_runner *r, level *lv, stream *s, int cc, int64_t end)
 {
@@ -592,7 +637,11 @@ static void complete(load_sess_runner *r, level *lv, stream *s, int cc, int64_t 
     double ms = (double)(end - s->call_start) / 1e6;
     load_timing t = {0};
     load_kind k = LOAD_OK;
-    if (s->state == ST_PREFILL || s->state == ST_DECODE) {
+    if ((s->state == ST_PREFILL || s->state == ST_DECODE) && o->binary) {
+        k = cc ? load_kind_from_curl(cc)
+               : load_check_response_v2(status, s->buf, s->len, s->header_len, &s->set->v2, &t);
+        if (k == LOAD_OK && !binary_session_ok(s, s->length + s->set->rows)) k = LOAD_ERR_BAD_SHAPE;
+    } else if (s->state == ST_PREFILL || s->state == ST_DECODE) {
         load_expect want = {.output = &s->set->shape, .session_id = s->id,
                             .session_length = s->length + s->set->rows,
                             .session_full = o->window == 0};

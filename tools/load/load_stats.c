@@ -68,6 +68,11 @@ void load_stats_finish(load_stats *s)
     s->p99_ms = load_percentile(s->lat_ms, n, 99);
     s->rps = s->elapsed_s > 0 ? (double)s->ok / s->elapsed_s : 0;
     s->tokens_per_s = s->elapsed_s > 0 ? (double)s->tokens / s->elapsed_s : 0;
+    if (s->is_rate) {
+        s->achieved_rps = s->elapsed_s > 0 ? (double)s->requests / s->elapsed_s : 0;
+        s->late_fraction = s->requests ? (double)s->late / (double)s->requests : 0;
+        s->short_of_offered = s->achieved_rps < s->x * (1 - LOAD_SHORT_FRACTION);
+    }
     if (s->n_timing > 0) {
         double k = (double)s->n_timing;
         s->mean_batch = s->sum_batch / k;

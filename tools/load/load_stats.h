@@ -33,9 +33,17 @@ typedef struct load_stats {
     long errors;
     double rps, tokens_per_s, mean_ms, p50_ms, p90_ms, p95_ms, p99_ms, max_ms, min_ms;
     double mean_batch, queue_ms, compute_ms, overhead_ms;
+    /* Open loop only (0 otherwise): requests answered (ok or not) per second of the level,
+     * against the offered x; short_of_offered when that is more than LOAD_SHORT_FRACTION
+     * below x (the server or this client did not keep up); late / requests. */
+    double achieved_rps, late_fraction;
+    int short_of_offered;
 } load_stats;
 
+/* A request is late when it is sent more than LOAD_LATE_MS after its scheduled time (all
+ * --max-inflight requests were in flight, or this client was too busy to send on time). */
 #define LOAD_LATE_MS 1.0
+#define LOAD_SHORT_FRACTION 0.05
 
 /* Records a success: latency, query tokens, server timing (may have has == 0). */
 void load_stats_add_ok(load_stats *s, double lat_ms, long tokens, const load_timing *t);

@@ -17,6 +17,7 @@
 #define PH (H - MT - MB)
 #define C_RPS "#1f77b4"
 #define C_P99 "#d62728"
+#define C_OFFER "#555555"
 
 double load_nice_step(double max, int ticks)
 {
@@ -48,23 +49,43 @@ typedef struct axes {
 static double px(const axes *a, double v) { return ML + (log2(v) - a->lo) / (a->hi - a->lo) * PW; }
 static double py(double v, double ymax) { return MT + PH - v / ymax * PH; }
 
-static void x_axis(FILE *f, const axes *a, int rate)
+static void x_tick(FILE *f, const axes *a, double v)
 {
-    int first = (int)ceil(a->lo), last = (int)floor(a->hi);
-    int step = (last - first) > 12 ? 2 : 1;
-    for (int e = first; e <= last; e += step) {
-        double x = px(a, pow(2, e));
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" class=\"grid\"/>\n", x, MT, x,
-                MT + PH);
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" class=\"axis\"/>\n", x,
-                MT + PH, x, MT + PH + 5);
-        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n", x, MT + PH + 20,
-                pow(2, e));
+    double x = px(a, v);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" class=\"grid\"/>\n", x, MT, x,
+            MT + PH);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" class=\"axis\"/>\n", x,
+            MT + PH, x, MT + PH + 5);
+    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n", x, MT + PH + 20, v);
+}
+
+/* Ticks at the offered rates (open loop) or at powers of two (concurrency). */
+static void x_axis(FILE *f, const axes *a, const load_stats *lv, size_t n, int rate)
+{
+    if (rate) {
+        for (size_t i = 0; i < n; i++) x_tick(f, a, lv[i].x);
+    } else {
+        int first = (int)ceil(a->lo), last = (int)floor(a->hi);
+        int step = (last - first) > 12 ? 2 : 1;
+        for (int e = first; e <= last; e += step) x_tick(f, a, pow(2, e));
     }
     fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" class=\"label\">%s</text>\n",
             ML + PW / 2, H - 20,
             rate ? "offered rate (requests/s, log2 scale)"
                  : "concurrency (requests in flight, log2 scale)");
+}
+
+/* Open loop: where throughput would be if every offered request were answered (a curve on
+ * the log2 x axis), from the lowest to the highest offered rate. */
+static void offered_line(FILE *f, const axes *a, double xmin, double xmax)
+{
+    fprintf(f, "<polyline class=\"offered\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" "
+               "stroke-dasharray=\"2 3\" points=\"", C_OFFER);
+    for (int i = 0; i <= 64; i++) {
+        double v = xmin * pow(xmax / xmin, i / 64.0);
+        fprintf(f, "%s%.1f,%.1f", i ? " " : "", px(a, v), py(v, a->ymax_l));
+    }
+    fputs("\"><title>offered = achieved</title></polyline>\n", f);
 }
 
 static void y_axis(FILE *f, double ymax, double step, int right, const char *label,
@@ -112,13 +133,19 @@ static void series(FILE *f, const axes *a, const load_stats *lv, size_t n, int p
     }
 }
 
-static void legend(FILE *f)
+static void legend(FILE *f, int rate)
 {
     int x = ML + 14, y = MT + 12;
     fprintf(
         f,
-        "<rect x=\"%d\" y=\"%d\" width=\"190\" height=\"50\" fill=\"white\" fill-opacity=\"0.85\" stroke=\"#999\"/>\n",
-        x, y);
+        "<rect x=\"%d\" y=\"%d\" width=\"190\" height=\"%d\" fill=\"white\" fill-opacity=\"0.85\" stroke=\"#999\"/>\n",
+        x, y, rate ? 69 : 50);
+    if (rate) {
+        fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" "
+                   "stroke-width=\"1.5\" stroke-dasharray=\"2 3\"/>\n",
+                x + 10, y + 55, x + 40, y + 55, C_OFFER);
+        fprintf(f, "<text x=\"%d\" y=\"%d\">offered = achieved</text>\n", x + 48, y + 59);
+    }
     fprintf(f,
             "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2.5\"/>\n",
             x + 10, y + 17, x + 40, y + 17, C_RPS);
@@ -146,6 +173,7 @@ void load_svg_print(FILE *f, const load_stats *lv, size_t n, const char *subtitl
         a.hi = log2(xmax) + 0.35;
         if (a.hi - a.lo < 2) a.lo -= 1, a.hi += 1;
     }
+    if (rate && xmax > rmax) rmax = xmax; /* the offered = achieved line fits */
     double sl = load_nice_step(rmax * 1.1, 6), sr = load_nice_step(lmax * 1.1, 6);
     a.ymax_l = sl * ceil((rmax > 0 ? rmax * 1.1 : 1) / sl);
     a.ymax_r = sr * ceil((lmax > 0 ? lmax * 1.1 : 1) / sr);
@@ -170,14 +198,15 @@ void load_svg_print(FILE *f, const load_stats *lv, size_t n, const char *subtitl
         fputs("</text>\n", f);
     }
     if (n) {
-        x_axis(f, &a, rate);
+        x_axis(f, &a, lv, n, rate);
         y_axis(f, a.ymax_l, sl, 0, "throughput (req/s)", C_RPS);
         y_axis(f, a.ymax_r, sr, 1, "p99 latency (ms)", C_P99);
         fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" class=\"axis\"/>\n", ML, MT + PH,
                 ML + PW, MT + PH);
+        if (rate) offered_line(f, &a, xmin, xmax);
         series(f, &a, lv, n, 0);
         series(f, &a, lv, n, 1);
-        legend(f);
+        legend(f, rate);
     }
     fputs("</svg>\n", f);
 }

@@ -3,6 +3,7 @@ lists otherwise. Nothing here talks to the network."""
 import os
 
 __all__ = ["np", "HAVE_NUMPY", "is_array", "json_default", "nested_shape", "reshape_flat",
+           "flat_ints", "row_count",
            "to_numpy_float", "V2Unsupported", "v2_inputs"]
 
 
@@ -57,6 +58,27 @@ def nested_shape(x):
             break
         x = x[0]
     return shape
+
+
+def flat_ints(x):
+    """position_ids as a flat list: a numpy array / tensor, or nested lists (a leading
+    batch of one is flattened away like any other level)."""
+    if is_array(x):
+        return _as_ndarray(x).reshape(-1).tolist()
+    out = []
+    stack = [x]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, (list, tuple)):
+            stack.extend(reversed(e))
+        else:
+            out.append(e)
+    return out
+
+
+def row_count(query):
+    """T of a T×E query (nested lists or an array)."""
+    return int(query.shape[0]) if hasattr(query, "shape") else len(query)
 
 
 def reshape_flat(flat, shape):

@@ -250,6 +250,31 @@ class Client:
                 raise error_for(503, "%s not ready after %s s" % (self.url, timeout))
             time.sleep(interval)
 
+    def metadata(self, model=None):
+        """``GET /v2`` (the server: name, version, extensions) or, with ``model``,
+        ``GET /v2/models/{model}`` (its input and output tensors)."""
+        path = "/v2" if model is None else "/v2/models/" + _quote(model)
+        resp = self._send("GET", path, headers=self._headers())
+        if resp.status != 200:
+            raise self._error(resp, v2=True)
+        return json.loads(resp.body.decode("utf-8"))
+
+    def sessions(self, limit=100):
+        """``GET /v1/sessions``: an iterator over every live session's description (as
+        :meth:`Session.info` returns it), fetched ``limit`` at a time in id order, each
+        page asked for with ``after`` = the previous page's ``next``."""
+        after = None
+        while True:
+            query = {"limit": int(limit)}
+            if after is not None:
+                query["after"] = after
+            page = self._json("GET", "/v1/sessions?" + urllib.parse.urlencode(query))
+            for info in page.get("sessions", []):
+                yield info
+            after = page.get("next")
+            if after is None:
+                return
+
     # ------------------------------------------------------------------ attention
     def attention(self, query, *, model=None, key=None, value=None, key_padding_mask=None,
                   attn_mask=None, is_causal=False, window=None, position_ids=None,
@@ -366,6 +391,12 @@ class Client:
         params = self._v2_parameters(is_causal, window, need_weights, average_attn_weights,
                                      timeout_ms)
         params["binary_data_output"] = True
+        resp = self._send_binary("/v2/models/%s/infer" % _quote(model), tensors, params, id)
+        return self._v2_result(resp, single, numpy_out)
+
+    def _send_binary(self, path, tensors, params, id, idempotent=True):
+        """POSTs a v2 body with binary tensor data (a JSON header, then the raw tensors;
+        the header's length in Inference-Header-Content-Length)."""
         header = {"inputs": [{"name": n, "shape": list(a.shape), "datatype": t,
                               "parameters": {"binary_data_size": a.nbytes}}
                              for n, a, t in tensors],
@@ -376,8 +407,7 @@ class Client:
         body = b"".join([head] + [a.tobytes() for _, a, _ in tensors])
         headers = self._headers("application/octet-stream",
                                 {"Inference-Header-Content-Length": str(len(head))})
-        resp = self._send("POST", "/v2/models/%s/infer" % _quote(model), body, headers, True)
-        return self._v2_result(resp, single, numpy_out)
+        return self._send("POST", path, body, headers, idempotent)
 
     def _infer_json(self, model, query, key, value, key_padding_mask, attn_mask, position_ids,
                     numpy_out, is_causal, window, need_weights, average_attn_weights,
@@ -419,9 +449,9 @@ class Client:
                           self._headers("application/json"), True)
         return self._v2_result(resp, single, numpy_out)
 
-    def _v2_result(self, resp, single, numpy_out):
+    def _v2_result(self, resp, single, numpy_out, v2_errors=True):
         if resp.status != 200:
-            raise self._error(resp, v2=True)
+            raise self._error(resp, v2=v2_errors)
         hlen = resp.headers.get("inference-header-content-length")
         try:
             if hlen is not None:
@@ -524,14 +554,32 @@ class Session:
                 raise      # closing failed and nothing else is propagating: say so
 
     def append(self, query, need_weights=False, average_attn_weights=True, timeout_ms=None,
-               id=None):
+               id=None, *, position_ids=None, binary=None):
         """``POST /v1/sessions/{id}/append``: the next ``T×E_q`` rows of the stream.
         Returns a :class:`Result` whose ``session`` is ``{"id", "length", "cached"}``.
         A self session answers exactly the rows ``length … length+T−1`` of the one-shot
         ``is_causal`` request over the whole stream (RoPE models: at those positions).
 
+        ``position_ids`` (as a Hugging Face decode loop passes them) may be given; the
+        server places the rows itself, so they must be ``length … length+T−1`` (checked
+        here, then not sent; anything else is a ValueError).
+
+        ``binary=None``: a numpy query without ``need_weights`` travels as raw float32
+        (the v2 binary tensor encoding, ``Inference-Header-Content-Length``) when numpy
+        is in use and the Client's ``binary`` is not False; ``False`` = always JSON.
+
         Never re-sent after a lost connection (the server may have advanced the stream);
         re-sent after a 503 (then nothing was done)."""
+        self._check_positions(query, position_ids)
+        binary = self._client.binary if binary is None else binary
+        if binary is not False and _input_is_numpy(query) and not need_weights:
+            try:
+                return self._append_binary(query, timeout_ms, id)
+            except T.V2Unsupported as e:
+                if binary is True:
+                    raise ValueError("binary=True: not a binary append: %s" % e)
+        elif binary is True:
+            raise ValueError("binary=True needs numpy, a numpy query and need_weights=False")
         body = {"query": query}
         if need_weights:
             body["need_weights"] = True
@@ -548,6 +596,45 @@ class Session:
             self.length = r.session.get("length", self.length)
             self.cached = r.session.get("cached", self.cached)
         return r
+
+    def _check_positions(self, query, position_ids):
+        if position_ids is None:
+            return
+        try:
+            got = [int(p) for p in T.flat_ints(position_ids)]
+        except (TypeError, ValueError):
+            raise ValueError("position_ids must be integers")
+        rows = T.row_count(query)
+        want = list(range(self.length, self.length + rows))
+        if got != want:
+            raise ValueError("position_ids %s...: a session places appended rows at "
+                             "length..length+T-1 = %d..%d itself (fork the session to "
+                             "branch)" % (got[:4], self.length, self.length + rows - 1))
+
+    def _append_binary(self, query, timeout_ms, id):
+        tensors, single = T.v2_inputs(query)      # V2Unsupported: the caller uses JSON
+        params = Client._v2_parameters(False, None, False, True, timeout_ms)
+        params["binary_data_output"] = True
+        resp = self._client._send_binary("/v1/sessions/%s/append" % _quote(self.id), tensors,
+                                         params, id, idempotent=False)
+        r = self._client._v2_result(resp, single, True, v2_errors=False)
+        p = r.timing
+        r.session = {"id": p.pop("session_id", self.id),
+                     "length": p.pop("session_length", None),
+                     "cached": p.pop("session_cached", None)}
+        r.protocol = "v2"
+        if r.session["length"] is not None:
+            self.length = r.session["length"]
+            self.cached = r.session["cached"]
+        return r
+
+    def fork(self):
+        """``POST /v1/sessions/{id}/fork``: a new :class:`Session` starting from a copy of
+        this one's cache (``forked_from`` names this one); appends to either never change
+        the other's answers. 409 :class:`attnd.SessionBusy` while an append is in flight."""
+        info = self._client._json("POST", "/v1/sessions/%s/fork" % _quote(self.id), {},
+                                  expect=(201,), idempotent=False)
+        return Session(self._client, info)
 
     def info(self):
         """``GET /v1/sessions/{id}``: ``{"id", "model", "kind", "window", "ttl_s",
