@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # docker-test.sh — builds the attnd image with podman and tests it for real (make docker-test):
 # one container (health check, self/cross attention, a 4xx error, env + mounted model, clean
-# SIGTERM stop), then docker/compose.yaml (3 replicas behind nginx: load spreads, and stopping a
-# replica under load loses no request). Needs root, apt and the Debian mirror; no registry.
+# SIGTERM stop), then docker/compose.yaml (3 replicas r1..r3 behind nginx: load spreads; 30
+# sessions streamed through the gateway each equal their one-shot causal answer, and when one
+# replica stops its sessions answer 410 session_replica_gone while the others go on, by
+# tests/scripts/gateway_sessions.py; stopping another replica under load loses no stateless
+# request). Needs root, apt and the Debian mirror; no registry.
 #
 # No container registry is reachable, so debian:bookworm-slim is made here with debootstrap from
 # the mirror apt already uses and cached as a tarball in $ATTND_DOCKER_CACHE.
@@ -314,9 +317,9 @@ step_single() {
 }
 
 # ---- 5. compose -----------------------------------------------------------------------------
-replica_addrs() { podman ps -q --filter "label=io.podman.compose.project=$PROJECT" \
-    --filter "label=com.docker.compose.service=attnd" | xargs -r podman inspect \
-    --format '{{.Name}} {{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}'; }
+# replica_container NAME: the container of compose service attnd-NAME.
+replica_container() { podman ps -a --format '{{.Names}}' --filter "label=io.podman.compose.project=$PROJECT" \
+    --filter "label=com.docker.compose.service=attnd-$1"; }
 
 step_compose() {
     local port s q; port=$(free_port)
@@ -324,8 +327,8 @@ step_compose() {
     export ATTND_IMAGE=$IMAGE NGINX_IMAGE ATTND_HTTP_PORT=$port
     podman-compose -p "$PROJECT" -f docker/compose.yaml up -d >"$WORK/compose.log" 2>&1 ||
         { tail -n 40 "$WORK/compose.log" >&2; die "podman-compose up failed"; }
-    local names; names=$(replica_addrs | awk '{print $1}')
-    [ "$(wc -w <<<"$names")" = 3 ] || die "expected 3 attnd replicas, got: $names"
+    local names r; names=$(for r in r1 r2 r3; do replica_container "$r"; done)
+    [ "$(wc -w <<<"$names")" = 3 ] || die "expected 3 attnd replicas (attnd-r1..r3), got: $names"
     for n in $names; do wait_healthy "$n"; done
     local base=http://127.0.0.1:$port deadline=$((SECONDS + 20))
     until curl -sf -m 2 "$base/readyz" >/dev/null; do
@@ -343,22 +346,27 @@ step_compose() {
     log "spread over replicas: $spread"
     [ "$(awk -F', ' '{print NF}' <<<"$spread")" -ge 2 ] || die "all requests reached one replica"
 
-    # Sticky: one X-Session-Id always reaches the same replica.
-    local sticky
-    sticky=$(for i in $(seq 10); do curl -s -m 5 -o /dev/null -D - -H 'X-Session-Id: s-42' \
-             -H 'Content-Type: application/json' --data-binary @"$WORK/req.json" \
-             "$base/v1/attention" | tr -d '\r' | awk -F': ' 'tolower($1) == "x-upstream-addr" {print $2}'; done | sort -u)
-    [ "$(wc -l <<<"$sticky")" = 1 ] && [ -n "$sticky" ] || die "X-Session-Id not sticky: $sticky"
-    log "ok: X-Session-Id s-42 -> always $sticky"
+    # Sessions: 30 streams through the gateway, each step equal to the one-shot causal answer;
+    # then replica r2 stops (SIGTERM, drain): its sessions answer 410 session_replica_gone, the
+    # others finish their streams unharmed.
+    s=$(date +%s%N)
+    timeout 300 /usr/bin/python3 tests/scripts/gateway_sessions.py --base "$base" --sessions 30 \
+        --replicas r1,r2,r3 --victim r2 \
+        --stop-cmd "podman stop -t 20 $(replica_container r2) >/dev/null" >&2 ||
+        die "sessions through the gateway (tests/scripts/gateway_sessions.py) failed"
+    local code; code=$(podman inspect --format '{{.State.ExitCode}}' "$(replica_container r2)")
+    [ "$code" = 0 ] || die "attnd-r2 exited $code on SIGTERM (expected a clean drain)"
+    log "ok: 30 sessions through the gateway, r2 stopped: its sessions 410, the rest equal one-shot ($(elapsed_s "$s")s)"
 
-    # Stop one replica while 200 requests run (4 clients x 50); every request must succeed.
-    local victim; victim=$(awk 'NR == 2' <<<"$names")
+    # Stop another replica while 200 requests run (4 clients x 50); every request must
+    # succeed on the one left.
+    local victim; victim=$(replica_container r3)
     fire "$base" 50 4 "$WORK/stop" &
     local loader=$!
     sleep 0.5
     s=$(date +%s%N)
     podman stop -t 20 "$victim" >/dev/null 2>"$WORK/podman.err" || { cat "$WORK/podman.err" >&2; die "podman stop failed"; }
-    local code; code=$(podman inspect --format '{{.State.ExitCode}}' "$victim")
+    code=$(podman inspect --format '{{.State.ExitCode}}' "$victim")
     [ "$code" = 0 ] || die "$victim exited $code on SIGTERM (expected a clean drain)"
     log "stopped $victim in $(elapsed_s "$s")s, exit 0"
     wait "$loader"

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "attn.h"
+#include "sessions.h" /* attnd_replica_name_valid */
 
 typedef enum opt_kind {
     OPT_STR,    /* char *                                   */
@@ -129,6 +130,9 @@ static const option options[] = {
     {"cors-origin", NULL, NULL, OPT_LIST, F(cors_origin), "", 0, 0, "ORIGIN",
      "let browser pages from ORIGIN (scheme://host[:port], or *) call attnd: CORS headers and "
      "OPTIONS preflights (repeatable or comma-separated; default: off)"},
+    {"replica-name", NULL, NULL, OPT_STR, F(replica_name), "", 0, 0, "NAME",
+     "this replica's name behind a gateway: session ids become NAME.<32 hex> so the gateway "
+     "routes each session's calls here; [a-z0-9-], 1..40, a letter or digit at each end"},
 };
 #define N_OPTIONS (sizeof options / sizeof options[0])
 _Static_assert(N_OPTIONS <= sizeof(((attnd_config *)0)->source), "source[] too small");
@@ -978,6 +982,11 @@ attnd_config_action attnd_config_load(attnd_config *cfg, int argc, char *const *
     }
     if (parse_kv_dtype("--kv-dtype", cfg->kv_dtype_name, &cfg->kv_dtype, err, errlen) != 0)
         goto fail;
+    if (*cfg->replica_name && !attnd_replica_name_valid(cfg->replica_name)) {
+        set_err(err, errlen, "--replica-name '%.64s': use 1..%d of [a-z0-9-], starting and "
+                "ending with a letter or digit", cfg->replica_name, ATTND_REPLICA_NAME_MAX);
+        goto fail;
+    }
     if (cfg->kv_page_bytes % 4 != 0 ||
         (cfg->kv_cache_bytes > 0 && cfg->kv_page_bytes > cfg->kv_cache_bytes)) {
         set_err(err, errlen, "--kv-page-bytes %lld must be a multiple of 4 and at most --kv-cache-bytes",

@@ -73,6 +73,7 @@ typedef struct attnd_config {
     int log_format;              /* the same as an attnd_log_format (set by load) */
     char *access_log;            /* --access-log PATH, "-" = stdout, "" = none  */
     char *cors_origin;           /* --cors-origin: comma-separated (repeats add) */
+    char *replica_name;          /* "" = none; else session ids are NAME.hex    */
 
     char *inspect_path;          /* --inspect PATH, or NULL                    */
 

@@ -1,6 +1,7 @@
 /* handler_ops.c — liveness, readiness, metrics and the playground (handler_ops.h). */
 #include "handler_ops.h"
 
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -8,10 +9,18 @@
 
 static const char metrics_type[] = "text/plain; version=0.0.4; charset=utf-8";
 
+/* {"status":"ok"}, plus "replica" when --replica-name is set (a gateway's probes and
+ * an operator see which replica answered). The name is [a-z0-9-]: no escaping. */
 static void healthz(attnd_exchange *x, attnd_reply *out)
 {
-    (void)x;
-    attnd_reply_text(out, 200, attnd_json_type, "{\"status\":\"ok\"}");
+    const char *name = x->app->cfg->replica_name;
+    if (!name || !*name) {
+        attnd_reply_text(out, 200, attnd_json_type, "{\"status\":\"ok\"}");
+        return;
+    }
+    char body[96];
+    snprintf(body, sizeof body, "{\"status\":\"ok\",\"replica\":\"%s\"}", name);
+    attnd_reply_text(out, 200, attnd_json_type, body);
 }
 
 static void readyz(attnd_exchange *x, attnd_reply *out)

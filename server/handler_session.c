@@ -123,6 +123,7 @@ attnd_sessions *attnd_session_store_create(const attnd_config *cfg, attnd_models
         .release_model = release_model,
         .retain_model = retain_model,
         .metrics = metrics,
+        .replica_name = cfg->replica_name,
     };
     attnd_sessions *st = attnd_sessions_create(&sc, err, errlen);
     if (st && attnd_sessions_start_sweeper(st, 1000) != 0) {
@@ -464,7 +465,7 @@ static void create(attnd_exchange *x, attnd_reply *out)
         if (st == ATTN_OK)
             st = project_memory(app->sessions, m, &cb, s, &ae);
         if (st != ATTN_OK) { /* the statuses one-shot cross-attention answers with */
-            char id[ATTND_SESSION_ID_LEN + 1];
+            char id[ATTND_SESSION_ID_MAX + 1];
             memcpy(id, s->id, sizeof id);
             attnd_sessions_release(app->sessions, s, 0, NULL, NULL);
             attnd_sessions_delete(app->sessions, id, NULL);
@@ -584,7 +585,7 @@ static void fork_session(attnd_exchange *x, attnd_reply *out)
 {
     attnd_http_error e;
     attnd_session_error se;
-    char id[64];
+    char id[ATTND_SESSION_ID_MAX + 2]; /* one more: a longer path param cannot fit a valid id */
     if (x->body_len) {
         json_error_t je;
         json_t *j = json_loadb(x->body, x->body_len, 0, &je);
@@ -620,7 +621,7 @@ static void fork_session(attnd_exchange *x, attnd_reply *out)
 /* GET, HEAD or DELETE /v1/sessions/{id}. */
 static void resource(attnd_exchange *x, attnd_reply *out)
 {
-    char id[64];
+    char id[ATTND_SESSION_ID_MAX + 2]; /* one more: a longer path param cannot fit a valid id */
     attnd_session_error se;
     attnd_http_error e;
     path_id(x, id, sizeof id);
@@ -737,7 +738,7 @@ static int append_decode(attnd_exchange *x, attnd_request **out, attnd_http_erro
     const attnd_decode_opts opts = {.query_only = 1, .caller_weights = 1,
                                     .reserve = attnd_handler_reserve, .reserve_ctx = x};
     attnd_app *app = x->app;
-    char id[64];
+    char id[ATTND_SESSION_ID_MAX + 2]; /* one more: a longer path param cannot fit a valid id */
     attnd_request *req = NULL;
     attnd_session_error se;
     attnd_session_call *call = calloc(1, sizeof *call);
@@ -802,7 +803,7 @@ static void finish_binary(const attnd_session_call *call, const attnd_request *r
                           const attnd_model *model, const char *id, int64_t length, int rows,
                           attnd_reply *out)
 {
-    char params[160];
+    char params[256];
     snprintf(params, sizeof params, "\"session_id\":\"%s\",\"session_length\":%lld,"
              "\"session_cached\":%d", id, (long long)length, rows);
     size_t header_len = 0;
@@ -824,7 +825,7 @@ static void append_finish(attnd_exchange *x, const attnd_request *req, attnd_rep
     attnd_app *app = x->app;
     const attnd_model *model = x->model;
     attnd_session_call *call = x->state;
-    char id[ATTND_SESSION_ID_LEN + 1];
+    char id[ATTND_SESSION_ID_MAX + 1];
     int64_t length = 0;
     int rows = 0;
     int ok = req->outcome == ATTND_DONE_OK;

@@ -37,7 +37,9 @@ struct attnd_sessions {
     attnd_session *lru_tail;   /* least recently used: evicted first           */
     int count;
     attnd_kvpool *pool;
-    char (*tomb)[ATTND_SESSION_ID_LEN]; /* ring of evicted ids                 */
+    char (*tomb)[ATTND_SESSION_ID_MAX + 1]; /* ring of evicted ids             */
+    char prefix[ATTND_REPLICA_NAME_MAX + 2]; /* "NAME." or "": every id's start */
+    size_t prefix_len;
     int tomb_cap, tomb_next, tomb_count;
 
     pthread_mutex_t sweep_mu;  /* guards stop; sweep_cv waits on it            */
@@ -79,20 +81,37 @@ static int64_t now_ns(const attnd_sessions *st)
     return st->cfg.clock_ns ? st->cfg.clock_ns(st->cfg.clock_ctx) : attnd_now_ns();
 }
 
-/* 1 when id is exactly ATTND_SESSION_ID_LEN lowercase hex digits. */
-static int id_valid(const char *id)
+/* 1 when id is this store's prefix then exactly ATTND_SESSION_ID_HEX lowercase
+ * hex digits (an id another replica made is not valid here). */
+static int id_valid(const attnd_sessions *st, const char *id)
 {
+    if (strncmp(id, st->prefix, st->prefix_len) != 0)
+        return 0;
+    id += st->prefix_len;
     size_t n = 0;
-    for (; id[n] && n <= ATTND_SESSION_ID_LEN; n++)
+    for (; id[n] && n <= ATTND_SESSION_ID_HEX; n++)
         if (!((id[n] >= '0' && id[n] <= '9') || (id[n] >= 'a' && id[n] <= 'f')))
             return 0;
-    return n == ATTND_SESSION_ID_LEN;
+    return n == ATTND_SESSION_ID_HEX;
 }
 
-/* Ids are uniform random: their first 16 hex digits are a fine hash. */
+int attnd_replica_name_valid(const char *name)
+{
+    size_t n = strlen(name);
+    if (n < 1 || n > ATTND_REPLICA_NAME_MAX || name[0] == '-' || name[n - 1] == '-')
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9') ||
+              name[i] == '-'))
+            return 0;
+    return 1;
+}
+
+/* The random part is uniform: its first 16 hex digits are a fine hash. */
 static size_t id_hash(const attnd_sessions *st, const char *id)
 {
     uint64_t h = 0;
+    id += st->prefix_len;
     for (int i = 0; i < 16; i++)
         h = h << 4 | (uint64_t)(id[i] <= '9' ? id[i] - '0' : id[i] - 'a' + 10);
     return (size_t)h & (st->n_buckets - 1);
@@ -163,7 +182,7 @@ static void destroy_list(attnd_sessions *st, attnd_session *list)
 static attnd_session *table_find(attnd_sessions *st, const char *id)
 {
     for (attnd_session *s = st->buckets[id_hash(st, id)]; s; s = s->hash_next)
-        if (memcmp(s->id, id, ATTND_SESSION_ID_LEN) == 0)
+        if (strcmp(s->id, id) == 0)
             return s;
     return NULL;
 }
@@ -188,7 +207,7 @@ static void lru_push_front(attnd_sessions *st, attnd_session *s)
 
 static void tomb_add(attnd_sessions *st, const char *id)
 {
-    memcpy(st->tomb[st->tomb_next], id, ATTND_SESSION_ID_LEN);
+    snprintf(st->tomb[st->tomb_next], sizeof st->tomb[0], "%s", id);
     st->tomb_next = (st->tomb_next + 1) % st->tomb_cap;
     if (st->tomb_count < st->tomb_cap) st->tomb_count++;
 }
@@ -196,7 +215,7 @@ static void tomb_add(attnd_sessions *st, const char *id)
 static int tomb_has(const attnd_sessions *st, const char *id)
 {
     for (int i = 0; i < st->tomb_count; i++)
-        if (memcmp(st->tomb[i], id, ATTND_SESSION_ID_LEN) == 0)
+        if (strcmp(st->tomb[i], id) == 0)
             return 1;
     return 0;
 }
@@ -288,22 +307,22 @@ static int take_blocks(attnd_sessions *st, attnd_session *s, int n, attnd_sessio
 static attnd_session *lookup(attnd_sessions *st, const char *id, int64_t now,
                              attnd_session **freelist, attnd_session_error *err)
 {
-    attnd_session *s = id_valid(id) ? table_find(st, id) : NULL;
+    attnd_session *s = id_valid(st, id) ? table_find(st, id) : NULL;
     if (s && expired(s, now)) {
         push_free(freelist, unlink_session(st, s, GONE_TTL));
         s = NULL;
         session_fail(err, ATTND_SESSION_EXPIRED, "id",
-                     "session %.32s expired (idle longer than its ttl_s)", id);
+                     "session %s expired (idle longer than its ttl_s)", id);
         return NULL;
     }
     if (s) return s;
-    if (id_valid(id) && tomb_has(st, id))
+    if (id_valid(st, id) && tomb_has(st, id))
         session_fail(err, ATTND_SESSION_EXPIRED, "id",
-                     "session %.40s was evicted (idle past its ttl_s, least recently used "
+                     "session %.80s was evicted (idle past its ttl_s, least recently used "
                      "when the KV cache or max_sessions was full, or its model version was "
                      "replaced and old versions held more than max_retired_bytes)", id);
     else
-        session_fail(err, ATTND_SESSION_NOT_FOUND, "id", "no session %.40s", id);
+        session_fail(err, ATTND_SESSION_NOT_FOUND, "id", "no session %.80s", id);
     return NULL;
 }
 
@@ -311,7 +330,8 @@ static attnd_session *lookup(attnd_sessions *st, const char *id, int64_t now,
 
 attnd_sessions *attnd_sessions_create(const attnd_sessions_config *cfg, char *err, size_t errlen)
 {
-    if (!cfg || cfg->max_sessions < 1 || cfg->ttl_s < 1 || cfg->max_length < 1 || cfg->tombstones < 0) {
+    if (!cfg || cfg->max_sessions < 1 || cfg->ttl_s < 1 || cfg->max_length < 1 || cfg->tombstones < 0 ||
+        (cfg->replica_name && *cfg->replica_name && !attnd_replica_name_valid(cfg->replica_name))) {
         snprintf(err, errlen, "session store: bad configuration");
         return NULL;
     }
@@ -321,6 +341,9 @@ attnd_sessions *attnd_sessions_create(const attnd_sessions_config *cfg, char *er
         return NULL;
     }
     st->cfg = *cfg;
+    st->cfg.replica_name = NULL; /* the caller's string: only the copy below stays */
+    if (cfg->replica_name && *cfg->replica_name)
+        st->prefix_len = (size_t)snprintf(st->prefix, sizeof st->prefix, "%s.", cfg->replica_name);
     st->pool = attnd_kvpool_create(cfg->budget_bytes, cfg->page_bytes, err, errlen);
     if (!st->pool) {
         free(st);
@@ -409,18 +432,20 @@ int attnd_sessions_start_sweeper(attnd_sessions *st, int interval_ms)
     return 0;
 }
 
-/* 16 bytes from getrandom(2) as 32 hex digits. Returns 0 or -1. */
-static int new_id(char out[ATTND_SESSION_ID_LEN + 1])
+/* The store's prefix, then 16 bytes from getrandom(2) as 32 hex digits.
+ * Returns 0 or -1. */
+static int new_id(const attnd_sessions *st, char out[ATTND_SESSION_ID_MAX + 1])
 {
-    unsigned char raw[ATTND_SESSION_ID_LEN / 2];
+    unsigned char raw[ATTND_SESSION_ID_HEX / 2];
     size_t got = 0;
     while (got < sizeof raw) {
         ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
         if (n < 0 && errno != EINTR) return -1;
         if (n > 0) got += (size_t)n;
     }
+    memcpy(out, st->prefix, st->prefix_len);
     for (size_t i = 0; i < sizeof raw; i++)
-        snprintf(out + 2 * i, 3, "%02x", raw[i]);
+        snprintf(out + st->prefix_len + 2 * i, 3, "%02x", raw[i]);
     return 0;
 }
 
@@ -494,7 +519,7 @@ static attnd_session_result open_session(attnd_sessions *st, const attnd_session
     int rc = -1;
     pthread_mutex_lock(&st->mu);
     do { /* ids are 128 random bits: a collision would mean a broken RNG */
-        if (new_id(s->id) != 0) {
+        if (new_id(st, s->id) != 0) {
             session_fail(err, ATTND_SESSION_INTERNAL, "", "getrandom failed: %s",
                          strerror(errno));
             goto unlock;
@@ -779,7 +804,7 @@ attnd_session_result attnd_sessions_fork(attnd_sessions *st, const char *id,
         pthread_mutex_unlock(&st->mu);
     }
     if (r != ATTND_SESSION_OK && child) {
-        char cid[ATTND_SESSION_ID_LEN + 1];
+        char cid[ATTND_SESSION_ID_MAX + 1];
         memcpy(cid, child->id, sizeof cid);
         pthread_mutex_lock(&st->mu);
         child->model = NULL; /* it never took a reference */

@@ -33,7 +33,13 @@
 
 #include "metrics.h"
 
-#define ATTND_SESSION_ID_LEN 32 /* hex digits of a 128-bit id */
+/* A session id is 128 random bits as 32 lowercase hex digits, after "NAME." when
+ * the store has a replica name (a gateway in front of several replicas routes on
+ * it): "r1.0f3a…". NAME is 1..ATTND_REPLICA_NAME_MAX of [a-z0-9-], starting and
+ * ending with a letter or digit (a DNS label: Kubernetes pod names fit). */
+#define ATTND_SESSION_ID_HEX 32
+#define ATTND_REPLICA_NAME_MAX 40
+#define ATTND_SESSION_ID_MAX (ATTND_REPLICA_NAME_MAX + 1 + ATTND_SESSION_ID_HEX) /* longest */
 
 typedef enum attnd_session_kind {
     ATTND_SESSION_SELF = 0,  /* causal self-attention stream: appends grow the cache  */
@@ -44,7 +50,7 @@ typedef enum attnd_session_kind {
  * written only by the holder of the append slot, and read by others only under
  * the store's lock; the rest is store-private. */
 typedef struct attnd_session {
-    char id[ATTND_SESSION_ID_LEN + 1];       /* (fixed) lowercase hex, NUL-terminated   */
+    char id[ATTND_SESSION_ID_MAX + 1];       /* (fixed) [NAME.]hex, NUL-terminated      */
     char model_name[80];                     /* (fixed)                                 */
     void *model;                             /* (fixed) the owner's model reference,
                                                 given back through cfg.release_model    */
@@ -88,7 +94,11 @@ typedef struct attnd_sessions_config {
     /* Called (under the lock) to take one more reference for a fork; may be NULL. */
     void (*retain_model)(void *model);
     attnd_metrics *metrics;    /* sessions / bytes gauges and eviction counters; may be NULL */
+    const char *replica_name;  /* NULL or "": bare hex ids; else ids are NAME.hex (copied) */
 } attnd_sessions_config;
+
+/* 1 when name is a valid replica name (see ATTND_SESSION_ID_HEX above). */
+int attnd_replica_name_valid(const char *name);
 
 typedef struct attnd_sessions attnd_sessions;
 
@@ -129,7 +139,7 @@ typedef struct attnd_session_params {
 
 /* A snapshot for GET. */
 typedef struct attnd_session_info {
-    char id[ATTND_SESSION_ID_LEN + 1];
+    char id[ATTND_SESSION_ID_MAX + 1];
     char model_name[80];
     attnd_session_kind kind;
     int window, ttl_s;

@@ -325,6 +325,46 @@ TEST(no_ui)
     unlink(p.log_path);
 }
 
+/* --replica-name: a bad name stops start-up with exit 2 and a message naming the
+ * option; a good one comes from the file, the environment or a flag like every
+ * option (the session ids it shapes are tested in test_sessions). */
+TEST(replica_name)
+{
+    static const char *const bad[] = {"R1", "r_1", "-r1", "r1-", "r1.x", "r 1",
+                                      "a23456789012345678901234567890123456789012"};
+    char *out = NULL;
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const char *args[] = {"--model", "a=b", "--replica-name", bad[i], NULL};
+        CHECK_MSG(attnd_run(args, 10, &out) == 2, "--replica-name '%s' accepted", bad[i]);
+        CHECK_MSG(out && strstr(out, "--replica-name"), "message: %s", out ? out : "(null)");
+        free(out);
+    }
+    const char *max_len[] = {"--model", "a=b", "--replica-name",
+                             "a234567890123456789012345678901234567890", "--print-config", NULL};
+    CHECK_INT_EQ(attnd_run(max_len, 10, &out), 0);
+    CHECK(out && config_line(out, "replica-name", "a234567890123456789012345678901234567890",
+                             "flag"));
+    free(out);
+
+    char *cfg = write_config("{\"replica_name\": \"from-file\", \"models\": "
+                             "[{\"name\": \"a\", \"path\": \"b\"}]}");
+    const char *from_file[] = {"--config", cfg, "--print-config", NULL};
+    CHECK_INT_EQ(attnd_run(from_file, 10, &out), 0);
+    CHECK_MSG(out && config_line(out, "replica-name", "from-file", "file"), "%s", out);
+    free(out);
+    setenv("ATTND_REPLICA_NAME", "from-env", 1);
+    CHECK_INT_EQ(attnd_run(from_file, 10, &out), 0);
+    CHECK(out && config_line(out, "replica-name", "from-env", "env"));
+    free(out);
+    setenv("ATTND_REPLICA_NAME", "Not_Valid", 1); /* checked before any model loads */
+    const char *run_file[] = {"--config", cfg, "--listen", "127.0.0.1:0", NULL};
+    CHECK_INT_EQ(attnd_run(run_file, 10, &out), 2);
+    CHECK(out && strstr(out, "Not_Valid"));
+    free(out);
+    unsetenv("ATTND_REPLICA_NAME");
+    unlink(cfg);
+}
+
 int main(void)
 {
     RUN(help_version);
@@ -333,5 +373,6 @@ int main(void)
     RUN(sigterm_drain);
     RUN(sigterm_any_thread);
     RUN(no_ui);
+    RUN(replica_name);
     return check_summary();
 }

@@ -266,6 +266,32 @@ TEST_WITH(binary_appends, const attnd_proc *p)
     CHECK_INT_EQ(live_sessions(p), 0);
 }
 
+/* A replica with --replica-name (the longest name) makes ids NAME.<32 hex>, as it does behind a
+ * gateway: attnd-load takes them, JSON and binary appends alike, and deletes every session. */
+TEST(replica_ids)
+{
+    const char *extra[] = {"--replica-name", "a234567890123456789012345678901234567-z9", NULL};
+    attnd_proc p;
+    if (attnd_proc_start(&p, extra) != 0) {
+        CHECK_MSG(0, "attnd --replica-name did not start");
+        return;
+    }
+    for (int binary = 0; binary < 2; binary++) {
+        const char *args[] = {"--url", p.base_url, "--model", "demo", "--sessions", "2",
+                              "--prefix", "8", "--steps", "4", "--quiet", "--json",
+                              tmp_path("replica.json"), "--max-error-rate", "0",
+                              binary ? "--binary" : NULL, NULL};
+        CHECK_INT_EQ(run_load(args), 0);
+        json_t *root = load_json(tmp_path("replica.json")), *l = level0(root);
+        CHECK_INT_EQ(jint(l, "errors"), 0);
+        CHECK_INT_EQ(jint(l, "decode_tokens"), 2 * 4);
+        CHECK_INT_EQ(jint(l, "deleted"), 2);
+        json_decref(root);
+        CHECK_INT_EQ(live_sessions(&p), 0);
+    }
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+}
+
 /* --duration caps decoding; SIGINT stops it; either way every session is deleted. */
 TEST_WITH(bounded, const attnd_proc *p)
 {
@@ -689,6 +715,7 @@ int main(void)
         CHECK_INT_EQ(attnd_proc_stop(&p), 0);
     }
     RUN(limit);
+    RUN(replica_ids);
     cleanup();
     return check_summary();
 }

@@ -27,6 +27,7 @@
 
 #define E 64
 #define TOL 1e-5
+#define ID_CAP 96 /* a session id: up to 40 + 1 + 32 characters, and a NUL */
 
 /* ------------------------------------------------------------ text and numbers */
 
@@ -78,14 +79,14 @@ static const char *err_field(json_t *j)
 }
 
 /* Creates a session on demo with body; copies its id. Returns the status. */
-static long create(const attnd_proc *p, const char *body, char id[64])
+static long create(const attnd_proc *p, const char *body, char id[ID_CAP])
 {
     char url[160];
     long st;
     snprintf(url, sizeof url, "%s/v1/models/demo/sessions", p->base_url);
     json_t *j = call("POST", url, body, &st);
     const char *s = json_string_value(json_object_get(j, "id"));
-    snprintf(id, 64, "%s", s ? s : "");
+    snprintf(id, ID_CAP, "%s", s ? s : "");
     if (st != 201)
         fprintf(stderr, "create %s -> %ld %s\n", body, st, err_code(j) ? err_code(j) : "");
     json_decref(j);
@@ -217,7 +218,7 @@ static void stream_self(const attnd_proc *p, int n, int window, int fixed_step, 
     uint64_t s = seed;
     float *q = rand_rows(&s, n);
     oneshot ref;
-    char id[64], body[64];
+    char id[ID_CAP], body[64];
     CHECK(oneshot_run(p, q, n, window, NULL, NULL, 0, &ref) == 0);
     snprintf(body, sizeof body, "{\"window\":%d}", window);
     CHECK_INT_EQ(create(p, body, id), 201);
@@ -272,7 +273,7 @@ TEST_WITH(cross, const attnd_proc *p)
     sb_printf(&b, ",\"value\":");
     sb_matrix(&b, value, mem, E);
     sb_printf(&b, "}");
-    char id[64];
+    char id[ID_CAP];
     CHECK_INT_EQ(create(p, b.p, id), 201);
     double worst = 0, worst_w = 0;
     int bad = 0;
@@ -337,7 +338,7 @@ TEST_WITH(cross_magnitudes, const attnd_proc *p)
     sb_printf(&b, "{\"key\":");
     sb_matrix(&b, key, 3, E);
     sb_printf(&b, "}");
-    char id[64];
+    char id[ID_CAP];
     CHECK_INT_EQ(create(p, b.p, id), 201);
     j = append(p, id, q, 2, 1, &st);
     snprintf(code, sizeof code, "%s", err_code(j) ? err_code(j) : "");
@@ -382,7 +383,7 @@ TEST_WITH(cross_magnitudes, const attnd_proc *p)
 TEST_WITH(get_delete, const attnd_proc *p)
 {
     uint64_t s = 31;
-    char id[64], url[200];
+    char id[ID_CAP], url[200];
     long st;
     CHECK_INT_EQ(create(p, "{\"window\":4,\"ttl_s\":30}", id), 201);
     CHECK_INT_EQ(strlen(id), 32);
@@ -445,7 +446,7 @@ static void expect_400(const attnd_proc *p, const char *url, const char *body, c
 
 TEST_WITH(bad_bodies, const attnd_proc *p)
 {
-    char url[200], id[64];
+    char url[200], id[ID_CAP];
     snprintf(url, sizeof url, "%s/v1/models/demo/sessions", p->base_url);
     expect_400(p, url, "{\"window\":-1}", "window");
     expect_400(p, url, "{\"window\":\"3\"}", "window");
@@ -502,7 +503,7 @@ TEST_WITH(bad_bodies, const attnd_proc *p)
 TEST_WITH(length_limit, const attnd_proc *p)
 {
     uint64_t s = 51;
-    char id[64];
+    char id[ID_CAP];
     long st;
     float *q = rand_rows(&s, 64);
     CHECK_INT_EQ(create(p, "{}", id), 201);
@@ -530,7 +531,7 @@ TEST_WITH(length_limit, const attnd_proc *p)
 TEST_WITH(ttl, const attnd_proc *p)
 {
     uint64_t s = 61;
-    char id[64], id2[64], url[200];
+    char id[ID_CAP], id2[ID_CAP], url[200];
     long st;
     float *q = rand_rows(&s, 2);
     CHECK_INT_EQ(create(p, "{\"ttl_s\":1}", id), 201);
@@ -607,7 +608,7 @@ TEST(eviction)
     float *qa = rand_rows(&s, 12), *qb = rand_rows(&s, 8), *qc = rand_rows(&s, 8);
     oneshot ref;
     CHECK(oneshot_run(&p, qa, 12, 0, NULL, NULL, 0, &ref) == 0);
-    char a[64], b[64], c[64], url[200];
+    char a[ID_CAP], b[ID_CAP], c[ID_CAP], url[200];
     long st;
     CHECK_INT_EQ(create(&p, "{}", a), 201);
     CHECK_INT_EQ(create(&p, "{}", b), 201);
@@ -643,7 +644,7 @@ TEST(eviction)
     CHECK_INT_EQ(metric(&p, "attnd_sessions "), 2);
     /* A session that alone would exceed the pool is refused (40 rows = 5
      * pages), without evicting anyone. */
-    char d_id[64];
+    char d_id[ID_CAP];
     float *qd = rand_rows(&s, 40);
     CHECK_INT_EQ(create(&p, "{}", d_id), 201);
     j = append(&p, d_id, qd, 40, 0, &st);
@@ -688,7 +689,7 @@ TEST(kv_cache_full)
     }
     uint64_t s = 91;
     float *q = rand_rows(&s, 10);
-    char a[64], b[64], url[200];
+    char a[ID_CAP], b[ID_CAP], url[200];
     long st;
     CHECK_INT_EQ(create(&p, "{}", a), 201);
     json_decref(append(&p, a, q, 9, 0, &st)); /* 2 pages */
@@ -750,7 +751,7 @@ TEST_WITH(one_in_flight, const attnd_proc *p)
     enum { N = 6 };
     uint64_t s = 81;
     float *q = rand_rows(&s, 4);
-    char id[64], url[200];
+    char id[ID_CAP], url[200];
     CHECK_INT_EQ(create(p, "{}", id), 201);
     pthread_barrier_t go;
     pthread_barrier_init(&go, NULL, N);
@@ -784,7 +785,7 @@ TEST_WITH(timeout_keeps_length, const attnd_proc *p)
 {
     uint64_t s = 85;
     float *q = rand_rows(&s, 3);
-    char id[64], url[200];
+    char id[ID_CAP], url[200];
     long st;
     CHECK_INT_EQ(create(p, "{}", id), 201);
     snprintf(url, sizeof url, "%s/v1/sessions/%s/append", p->base_url, id);
@@ -861,7 +862,7 @@ static void *many_main(void *arg)
     uint64_t s = a->seed;
     float *q = rand_rows(&s, a->n);
     oneshot ref;
-    char id[64], body[40];
+    char id[ID_CAP], body[40];
     snprintf(body, sizeof body, "{\"window\":%d}", a->window);
     if (oneshot_run(a->p, q, a->n, a->window, NULL, NULL, 0, &ref) != 0 ||
         create(a->p, body, id) != 201) {
@@ -958,7 +959,7 @@ TEST(reload_keeps_version)
     uint64_t s = 91;
     float *q = rand_rows(&s, 10);
     oneshot before, after;
-    char id[64], id2[64];
+    char id[ID_CAP], id2[ID_CAP];
     long st;
     CHECK(oneshot_run(&p, q, 10, 0, NULL, NULL, 0, &before) == 0);
     CHECK_INT_EQ(create(&p, "{}", id), 201);
@@ -999,6 +1000,116 @@ TEST(reload_keeps_version)
     rmdir(dir);
 }
 
+/* 1 when id is prefix then exactly 32 lowercase hex digits. */
+static int id_has_form(const char *id, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    if (strncmp(id, prefix, n) != 0 || strlen(id) != n + 32) return 0;
+    return strspn(id + n, "0123456789abcdef") == 32;
+}
+
+/* GET /v1/sessions/{id} (path given as is): the status, and the error code in code. */
+static long get_status(const attnd_proc *p, const char *id, char code[64])
+{
+    char url[400];
+    long st;
+    snprintf(url, sizeof url, "%s/v1/sessions/%s", p->base_url, id);
+    json_t *j = call("GET", url, NULL, &st);
+    snprintf(code, 64, "%s", err_code(j) ? err_code(j) : "");
+    json_decref(j);
+    return st;
+}
+
+/* --replica-name NAME: every id the replica makes, forks and list cursors included,
+ * is NAME.<32 hex>; streams on those ids still equal the one-shot answer; an id
+ * without the prefix, another replica's, or a malformed one is 404; an evicted one
+ * is 410 (the tombstone holds the whole id); /healthz names the replica. */
+static void replica_ids(const char *name)
+{
+    char max_sessions[] = "3";
+    const char *args[] = {"--max-seq-len", "64", "--replica-name", name, "--max-sessions",
+                          max_sessions, NULL};
+    attnd_proc p;
+    if (attnd_proc_start(&p, args) != 0) {
+        CHECK_MSG(0, "attnd --replica-name %s did not start", name);
+        return;
+    }
+    char prefix[64], id[ID_CAP], other[ID_CAP + 8], code[64], url[300];
+    long st;
+    snprintf(prefix, sizeof prefix, "%s.", name);
+    CHECK_INT_EQ(create(&p, "{}", id), 201);
+    CHECK_MSG(id_has_form(id, prefix), "id %s lacks the form %s<32 hex>", id, prefix);
+    stream_self(&p, 24, 0, 3, 41); /* one session streamed to its end, against one-shot */
+
+    snprintf(url, sizeof url, "%s/v1/sessions/%s/fork", p.base_url, id);
+    json_t *j = call("POST", url, "{}", &st);
+    CHECK_INT_EQ(st, 201);
+    const char *child = json_string_value(json_object_get(j, "id"));
+    CHECK_MSG(child && id_has_form(child, prefix), "fork id %s", child ? child : "(none)");
+    CHECK_STR_EQ(json_string_value(json_object_get(j, "forked_from")), id);
+    json_decref(j);
+
+    /* The list: every id prefixed, and a prefixed id works as the cursor. */
+    snprintf(url, sizeof url, "%s/v1/sessions?limit=1", p.base_url);
+    j = call("GET", url, NULL, &st);
+    CHECK_INT_EQ(st, 200);
+    const char *next = json_string_value(json_object_get(j, "next"));
+    CHECK(next && id_has_form(next, prefix));
+    snprintf(url, sizeof url, "%s/v1/sessions?limit=10&after=%s", p.base_url, next ? next : "");
+    json_decref(j);
+    j = call("GET", url, NULL, &st);
+    CHECK_INT_EQ(st, 200);
+    json_t *list = json_object_get(j, "sessions");
+    CHECK_INT_EQ(json_array_size(list), 2); /* 3 sessions, the first page held one */
+    for (size_t i = 0; i < json_array_size(list); i++)
+        CHECK(id_has_form(json_string_value(json_object_get(json_array_get(list, i), "id")),
+                          prefix));
+    json_decref(j);
+
+    /* Not this replica's ids: 404 session_not_found, as any unknown id. */
+    CHECK_INT_EQ(get_status(&p, id, code), 200);
+    CHECK_INT_EQ(get_status(&p, id + strlen(prefix), code), 404); /* the bare hex */
+    CHECK_STR_EQ(code, "session_not_found");
+    snprintf(other, sizeof other, "x%s", id); /* another replica's name */
+    CHECK_INT_EQ(get_status(&p, other, code), 404);
+    CHECK_STR_EQ(code, "session_not_found");
+    snprintf(other, sizeof other, "%s0", id); /* 33 hex digits */
+    CHECK_INT_EQ(get_status(&p, other, code), 404);
+    snprintf(other, sizeof other, "%.*sG", (int)strlen(id) - 1, id); /* not hex */
+    CHECK_INT_EQ(get_status(&p, other, code), 404);
+    snprintf(other, sizeof other, "%.40s.%.40s", name, prefix); /* NAME.NAME. */
+    CHECK_INT_EQ(get_status(&p, other, code), 404);
+    char longer[300];
+    memset(longer, 'a', sizeof longer - 1);
+    longer[sizeof longer - 1] = '\0';
+    memcpy(longer, prefix, strlen(prefix)); /* prefix + 250 hex digits: truncation cannot fit */
+    CHECK_INT_EQ(get_status(&p, longer, code), 404);
+    CHECK_STR_EQ(code, "session_not_found");
+
+    /* Eviction (--max-sessions 3): the oldest session's whole id is remembered. */
+    char fresh[ID_CAP];
+    CHECK_INT_EQ(create(&p, "{}", fresh), 201);
+    CHECK_INT_EQ(create(&p, "{}", fresh), 201);
+    int gone = get_status(&p, id, code) == 410 && strcmp(code, "session_expired") == 0;
+    CHECK_MSG(gone, "the evicted %s answers %s (want 410 session_expired)", id, code);
+
+    http_result r;
+    snprintf(url, sizeof url, "%s/healthz", p.base_url);
+    CHECK(http_do("GET", url, NULL, 0, NULL, &r) == 0);
+    json_t *h = r.body ? json_loads(r.body, 0, NULL) : NULL;
+    CHECK_STR_EQ(json_string_value(json_object_get(h, "replica")), name);
+    json_decref(h);
+    http_result_free(&r);
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+    unlink(p.log_path);
+}
+
+TEST(replica_name)
+{
+    replica_ids("r1");
+    replica_ids("a234567890123456789012345678901234567-z9"); /* the longest: 40 */
+}
+
 int main(void)
 {
     attnd_proc p;
@@ -1023,6 +1134,7 @@ int main(void)
     RUN(kv_cache_full);
     RUN(auth);
     RUN(reload_keeps_version);
+    RUN(replica_name);
 
     const char *batching[] = {"--max-queue-delay-us", "500000", NULL};
     if (attnd_proc_start(&p, batching) == 0) {

@@ -5,7 +5,8 @@
  * append is in flight, the length limit, the windowed cache giving back dead
  * leading blocks and keeping the last window-1 rows in order, and forks
  * sharing pages copy-on-write (counted once, the shared tail copied on the
- * first append, neither side ever seeing the other's rows).
+ * first append, neither side ever seeing the other's rows), and ids carrying a
+ * replica name.
  */
 #include "check.h"
 #include "sessions.h"
@@ -18,6 +19,7 @@
 #define BLOCK 4 /* rows per block */
 #define KB ((size_t)BLOCK * ROW * sizeof(float)) /* bytes of a block of K (and of V) */
 #define PAGE (2 * KB)
+#define ID (ATTND_SESSION_ID_MAX + 1)
 
 static int64_t fake_now;
 static int64_t fake_clock(void *ctx)
@@ -77,7 +79,7 @@ static void write_rows(attnd_sessions *st, attnd_session *s, int t, float tag)
 }
 
 /* Opens a self session (window w) and appends t rows; copies its id. */
-static int open_with(attnd_sessions *st, int w, int t, char id[ATTND_SESSION_ID_LEN + 1])
+static int open_with(attnd_sessions *st, int w, int t, char id[ATTND_SESSION_ID_MAX + 1])
 {
     attnd_session_params p = params(ATTND_SESSION_SELF, w);
     attnd_session *s;
@@ -86,7 +88,7 @@ static int open_with(attnd_sessions *st, int w, int t, char id[ATTND_SESSION_ID_
         fprintf(stderr, "open: %d %s %s\n", (int)e.result, e.field, e.message);
         return (int)e.result;
     }
-    memcpy(id, s->id, ATTND_SESSION_ID_LEN + 1);
+    memcpy(id, s->id, sizeof s->id);
     int rc = t ? attnd_sessions_reserve(st, s, t, &e) : 0;
     attnd_sessions_release(st, s, rc == 0 ? t : 0, NULL, NULL);
     return rc == 0 ? 0 : (int)e.result;
@@ -106,11 +108,11 @@ static int touch(attnd_sessions *st, const char *id, int t)
 TEST(ids)
 {
     attnd_sessions *st = make(1 << 20, 16, 100, 0);
-    char a[40], b[40];
+    char a[ID], b[ID];
     CHECK_INT_EQ(open_with(st, 0, 0, a), 0);
     CHECK_INT_EQ(open_with(st, 0, 0, b), 0);
-    CHECK_INT_EQ(strlen(a), ATTND_SESSION_ID_LEN);
-    CHECK_INT_EQ(strspn(a, "0123456789abcdef"), ATTND_SESSION_ID_LEN);
+    CHECK_INT_EQ(strlen(a), ATTND_SESSION_ID_HEX); /* no replica name: bare hex */
+    CHECK_INT_EQ(strspn(a, "0123456789abcdef"), ATTND_SESSION_ID_HEX);
     CHECK(strcmp(a, b) != 0);
     attnd_session_info info;
     attnd_session_error e;
@@ -130,7 +132,7 @@ TEST(lru_and_busy)
 {
     const size_t budget = pages(8) + PAGE / 2; /* the half page is no page */
     attnd_sessions *st = make(budget, 100, 1000, 0);
-    char a[40], b[40], c[40], d[40], x[40];
+    char a[ID], b[ID], c[ID], d[ID], x[ID];
     size_t bytes;
     int count;
     CHECK_INT_EQ(open_with(st, 0, 16, a), 0);
@@ -181,7 +183,7 @@ TEST(lru_and_busy)
 TEST(max_sessions_and_tombstones)
 {
     attnd_sessions *st = make(1 << 20, 2, 100, 2);
-    char id[5][40];
+    char id[5][ID];
     for (int i = 0; i < 5; i++) {
         CHECK_INT_EQ(open_with(st, 0, 1, id[i]), 0);
         fake_now += 1000;
@@ -206,7 +208,7 @@ TEST(ttl)
     p.ttl_s = 5;
     attnd_session *s;
     attnd_session_error e;
-    char a[40], b[40], c[40];
+    char a[ID], b[ID], c[ID];
     CHECK_INT_EQ(attnd_sessions_open(st, &p, &s, &e), 0);
     CHECK_INT_EQ(s->ttl_s, 5);
     memcpy(a, s->id, sizeof a);
@@ -245,7 +247,7 @@ TEST(ttl)
 TEST(delete_while_busy)
 {
     attnd_sessions *st = make(1 << 20, 16, 100, 0);
-    char a[40];
+    char a[ID];
     CHECK_INT_EQ(open_with(st, 0, 4, a), 0);
     attnd_session *s;
     attnd_session_error e;
@@ -269,7 +271,7 @@ TEST(delete_while_busy)
 TEST(length_limit)
 {
     attnd_sessions *st = make(1 << 20, 16, 20, 0);
-    char a[40];
+    char a[ID];
     CHECK_INT_EQ(open_with(st, 0, 15, a), 0);
     CHECK_INT_EQ(touch(st, a, 6), ATTND_SESSION_TOO_LARGE);
     CHECK_INT_EQ(touch(st, a, 5), 0);
@@ -298,7 +300,7 @@ TEST(window_drops_dead_blocks)
     attnd_session *s;
     attnd_session_error e;
     CHECK_INT_EQ(attnd_sessions_open(st, &p, &s, &e), 0);
-    char id[40];
+    char id[ID];
     memcpy(id, s->id, sizeof id);
     attnd_sessions_release(st, s, 0, NULL, NULL);
     int bad = 0, max_rows = 0, drops = 0;
@@ -346,7 +348,7 @@ static int append_tagged(attnd_sessions *st, const char *id, float tag)
 TEST(fork_copy_on_write)
 {
     attnd_sessions *st = make(pages(16), 16, 100, 0);
-    char a[40];
+    char a[ID];
     CHECK_INT_EQ(open_with(st, 0, 0, a), 0);
     attnd_session *s, *c;
     attnd_session_error e;
@@ -359,7 +361,7 @@ TEST(fork_copy_on_write)
     CHECK_INT_EQ(bytes, pages(3));
 
     CHECK_INT_EQ(attnd_sessions_fork(st, a, &c, &e), 0);
-    char b[40];
+    char b[ID];
     memcpy(b, c->id, sizeof b);
     CHECK_INT_EQ(c->rows, 10);
     CHECK_INT_EQ(c->length, 10);
@@ -409,7 +411,7 @@ TEST(fork_copy_on_write)
 TEST(eviction_counts_shared_pages_once)
 {
     attnd_sessions *st = make(pages(4), 16, 100, 0);
-    char a[40], b[40], c[40];
+    char a[ID], b[ID], c[ID];
     CHECK_INT_EQ(open_with(st, 0, 12, a), 0);
     attnd_session *s;
     attnd_session_error e;
@@ -454,6 +456,56 @@ TEST(cross)
     attnd_sessions_free(st);
 }
 
+/* A replica name: ids are NAME.<32 hex>; a bare hex id or another replica's is
+ * NOT_FOUND; an evicted named id is EXPIRED; a bad name refuses the store. */
+TEST(replica_ids)
+{
+    CHECK(attnd_replica_name_valid("r1"));
+    CHECK(attnd_replica_name_valid("attnd-0"));
+    CHECK(attnd_replica_name_valid("a234567890123456789012345678901234567890"));
+    static const char *const bad[] = {"", "R1", "r_1", "-r", "r-", "r.1", "a2345678901234567890123456789012345678901"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK_MSG(!attnd_replica_name_valid(bad[i]), "'%s' accepted", bad[i]);
+    attnd_sessions_config c = {.budget_bytes = 1 << 20, .page_bytes = PAGE, .max_sessions = 2, .ttl_s = 60,
+                               .max_length = 100, .clock_ns = fake_clock,
+                               .replica_name = "R1"};
+    char err[200];
+    CHECK(attnd_sessions_create(&c, err, sizeof err) == NULL);
+    char name[] = "attnd-2";
+    c.replica_name = name;
+    attnd_sessions *st = attnd_sessions_create(&c, err, sizeof err);
+    CHECK_MSG(st != NULL, "create: %s", err);
+    name[0] = 'X'; /* the store keeps its own copy */
+    char a[ID], b[ID], c2[ID], other[ID + 8];
+    CHECK_INT_EQ(open_with(st, 0, 2, a), 0);
+    CHECK_INT_EQ(open_with(st, 0, 0, b), 0);
+    CHECK_INT_EQ(strlen(a), 8 + ATTND_SESSION_ID_HEX);
+    CHECK(strncmp(a, "attnd-2.", 8) == 0);
+    CHECK_INT_EQ(strspn(a + 8, "0123456789abcdef"), ATTND_SESSION_ID_HEX);
+    CHECK_INT_EQ(touch(st, a, 1), 0);
+    attnd_session_info info;
+    CHECK_INT_EQ(attnd_sessions_get(st, a, &info, NULL), ATTND_SESSION_OK);
+    CHECK_STR_EQ(info.id, a);
+    CHECK_INT_EQ(info.length, 3);
+    CHECK_INT_EQ(attnd_sessions_get(st, a + 8, &info, NULL), ATTND_SESSION_NOT_FOUND);
+    snprintf(other, sizeof other, "attnd-3.%s", a + 8);
+    CHECK_INT_EQ(attnd_sessions_get(st, other, &info, NULL), ATTND_SESSION_NOT_FOUND);
+    snprintf(other, sizeof other, "%s0", a);
+    CHECK_INT_EQ(attnd_sessions_get(st, other, &info, NULL), ATTND_SESSION_NOT_FOUND);
+    attnd_session *child;
+    CHECK_INT_EQ(attnd_sessions_fork(st, a, &child, NULL), ATTND_SESSION_OK); /* evicts b */
+    if (child) {
+        CHECK(strncmp(child->id, "attnd-2.", 8) == 0 && strlen(child->id) == strlen(a));
+        attnd_sessions_release(st, child, 0, NULL, NULL);
+    }
+    attnd_session_error e;
+    CHECK_INT_EQ(attnd_sessions_get(st, b, &info, &e), ATTND_SESSION_EXPIRED);
+    CHECK_MSG(strstr(e.message, b) != NULL, "message names the whole id: %s", e.message);
+    CHECK_INT_EQ(open_with(st, 0, 0, c2), 0);
+    CHECK(strcmp(c2, a) != 0);
+    attnd_sessions_free(st);
+}
+
 int main(void)
 {
     fake_now = INT64_C(1000) * 1000000000;
@@ -467,5 +519,6 @@ int main(void)
     RUN(fork_copy_on_write);
     RUN(eviction_counts_shared_pages_once);
     RUN(cross);
+    RUN(replica_ids);
     return check_summary();
 }

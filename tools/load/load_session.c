@@ -240,7 +240,7 @@ typedef struct stream {
     int tries;                 /* retries of the current call so far */
     int64_t call_start;        /* the current call's first send */
     int64_t prefill_start;
-    char id[64];               /* the session's id; "" before create */
+    char id[96];               /* the session's id ([NAME.]hex); "" before create */
     char *append_url, *session_url; /* owned */
     long long length;          /* positions the server committed */
     int steps_done;
@@ -552,7 +552,8 @@ static int take_session(load_sess_runner *r, stream *s)
     const char *id = json_string_value(json_object_get(root, "id"));
     json_t *max_len = json_object_get(root, "max_length");
     int ok = id && *id && strlen(id) < sizeof s->id &&
-             strspn(id, "0123456789abcdefABCDEF") == strlen(id); /* it goes into URLs */
+             /* it goes into URLs: hex, after a replica's "NAME." ([a-z0-9-]) behind a gateway */
+             strspn(id, "0123456789abcdefghijklmnopqrstuvwxyzABCDEF.-") == strlen(id);
     if (ok) {
         snprintf(s->id, sizeof s->id, "%s", id);
         char *base = load_http_base_url(r->o->url);
