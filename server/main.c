@@ -21,6 +21,7 @@
 #include "auth.h"
 #include "config.h"
 #include "http.h"
+#include "jsonload.h"
 #include "log.h"
 #include "metrics.h"
 #include "models.h"
@@ -180,6 +181,7 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     attnd_log_set_level(cfg.log_level);
+    attnd_json_install_alloc();
 
     sigset_t sigs;
     if (setup_signals(&sigs) != 0) {
