@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "jsonload.h"
 #include "log.h"
 #include "request.h"
 
@@ -357,7 +358,7 @@ static char *dump(json_t *j, size_t *len)
 {
     if (!j)
         return NULL;
-    char *s = json_dumps(j, JSON_COMPACT);
+    char *s = attnd_json_dumps(j, JSON_COMPACT); /* NULL if jansson lacked memory */
     json_decref(j);
     if (s)
         *len = strlen(s);
