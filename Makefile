@@ -107,6 +107,13 @@ $(BUILD)/tests/unit/%: $(call obj,tests/unit/%.c) $(TEST_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+# Allocation-failure injection: every malloc family call of lib/, server/ and
+# the test goes through the test's own wrappers (tests/unit/test_alloc_fail.c).
+ALLOC_WRAP  := malloc calloc realloc free strdup strndup aligned_alloc
+$(BUILD)/tests/unit/test_alloc_fail: LDFLAGS += $(foreach f,$(ALLOC_WRAP),-Wl,--wrap=$(f))
+# The wrappers keep state that malloc/free read: GCC must not assume they don't.
+$(BUILD)/obj/tests/unit/test_alloc_fail.o: CFLAGS += -fno-builtin
+
 $(BUILD)/tests/integration/%: $(call obj,tests/integration/%.c) $(TEST_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
