@@ -13,7 +13,6 @@
  * workers, the library's pool) are never failed, but their frees are seen.
  */
 #include <jansson.h>
-#include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -171,9 +170,6 @@ static long leaked(void)
 {
     pthread_mutex_lock(&mu);
     long n = n_live;
-    for (size_t i = 0; getenv("FA_DEBUG") && n && i < FA_SLOTS; i++)
-        if (live[i] && live[i] != FA_TOMB)
-            fprintf(stderr, "live %p %zu: %.40s\n", live[i], malloc_usable_size(live[i]), (char *)live[i]);
     memset(live, 0, sizeof live);
     n_live = 0;
     pthread_mutex_unlock(&mu);
