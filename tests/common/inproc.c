@@ -74,6 +74,7 @@ inproc *inproc_start(int argc, char **argv, char *err, size_t errlen)
     if (!p)
         return snprintf(err, errlen, "out of memory"), NULL;
     if (attnd_config_load(&p->cfg, argc, argv, err, errlen) != ATTND_CONFIG_RUN) {
+        attnd_config_free(&p->cfg);
         free(p);
         return NULL;
     }

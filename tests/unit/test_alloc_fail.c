@@ -340,14 +340,30 @@ static op_result op_paged_forward(void *ctx, int ref, char *why, size_t cap)
     return same_floats(c->out, c->ref_out, T * 16, why, cap);
 }
 
+/* Every field of two layer infos (not their padding or string tails). */
+static int info_equal(const attn_layer_info *a, const attn_layer_info *b)
+{
+    return a->num_heads == b->num_heads && a->head_dim_k == b->head_dim_k &&
+           a->head_dim_v == b->head_dim_v && a->embed_q == b->embed_q &&
+           a->embed_k == b->embed_k && a->embed_v == b->embed_v &&
+           a->embed_out == b->embed_out && a->has_out_proj == b->has_out_proj &&
+           a->has_bias_q == b->has_bias_q && a->has_bias_k == b->has_bias_k &&
+           a->has_bias_v == b->has_bias_v && a->has_bias_out == b->has_bias_out &&
+           strcmp(a->source_dtype, b->source_dtype) == 0 && a->param_count == b->param_count &&
+           a->num_kv_heads == b->num_kv_heads && a->rope.style == b->rope.style &&
+           a->rope.theta == b->rope.theta && a->rope.rotary_dim == b->rope.rotary_dim &&
+           a->rope.scaling == b->rope.scaling && a->rope.factor == b->rope.factor;
+}
+
 static op_result same_info(attn_layer *l, attn_layer_info *want, int ref, char *why, size_t cap)
 {
     attn_layer_info got;
+    memset(&got, 0, sizeof got); /* padding too: compared with memcmp */
     attn_layer_get_info(l, &got);
     attn_layer_free(l);
     if (ref)
-        *want = got;
-    if (memcmp(&got, want, sizeof got) == 0)
+        memcpy(want, &got, sizeof got);
+    if (info_equal(&got, want))
         return OP_OK;
     snprintf(why, cap, "a load that succeeded with another layer");
     return OP_BAD;
@@ -694,6 +710,34 @@ static op_result op_session(void *ctx, int ref, char *why, size_t cap)
     return res;
 }
 
+/* The daemon's start-up as main.c does it (settings, metrics, keys, the session
+ * store, the models and their schedulers) and its shutdown: it starts, or
+ * fails with a message; the layer it loads is the one an unfailed start loads. */
+static op_result op_startup(void *ctx, int ref, char *why, size_t cap)
+{
+    attn_layer_info *want = ctx;
+    char err[512] = "";
+    char *argv[] = {"attnd", "--model", "gqa=tests/fixtures/ckpt/llama_gqa,layer=1", "--workers", "1",
+                    "--log-level", "error", NULL};
+    inproc *p = inproc_start(7, argv, err, sizeof err);
+    if (!p) {
+        if (!err[0])
+            return snprintf(why, cap, "start-up failed without a message"), OP_BAD;
+        if (strstr(err, "memory") || strstr(err, "NOMEM") || strstr(err, "cannot create"))
+            return OP_NOMEM;
+        return snprintf(why, cap, "start-up failed: %s", err), OP_BAD;
+    }
+    attnd_model *m = attnd_models_acquire(inproc_app(p)->models, 0);
+    if (ref)
+        memcpy(want, &m->info, sizeof *want);
+    op_result r = info_equal(&m->info, want) ? OP_OK : OP_BAD;
+    if (r == OP_BAD)
+        snprintf(why, cap, "started with another layer");
+    attnd_model_release(m);
+    inproc_stop(p);
+    return r;
+}
+
 static void run_path(inproc *p, const char *name, const inproc_call *call, int want)
 {
     path_ctx c = {.p = p, .call = *call, .want_status = want};
@@ -753,11 +797,18 @@ TEST(request_path)
     inproc_stop(p);
 }
 
+TEST(startup)
+{
+    attn_layer_info info = {0};
+    inject("daemon start-up and stop", op_startup, &info);
+}
+
 int main(void)
 {
     attnd_json_install_alloc(); /* as main.c does; it allocates through the wrappers */
     RUN(library);
     RUN(codecs);
     RUN(request_path);
+    RUN(startup);
     return check_summary();
 }
