@@ -6,7 +6,10 @@
 #   make sanitize   the same tests on an ASan+UBSan build (in build-san/)
 #   make valgrind   memcheck over the library/codec tests and the daemon under integration tests
 #   make bench      benchmarks: figures and ratios measured in one run
-#   make fuzz       fuzz the safetensors loader and the request codec (FUZZ_SECONDS=60 each)
+#   make fuzz       fuzz the safetensors loader, the request codec and whole HTTP requests
+#                   (FUZZ_SECONDS=60 each; make test replays every corpus)
+#   make soak       10 min of mixed traffic, SIGHUPs, disconnects and overload, then RSS,
+#                   threads, fds and answers checked (SOAK_SECONDS=600; not in make test)
 #
 # Sources are found by wildcard, so adding a module needs no Makefile edit:
 #   lib/*.c                    -> $(BUILD)/libattn.a        (the attention core)
@@ -69,7 +72,7 @@ BENCH_BINS  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 # Everything a test binary may need, in link order.
 TEST_LIBS   := $(LIBCOMMON) $(LIBLOAD) $(LIBATTND) $(LIBATTN)
 
-.PHONY: all deps run test test-only sanitize valgrind bench loadtest fuzz clean install docker-test
+.PHONY: all deps run test test-only sanitize valgrind bench loadtest fuzz soak clean install docker-test
 .DEFAULT_GOAL := all
 
 all: $(ATTND) $(ATTND_LOAD)
@@ -153,6 +156,15 @@ FUZZ_SECONDS ?= 60
 # run each for FUZZ_SECONDS; fails (input saved in tests/fuzz/regressions/) on a crash or leak.
 fuzz: deps
 	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh
+
+SOAK_SECONDS ?= 600
+
+# soak: attnd under SOAK_SECONDS of v1/v2/session traffic, SIGHUPs, client
+# disconnects and overload bursts; then RSS, threads and fds back near the
+# start and every replayed answer equal to its single-request answer (summary
+# table; exit 1 on a failed check). Not part of make test or CI.
+soak: deps all
+	BUILD=$(BUILD) SOAK_SECONDS=$(SOAK_SECONDS) scripts/soak.sh
 
 # docker-test: build and run the image and the compose stack with podman (see docker/).
 docker-test:
