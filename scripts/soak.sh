@@ -32,7 +32,7 @@ work=$(mktemp -d /tmp/attnd-soak.XXXXXX)
 pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    [ -n "${daemon:-}" ] && kill "$daemon" 2>/dev/null || true
+    if [ -n "${daemon:-}" ]; then kill "$daemon" 2>/dev/null || true; fi
     wait 2>/dev/null || true
 }
 trap cleanup EXIT
@@ -64,7 +64,7 @@ post() { # path file out -> status
 }
 i=0
 for ex in "${examples[@]}"; do
-    post ${ex% *} "${ex#* }" "$work/ref.$i" >"$work/ref.$i.status"
+    post "${ex% *}" "${ex#* }" "$work/ref.$i" >"$work/ref.$i.status"
     i=$((i + 1))
 done
 # Warm-up (pools, workspaces, sessions), then the baseline.
@@ -111,7 +111,7 @@ pids+=($!)
 pids+=($!)
 ( n=0; while [ "$(date +%s)" -lt "$end" ]; do
     j=$((n % ${#examples[@]})); ex=${examples[$j]}
-    st=$(post ${ex% *} "${ex#* }" "$work/got")
+    st=$(post "${ex% *}" "${ex#* }" "$work/got")
     want=$(cat "$work/ref.$j.status")
     if [ "$st" = 503 ]; then echo busy >>"$work/replays"
     elif [ "$st" = "$want" ] && /usr/bin/python3 - "$work/ref.$j" "$work/got" \
@@ -180,20 +180,20 @@ fd_ok=$([ "$fd1" -le $((fd0 + 2)) ] && echo ok || echo no)
 rep_ok=$([ "$differs" -eq 0 ] && [ "$same" -gt 0 ] && echo ok || echo no)
 err_ok=$([ $((v1e + v2e + be)) -eq 0 ] && [ "$v1n" -gt 0 ] && [ "$v2n" -gt 0 ] && echo ok || echo no)
 printf '\n%-34s %14s %14s  %s\n' "soak ${SOAK_SECONDS}s" start end check
-printf '%-34s %14s %14s  %s\n' "RSS (MB, tolerance +$RSS_TOL_MB)" $((rss0 / 1024)) $((rss1 / 1024)) "$(check $rss_ok)"
-printf '%-34s %14s %14s  %s\n' "threads (tolerance +2)" "$thr0" "$thr1" "$(check $thr_ok)"
-printf '%-34s %14s %14s  %s\n' "open fds (tolerance +2)" "$fd0" "$fd1" "$(check $fd_ok)"
-printf '%-34s %14s %14s  %s\n' "replays same / 503 / differing" "$same / $busy" "$differs" "$(check $rep_ok)"
+printf '%-34s %14s %14s  %s\n' "RSS (MB, tolerance +$RSS_TOL_MB)" $((rss0 / 1024)) $((rss1 / 1024)) "$(check "$rss_ok")"
+printf '%-34s %14s %14s  %s\n' "threads (tolerance +2)" "$thr0" "$thr1" "$(check "$thr_ok")"
+printf '%-34s %14s %14s  %s\n' "open fds (tolerance +2)" "$fd0" "$fd1" "$(check "$fd_ok")"
+printf '%-34s %14s %14s  %s\n' "replays same / 503 / differing" "$same / $busy" "$differs" "$(check "$rep_ok")"
 printf '%-34s %14s\n' "replays: largest difference" "$(sort -g "$work/maxdiff" 2>/dev/null | tail -n 1)"
 printf '%-34s %14s %14s\n' "load: requests / 503 / other error" "" ""
-printf '%-34s %14s %14s  %s\n' "  v1 JSON (8 clients)" "$v1n / $v1b" "$v1e" "$(check $err_ok)"
+printf '%-34s %14s %14s  %s\n' "  v1 JSON (8 clients)" "$v1n / $v1b" "$v1e" "$(check "$err_ok")"
 printf '%-34s %14s %14s\n' "  v2 binary (4 clients)" "$v2n / $v2b" "$v2e"
 printf '%-34s %14s %14s\n' "  overload bursts (256 clients)" "$bn / $bb" "$be"
 read -r s_done s_failed < <(sed -n 's/.* \([0-9]*\) completed, \([0-9]*\) failed.*/\1 \2/p' \
     "$work/sessions.out" | awk '{c += $1; f += $2} END {print c + 0, f + 0}')
 sess_ok=$([ "$s_failed" -eq 0 ] && [ "$s_done" -gt 0 ] && echo ok || echo no)
 printf '%-34s %14s %14s  %s\n' "session streams completed / failed" "$s_done" "$s_failed" \
-    "$(check $sess_ok)"
+    "$(check "$sess_ok")"
 printf '%-34s %14s\n' "SIGHUPs" "$(count hup "$work/hups")"
 printf '%-34s %14s\n' "client disconnect rounds (2 each)" "$(count cut "$work/cuts")"
 printf '%-34s %14s\n' "daemon log errors" "$(count ERROR "$work/attnd.log")"
