@@ -11,8 +11,8 @@
  * handler's header checks, decode/answer, the scheduler and finish on the demo
  * model. Inputs that do not parse into a request line are skipped. Invariants
  * besides the sanitizers': a status in 200..599; a body unless the answer is
- * 500 for want of memory; a JSON answer (and every 4xx/5xx error) is valid
- * JSON; a /v1-style error names its code; 2xx only for a known route; a 405
+ * 500 for want of memory; every 4xx/5xx error is JSON, and every JSON answer
+ * parses; an error carries a code and a message (v2: {"error": "..."}); a 405
  * carries Allow.
  */
 #ifndef ATTN_FUZZ_HTTP_ENTRY_H
