@@ -2,7 +2,8 @@
 #
 #   make            library, daemon, load generator
 #   make run        start attnd on the built-in demo model at 127.0.0.1:8080
-#   make test       build and run every test (installs missing Debian packages)
+#   make test       build and run every test (installs missing Debian packages), among them
+#                   allocation-failure injection (test_alloc_fail) and the fuzz corpora replay
 #   make sanitize   the same tests on an ASan+UBSan build (in build-san/)
 #   make valgrind   memcheck over the library/codec tests and the daemon under integration tests
 #   make bench      benchmarks: figures and ratios measured in one run
