@@ -2,11 +2,15 @@
 #
 #   make            library, daemon, load generator
 #   make run        start attnd on the built-in demo model at 127.0.0.1:8080
-#   make test       build and run every test (installs missing Debian packages)
+#   make test       build and run every test (installs missing Debian packages), among them
+#                   allocation-failure injection (test_alloc_fail) and the fuzz corpora replay
 #   make sanitize   the same tests on an ASan+UBSan build (in build-san/)
 #   make valgrind   memcheck over the library/codec tests and the daemon under integration tests
 #   make bench      benchmarks: figures and ratios measured in one run
-#   make fuzz       fuzz the safetensors loader and the request codec (FUZZ_SECONDS=60 each)
+#   make fuzz       fuzz the safetensors loader, the request codec and whole HTTP requests
+#                   (FUZZ_SECONDS=60 each; make test replays every corpus)
+#   make soak       10 min of mixed traffic, SIGHUPs, disconnects and overload, then RSS,
+#                   threads, fds and answers checked (SOAK_SECONDS=600; not in make test)
 #
 # Sources are found by wildcard, so adding a module needs no Makefile edit:
 #   lib/*.c                    -> $(BUILD)/libattn.a        (the attention core)
@@ -69,7 +73,7 @@ BENCH_BINS  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 # Everything a test binary may need, in link order.
 TEST_LIBS   := $(LIBCOMMON) $(LIBLOAD) $(LIBATTND) $(LIBATTN)
 
-.PHONY: all deps run test test-only sanitize valgrind bench loadtest fuzz clean install docker-test
+.PHONY: all deps run test test-only sanitize valgrind bench loadtest fuzz soak clean install docker-test
 .DEFAULT_GOAL := all
 
 all: $(ATTND) $(ATTND_LOAD)
@@ -106,6 +110,13 @@ $(ATTND_LOAD): $(call obj,tools/load/main.c) $(LIBLOAD)
 $(BUILD)/tests/unit/%: $(call obj,tests/unit/%.c) $(TEST_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+# Allocation-failure injection: every malloc family call of lib/, server/ and
+# the test goes through the test's own wrappers (tests/unit/test_alloc_fail.c).
+ALLOC_WRAP  := malloc calloc realloc free strdup strndup aligned_alloc
+$(BUILD)/tests/unit/test_alloc_fail: LDFLAGS += $(foreach f,$(ALLOC_WRAP),-Wl,--wrap=$(f))
+# The wrappers keep state that malloc/free read: GCC must not assume they don't.
+$(BUILD)/obj/tests/unit/test_alloc_fail.o: CFLAGS += -fno-builtin
 
 $(BUILD)/tests/integration/%: $(call obj,tests/integration/%.c) $(TEST_LIBS)
 	@mkdir -p $(dir $@)
@@ -146,6 +157,15 @@ FUZZ_SECONDS ?= 60
 # run each for FUZZ_SECONDS; fails (input saved in tests/fuzz/regressions/) on a crash or leak.
 fuzz: deps
 	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh
+
+SOAK_SECONDS ?= 600
+
+# soak: attnd under SOAK_SECONDS of v1/v2/session traffic, SIGHUPs, client
+# disconnects and overload bursts; then RSS, threads and fds back near the
+# start and every replayed answer equal to its single-request answer (summary
+# table; exit 1 on a failed check). Not part of make test or CI.
+soak: deps all
+	BUILD=$(BUILD) SOAK_SECONDS=$(SOAK_SECONDS) scripts/soak.sh
 
 # docker-test: build and run the image and the compose stack with podman (see docker/).
 docker-test:

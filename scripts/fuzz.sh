@@ -4,7 +4,7 @@
 # crashes, leaks, times out or runs out of memory, after copying the (minimized)
 # input to tests/fuzz/regressions/<target>/, which every `make test` replays.
 #
-#   scripts/fuzz.sh [target ...]        targets: safetensors decode (default: both)
+#   scripts/fuzz.sh [target ...]        targets: safetensors decode http (default: all)
 #   scripts/fuzz.sh --build-only        just build $FUZZ_BUILD/fuzz_<target>
 #   scripts/fuzz.sh --merge [target]    fold new coverage from the working corpus
 #                                       into tests/fuzz/corpus/<target>/ (to commit)
@@ -19,14 +19,17 @@ FUZZ_BUILD=${FUZZ_BUILD:-build-fuzz}
 FUZZ_TIMEOUT=${FUZZ_TIMEOUT:-10}
 FUZZ_MINIMIZE_SECONDS=${FUZZ_MINIMIZE_SECONDS:-60}
 CC_FUZZ=${CC_FUZZ:-clang}
-ALL_TARGETS=(safetensors decode)
+ALL_TARGETS=(safetensors decode http)
 
 # Per target: longest input (bytes) and the sources besides lib/*.c.
-max_len_of() { case $1 in safetensors) echo 8192 ;; decode) echo 16384 ;; esac; }
+max_len_of() { case $1 in safetensors) echo 8192 ;; decode | http) echo 16384 ;; esac; }
 server_srcs_of() {
     case $1 in
     safetensors) ;;
     decode) echo server/codec.c server/jsonbuf.c server/request.c server/jsonnum.c ;;
+    http) # the daemon's modules but its entry point and the socket glue
+        find server -name '*.c' ! -name main.c ! -name http.c | sort
+        echo tests/common/inproc.c ;;
     esac
 }
 
@@ -47,7 +50,7 @@ flags() {
     echo -std=c11 -Wall -Wextra -Wpedantic -Werror -D_GNU_SOURCE \
         -O1 -g -fno-omit-frame-pointer \
         -fsanitize=address,undefined -fno-sanitize-recover=undefined \
-        -Ilib -Iserver "$(pkg-config --cflags openblas jansson)"
+        -Ilib -Iserver -Itests/common "$(pkg-config --cflags openblas jansson)"
 }
 
 compile_one() { # src obj
@@ -94,6 +97,16 @@ stage_seeds() {
         ;;
     decode)
         cp proto/examples/*.request.json proto/examples/*.request.txt "$dir"/
+        ;;
+    http) # every proto/examples request as a whole request (fuzz_http_entry.h's form)
+        /usr/bin/python3 - "$dir" <<'PY'
+import json, sys
+for ex in json.load(open("proto/examples/index.json"))["examples"]:
+    body = open("proto/examples/" + ex["request"], "rb").read() if "request" in ex else b""
+    head = "%s %s\nContent-Type: %s\n\n" % (ex["method"], ex["path"],
+                                             ex.get("content_type", "application/json"))
+    open("%s/%s" % (sys.argv[1], ex["name"]), "wb").write(head.encode() + body)
+PY
         ;;
     esac
 }
@@ -185,7 +198,7 @@ main() {
         case $1 in
         --build-only) mode=build ;;
         --merge) mode=merge ;;
-        safetensors | decode) targets+=("$1") ;;
+        safetensors | decode | http) targets+=("$1") ;;
         -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
         *) log "unknown argument $1"; exit 2 ;;
         esac

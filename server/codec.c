@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "jsonbuf.h"
+#include "jsonload.h"
 #include "jsonnum.h"
 #include "jsonscan.h"
 
@@ -1012,7 +1013,10 @@ static int decode_parsed(decoder *d, const char *body, size_t len, const char *t
                          size_t text_len, attnd_request **out)
 {
     json_error_t je;
-    json_t *root = json_loadb(text, text_len, JSON_REJECT_DUPLICATES, &je);
+    int nomem = 0;
+    json_t *root = attnd_json_loadb(text, text_len, JSON_REJECT_DUPLICATES, &je, &nomem);
+    if (!root && nomem)
+        return attnd_http_fail(d->err, 500, "internal", "", "out of memory while parsing JSON");
     if (!root) {
         int line = je.line, column = je.column, byte = je.position;
         if (d->fast->n)

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "jsonbuf.h"
+#include "jsonload.h"
 #include "jsonnum.h"
 #include "jsonscan.h"
 
@@ -698,19 +699,26 @@ int attnd_codec_v2_decode(const char *body, size_t len, long long header_len,
         json_len = (size_t)header_len;
     }
     json_error_t je;
-    json_t *root = json_loadb(body, json_len, JSON_REJECT_DUPLICATES, &je);
+    int nomem = 0;
+    json_t *root = attnd_json_loadb(body, json_len, JSON_REJECT_DUPLICATES, &je, &nomem);
+    if (!root && nomem)
+        return v2_fail(d.err, 500, "", "out of memory while parsing JSON");
     if (!root && attnd_json_nonfinite_error(body, json_len, je.position, d.err) != 0)
         return -1;
     if (!root)
         return v2_fail(d.err, 400, "", "invalid JSON at line %d, column %d (byte %d): %s", je.line,
                        je.column, je.position, je.text);
     int rc = -1;
+    unsigned long failures = attnd_json_alloc_failures();
     if (read_top(&d, root, body + json_len, len - json_len) == 0 && check_shapes(&d) == 0 &&
         build(&d, out) == 0) {
         d.call->batch = d.b;
         d.call->t = d.t;
         d.call->s = d.s;
         rc = 0;
+    } else if (attnd_json_alloc_failures() != failures) {
+        /* json_unpack_ex lacked memory: its complaint is not about the body */
+        v2_fail(d.err, 500, "", "out of memory reading the request");
     }
     json_decref(root);
     return rc;

@@ -19,6 +19,7 @@
 #include "codec.h"
 #include "codec_v2.h"
 #include "jsonbuf.h"
+#include "jsonload.h"
 #include "jsonnum.h"
 #include "jsonscan.h"
 #include "kvlayout.h"
@@ -162,6 +163,27 @@ static void reply_json(attnd_reply *out, int status, attnd_jsonbuf *b)
     attnd_reply_body(out, status, attnd_json_type, body, len);
 }
 
+/* Answers 201 with b, the description of s (acquired: released here). With no
+ * memory for the answer, the client would never learn s's id: s is deleted and
+ * the answer is 500. */
+static void reply_created(attnd_exchange *x, attnd_session *s, attnd_jsonbuf *b,
+                          attnd_reply *out)
+{
+    size_t len = 0;
+    char *body = attnd_jb_finish(b, &len);
+    char id[ATTND_SESSION_ID_MAX + 1];
+    memcpy(id, s->id, sizeof id);
+    attnd_sessions_release(x->app->sessions, s, 0, NULL, NULL);
+    if (body) {
+        attnd_reply_body(out, 201, attnd_json_type, body, len);
+        return;
+    }
+    attnd_sessions_delete(x->app->sessions, id, NULL);
+    attnd_http_error e;
+    attnd_reply_error(out, attnd_http_error_set(&e, 500, "internal", "",
+                                                "out of memory writing the answer"));
+}
+
 /* ------------------------------------------------------------ create */
 
 /* The create body, decoded. key/value are malloc'd (rows × width). */
@@ -260,7 +282,11 @@ static int decode_create(attnd_exchange *x, const attn_layer_info *in, create_bo
     if (x->reserve && x->reserve(x, attnd_json_tree_bound(body, len), e) != 0)
         return -1; /* the tree jansson is about to build counts against the budget */
     json_error_t je;
-    json_t *root = len ? json_loadb(body, len, JSON_REJECT_DUPLICATES, &je) : json_object();
+    int nomem = 0;
+    json_t *root = len ? attnd_json_loadb(body, len, JSON_REJECT_DUPLICATES, &je, &nomem)
+                       : (nomem = 1, json_object()); /* NULL only for want of memory */
+    if (!root && nomem)
+        return attnd_http_fail(e, 500, "internal", "", "out of memory parsing the body");
     if (!root && attnd_json_nonfinite_error(body, len, je.position, e) != 0)
         return -1;
     if (!root)
@@ -483,8 +509,7 @@ static void create(attnd_exchange *x, attnd_reply *out)
     attnd_jb_puts(&b, ",\"cached\":");
     attnd_jb_i64(&b, s->rows);
     attnd_jb_putc(&b, '}');
-    attnd_sessions_release(app->sessions, s, 0, NULL, NULL);
-    reply_json(out, 201, &b);
+    reply_created(x, s, &b, out);
     free(cb.key);
     free(cb.value);
     return;
@@ -588,9 +613,15 @@ static void fork_session(attnd_exchange *x, attnd_reply *out)
     char id[ATTND_SESSION_ID_MAX + 2]; /* one more: a longer path param cannot fit a valid id */
     if (x->body_len) {
         json_error_t je;
-        json_t *j = json_loadb(x->body, x->body_len, 0, &je);
+        int nomem = 0;
+        json_t *j = attnd_json_loadb(x->body, x->body_len, 0, &je, &nomem);
         int parsed = j != NULL, empty = json_is_object(j) && json_object_size(j) == 0;
         json_decref(j);
+        if (nomem) {
+            attnd_http_fail(&e, 500, "internal", "", "out of memory parsing the body");
+            attnd_reply_error(out, &e);
+            return;
+        }
         if (!empty) {
             attnd_http_fail(&e, 400, parsed ? "unknown_field" : "invalid_json", "",
                             "a fork takes no body (or {}): it copies the session as it is");
@@ -614,8 +645,7 @@ static void fork_session(attnd_exchange *x, attnd_reply *out)
     attnd_jb_puts(&b, ",\"forked_from\":");
     attnd_jb_string(&b, id);
     attnd_jb_putc(&b, '}');
-    attnd_sessions_release(x->app->sessions, child, 0, NULL, NULL);
-    reply_json(out, 201, &b);
+    reply_created(x, child, &b, out);
 }
 
 /* GET, HEAD or DELETE /v1/sessions/{id}. */

@@ -24,6 +24,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -31,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -70,6 +72,11 @@ typedef struct sock_state {
     int fd;
     _Atomic int64_t phase_ns;    /* connection start, or end of its last request */
     _Atomic int busy;            /* its request fully arrived: computing/answering */
+    int64_t gone_ns;             /* reaper's: when it first saw the peer gone with
+                                    its request incomplete (0 = not seen); guarded
+                                    by socks_mu                                  */
+    int64_t gone_phase;          /* phase_ns then: a request since resets it     */
+    int shut;                    /* reaper's: shut down already                  */
 } sock_state;
 
 /* One request's state, hung on MHD's con_cls pointer. Created on the first
@@ -602,8 +609,6 @@ static enum MHD_Result submit(conn *c)
         attnd_request_free(req);
         return send_error(c, &e);
     }
-    if (c->sock)
-        atomic_store_explicit(&c->sock->busy, 1, memory_order_relaxed);
     req->on_done = on_done;
     req->on_done_ctx = c;
     req->layer = m->layer; /* one scheduler serves every version of the model */
@@ -656,6 +661,8 @@ static enum MHD_Result finish(conn *c)
 /* The request is complete (headers, and the body if any): answer it. */
 static enum MHD_Result respond(conn *c)
 {
+    if (c->sock) /* fully arrived: neither read timeout nor hang-up applies now */
+        atomic_store_explicit(&c->sock->busy, 1, memory_order_relaxed);
     if (c->has_err)
         return send_error(c, &c->err);
     if (c->req)
@@ -827,10 +834,43 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
     *socket_context = NULL;
 }
 
+/* 1 when the peer of fd has hung up (FIN or reset) and no byte it sent is
+ * left unread: the request in progress on it can never complete. */
+static int peer_gone(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    int unread = 0;
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) &&
+           ioctl(fd, FIONREAD, &unread) == 0 && unread == 0;
+}
+
+/* A connection whose client hung up before its request was complete (or
+ * between requests): libmicrohttpd does not notice the hang-up while it waits
+ * for bytes, so the socket would hold a connection slot until
+ * request_read_timeout_s. Shut down when the reaper sees it twice, 250 ms
+ * apart, with no request begun or finished in between (a half-closing client
+ * whose whole request arrived is answered first: it is busy by then, or its
+ * request done). */
+static int hung_up(sock_state *ss, int64_t now)
+{
+    int64_t phase = atomic_load_explicit(&ss->phase_ns, memory_order_relaxed);
+    if (!peer_gone(ss->fd)) {
+        ss->gone_ns = 0;
+        return 0;
+    }
+    if (!ss->gone_ns || ss->gone_phase != phase) {
+        ss->gone_ns = now;
+        ss->gone_phase = phase;
+        return 0;
+    }
+    return now - ss->gone_ns >= 200000000;
+}
+
 /* Shuts down (does not close: MHD owns the fd) every socket whose request has
- * been arriving for longer than the limit. MHD then sees the end of the stream
- * and cleans the connection up as usual. Idle-timeout alone cannot do this: a
- * client sending one byte a second is never idle. */
+ * been arriving for longer than the limit, or whose client hung up before its
+ * request was complete. MHD then sees the end of the stream and cleans the
+ * connection up as usual. Idle-timeout alone cannot do this: a client sending
+ * one byte a second is never idle. */
 static void *reaper_main(void *arg)
 {
     attnd_http *h = arg;
@@ -839,13 +879,23 @@ static void *reaper_main(void *arg)
     while (!h->reaper_stop) {
         int64_t now = attnd_now_ns();
         for (sock_state *ss = h->socks; ss; ss = ss->next) {
-            if (atomic_load_explicit(&ss->busy, memory_order_relaxed) ||
+            if (atomic_load_explicit(&ss->busy, memory_order_relaxed))
+                continue;
+            if (ss->shut)
+                continue;
+            if (hung_up(ss, now)) {
+                attnd_log(ATTND_LOG_DEBUG, "closing a connection: its client hung up");
+                shutdown(ss->fd, SHUT_RDWR);
+                ss->shut = 1;
+                continue;
+            }
+            if (limit_ns <= 0 ||
                 now - atomic_load_explicit(&ss->phase_ns, memory_order_relaxed) <= limit_ns)
                 continue;
             attnd_log(ATTND_LOG_WARN, "closing a connection: its request did not arrive within "
                       "request_read_timeout_s (%d s)", h->app->cfg->request_read_timeout_s);
             shutdown(ss->fd, SHUT_RDWR);
-            atomic_store_explicit(&ss->phase_ns, INT64_MAX / 2, memory_order_relaxed); /* once */
+            ss->shut = 1;
         }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -1070,14 +1120,12 @@ attnd_http *attnd_http_start(attnd_app *app, char *err, size_t errlen)
         close(h->listen_fd);
         goto fail;
     }
-    if (cfg->request_read_timeout_s > 0) {
-        if (pthread_create(&h->reaper, NULL, reaper_main, h) != 0) {
-            snprintf(err, errlen, "cannot start the read-timeout thread");
-            MHD_stop_daemon(h->daemon);
-            goto fail;
-        }
-        h->reaper_started = 1;
+    if (pthread_create(&h->reaper, NULL, reaper_main, h) != 0) {
+        snprintf(err, errlen, "cannot start the read-timeout thread");
+        MHD_stop_daemon(h->daemon);
+        goto fail;
     }
+    h->reaper_started = 1;
     attnd_log(ATTND_LOG_INFO,
               "listening on %s (port %d, %s): libmicrohttpd %s, %s, %d HTTP threads, "
               "max %d connections (+%u for probes), %d s idle timeout, %d s request read "

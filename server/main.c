@@ -23,6 +23,7 @@
 #include "config.h"
 #include "cors.h"
 #include "http.h"
+#include "jsonload.h"
 #include "log.h"
 #include "metrics.h"
 #include "models.h"
@@ -190,6 +191,7 @@ int main(int argc, char **argv)
     }
     attnd_log_set_level(cfg.log_level);
     attnd_log_set_format((attnd_log_format)cfg.log_format);
+    attnd_json_install_alloc();
 
     sigset_t sigs;
     if (setup_signals(&sigs) != 0) {

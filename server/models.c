@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "jsonload.h"
 #include "log.h"
 #include "request.h"
 
@@ -136,7 +137,10 @@ static int smoke_forward(const attnd_model *m, char *err, size_t errlen)
     for (size_t i = 0; rc == 0 && i < no; i++)
         if (!isfinite(seq.output[i]))
             rc = -1;
-    if (rc)
+    if (st == ATTN_ERR_NOMEM) /* the layer may be fine: say what happened */
+        snprintf(err, errlen, "model '%s': out of memory validating %s: %s", m->name, m->path,
+                 lerr.message);
+    else if (rc)
         snprintf(err, errlen, "model '%s': %s fails validation: %s", m->name, m->path,
                  st != ATTN_OK ? (lerr.message[0] ? lerr.message : attn_strerror(st))
                                : "a test forward gives non-finite numbers");
@@ -198,9 +202,16 @@ static attnd_model *version_load(attnd_model_slot *slot, const attnd_model_spec 
     int64_t t0 = attnd_now_ns();
     attn_load_options lo = load_options(spec);
     attn_checkpoint_info ci;
+    unsigned long json_failures = attnd_json_alloc_failures();
     attn_status st = attn_layer_load(spec->path, &lo, &m->layer, &lerr);
     if (st == ATTN_OK)
         st = attn_checkpoint_inspect(spec->path, &lo, &ci, &lerr);
+    if (attnd_json_alloc_failures() != json_failures) {
+        /* jansson lacked memory reading config.json or a safetensors header: the
+         * library calls that a syntax error, or reads a mangled key and succeeds */
+        st = ATTN_ERR_NOMEM;
+        snprintf(lerr.message, sizeof lerr.message, "out of memory parsing its JSON");
+    }
     if (st != ATTN_OK) {
         snprintf(err, errlen, "model '%s': cannot load %s: %s%s%s", spec->name, spec->path,
                  attn_strerror(st), lerr.message[0] ? ": " : "", lerr.message);
@@ -594,7 +605,7 @@ static char *dump(json_t *j, size_t *len)
 {
     if (!j)
         return NULL;
-    char *s = json_dumps(j, JSON_COMPACT);
+    char *s = attnd_json_dumps(j, JSON_COMPACT); /* NULL if jansson lacked memory */
     json_decref(j);
     if (s)
         *len = strlen(s);

@@ -838,7 +838,8 @@ attnd_session_result attnd_sessions_list(attnd_sessions *st, const char *after, 
     for (attnd_session *s = st->lru_head; s && k < count; s = s->lru_next)
         fill_info(st, s, now, &all[k++]);
     pthread_mutex_unlock(&st->mu);
-    qsort(all, (size_t)k, sizeof *all, by_id);
+    if (k > 1) /* all is NULL when there are none: qsort must not see it */
+        qsort(all, (size_t)k, sizeof *all, by_id);
     for (int i = 0; i < k && *n < cap; i++)
         if (!after || strcmp(all[i].id, after) > 0)
             out[(*n)++] = all[i];

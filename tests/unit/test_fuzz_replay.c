@@ -11,13 +11,17 @@
 #include <string.h>
 
 #include "../fuzz/fuzz_entry.h"
+#include "../fuzz/fuzz_http_entry.h"
 #include "check.h"
+#include "sbuf.h"
 
 /* At least this many inputs per target, so a moved directory cannot pass empty. */
 #define MIN_SAFETENSORS_INPUTS 60
 #define MIN_DECODE_INPUTS 25
 
-static int n_safetensors, n_decode;
+#define MIN_HTTP_INPUTS 50
+
+static int n_safetensors, n_decode, n_http;
 
 /* Reads a whole file; NULL on failure. Caller frees. */
 static uint8_t *slurp(const char *path, size_t *len)
@@ -203,10 +207,87 @@ TEST(decode)
     fuzz_decode_ctx_free(&c);
 }
 
+/* ------------------------------------------------------------ http */
+
+static void replay_http(const char *path, void *arg)
+{
+    size_t len = 0;
+    uint8_t *data = slurp(path, &len);
+    CHECK_MSG(data != NULL, "cannot read %s", path);
+    if (!data)
+        return;
+    char bug[FUZZ_BUG_MAX] = "";
+    CHECK_MSG(fuzz_http_one(arg, data, len, bug) == 0, "%s: %s", path, bug);
+    free(data);
+    n_http++;
+}
+
+/* proto/examples/index.json's example ex as a whole request: it must keep the
+ * invariants and get the example's status. */
+static void http_example(inproc *p, const json_t *ex)
+{
+    const char *method = json_string_value(json_object_get(ex, "method"));
+    const char *route = json_string_value(json_object_get(ex, "path"));
+    const char *req = json_string_value(json_object_get(ex, "request"));
+    const char *type = json_string_value(json_object_get(ex, "content_type"));
+    int status = (int)json_integer_value(json_object_get(ex, "status"));
+    if (!method || !route)
+        return;
+    char path[512];
+    size_t len = 0;
+    uint8_t *body = NULL;
+    if (req) {
+        snprintf(path, sizeof path, "proto/examples/%s", req);
+        body = slurp(path, &len);
+        CHECK_MSG(body != NULL, "cannot read %s", path);
+    }
+    sbuf text = {0};
+    sb_printf(&text, "%s %s\nContent-Type: %s\n\n", method, route,
+              type ? type : "application/json");
+    size_t head = text.len;
+    uint8_t *input = malloc(head + len + 1);
+    memcpy(input, text.p, head);
+    if (len)
+        memcpy(input + head, body, len);
+    char bug[FUZZ_BUG_MAX] = "";
+    fuzz_http_req r;
+    CHECK(fuzz_http_parse(input, head + len, &r) == 0);
+    attnd_reply a;
+    inproc_run(p, &r.call, &a);
+    CHECK_MSG(fuzz_http_check(&a, bug) == 0, "%s %s: %s", method, route, bug);
+    CHECK_MSG(a.status == status, "%s %s (%s): want %d, got %d", method, route,
+              req ? req : "no body", status, a.status);
+    inproc_reply_free(&a);
+    free(input);
+    free(text.p);
+    free(body);
+    n_http++;
+}
+
+TEST(http)
+{
+    char why[FUZZ_BUG_MAX] = "";
+    inproc *p = fuzz_http_start("config/demo.safetensors", why);
+    CHECK_MSG(p != NULL, "%s", why);
+    if (!p)
+        return;
+    json_t *index = json_load_file("proto/examples/index.json", 0, NULL);
+    size_t i;
+    const json_t *ex;
+    json_array_foreach(json_object_get(index, "examples"), i, ex) http_example(p, ex);
+    json_decref(index);
+    CHECK(for_each_file("tests/fuzz/corpus/http", "", replay_http, p) >= 10);
+    for_each_file("tests/fuzz/regressions/http", "", replay_http, p);
+    CHECK_MSG(n_http >= MIN_HTTP_INPUTS, "only %d http inputs replayed", n_http);
+    inproc_stop(p);
+}
+
 int main(void)
 {
     RUN(safetensors);
     RUN(decode);
-    printf("replayed %d safetensors and %d decode inputs\n", n_safetensors, n_decode);
+    RUN(http);
+    printf("replayed %d safetensors, %d decode and %d http inputs\n", n_safetensors, n_decode,
+           n_http);
     return check_summary();
 }
