@@ -725,8 +725,10 @@ int attnd_config_spec_copy(attnd_model_spec *dst, const attnd_model_spec *src)
     attnd_config one = {0};
     char err[256];
     memset(dst, 0, sizeof *dst);
-    if (add_model(&one, src, err, sizeof err) != 0)
+    if (add_model(&one, src, err, sizeof err) != 0) {
+        free(one.models); /* grown before a copy of a name failed */
         return -1;
+    }
     *dst = one.models[0];
     free(one.models);
     return 0;

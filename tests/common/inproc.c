@@ -43,12 +43,13 @@ attnd_app *inproc_app(inproc *p) { return &p->app; }
 static int make_app(inproc *p, char *err, size_t errlen)
 {
     attnd_config *cfg = &p->cfg;
-    p->names = calloc((size_t)cfg->n_models, sizeof *p->names);
+    const int n_slots = attnd_models_capacity(cfg); /* as main.c sizes them */
+    p->names = calloc((size_t)n_slots, sizeof *p->names);
     if (!p->names)
         return snprintf(err, errlen, "out of memory"), -1;
     for (int i = 0; i < cfg->n_models; i++)
         p->names[i] = cfg->models[i].name;
-    p->app.metrics = attnd_metrics_create(cfg->n_models, p->names, ATTND_ROUTE_COUNT,
+    p->app.metrics = attnd_metrics_create(n_slots, p->names, ATTND_ROUTE_COUNT,
                                           attnd_route_labels());
     if (!p->app.metrics)
         return snprintf(err, errlen, "cannot create metrics"), -1;
@@ -59,10 +60,10 @@ static int make_app(inproc *p, char *err, size_t errlen)
         .max_seq_len = cfg->max_seq_len, .max_batch_seqs = cfg->max_batch_seqs,
         .max_weights_elems = (size_t)cfg->max_weights_elems,
         .max_json_depth = cfg->max_json_depth};
-    p->app.sessions = attnd_session_store_create(cfg, p->app.metrics);
-    if (!p->app.sessions)
-        return snprintf(err, errlen, "cannot create the session store"), -1;
     if (attnd_models_load(&p->models, cfg, p->app.metrics, err, errlen) != 0)
+        return -1;
+    p->app.sessions = attnd_session_store_create(cfg, &p->models, p->app.metrics, err, errlen);
+    if (!p->app.sessions)
         return -1;
     atomic_store(&p->app.state, ATTND_STATE_READY);
     return 0;

@@ -522,7 +522,7 @@ static op_result op_codec_v2(void *ctx, int ref, char *why, size_t cap)
         return snprintf(why, cap, "the library refused a decoded request"), OP_BAD;
     }
     size_t len = 0, hl = 0;
-    char *body = attnd_codec_v2_encode_response(req, &call, "demo", &len, &hl);
+    char *body = attnd_codec_v2_encode_response(req, &call, "demo", 1, &len, &hl);
     attnd_request_free(req);
     return same_body(c, body, len, ref, why, cap);
 }
@@ -534,7 +534,7 @@ static op_result op_codec_errors(void *ctx, int ref, char *why, size_t cap)
     attnd_http_error e;
     attnd_http_error_set(&e, 400, "invalid_shape", "query[1]", "expected 64 numbers, got 63");
     size_t len;
-    char *a = attnd_codec_encode_error(&e, &len), *b = attnd_codec_v2_encode_error(&e, &len);
+    char *a = attnd_codec_encode_error(&e, &len), *b = attnd_codec_v2_encode_error(&e, "", &len);
     op_result r = a && b ? OP_OK : OP_NOMEM;
     if (a && !strstr(a, "invalid_shape"))
         r = (snprintf(why, cap, "a v1 error without its code"), OP_BAD);
@@ -704,7 +704,7 @@ static op_result op_session(void *ctx, int ref, char *why, size_t cap)
     armed = was;
     int n = 0;
     size_t bytes = 0;
-    attnd_sessions_stats(inproc_app(c->p)->sessions, &n, &bytes);
+    attnd_sessions_stats(inproc_app(c->p)->sessions, &n, &bytes, NULL);
     if (n != 0)
         return snprintf(why, cap, "%d session(s) left behind", n), OP_BAD;
     return res;
