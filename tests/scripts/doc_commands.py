@@ -28,7 +28,7 @@ SKIP = {  # (file as given, section heading): why it is not run here
 }
 
 FENCE = re.compile(r"^```(\w*)\s*$")
-TALKS = re.compile(r"(^|[|;&(]\s*|\$\(\s*)curl\s|import attnd|^[A-Za-z_]\w*=\$\(")
+TALKS = re.compile(r"(^|[|;&(]\s*|\$\(\s*)curl\s|import attnd|^[A-Za-z_]\w*=\$\(|^[A-Za-z_]\w*=\"[^\"]*\$\(")
 EXPECT = re.compile(r"→\s*(\d{3})\b")
 ADDRESS = re.compile(r"\b(localhost|127\.0\.0\.1):8080\b")
 

@@ -5,7 +5,8 @@
 # the commands (and the NAME=$(...) assignments and attnd Python client one-liners beside
 # them) and rewrites one thing, mechanically: the documented address localhost:8080 /
 # 127.0.0.1:8080 becomes the test daemon's 127.0.0.1:PORT. The daemon serves what the docs
-# assume: demo (the default model, as `make run`) and llama (the tiny Llama fixture, layer 1).
+# assume: demo (the default model, as `make run`) and llama (the tiny Llama fixture, layer 1),
+# with an admin key in the scratch directory's admin.keys (the Model management section).
 # Commands run from a scratch directory whose entries link to the checkout's, so relative
 # paths (proto/examples/..., clients/python) resolve and files they write land there.
 set -euo pipefail
@@ -30,8 +31,12 @@ cleanup() {
 trap cleanup EXIT
 
 port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+mkdir "$tmp/work"
+"$PY" -c 'import secrets; print(secrets.token_hex(16))' >"$tmp/work/admin.keys"
+chmod 600 "$tmp/work/admin.keys"
 "$ATTND_BIN" --listen "127.0.0.1:$port" --log-level warn --model demo=config/demo.safetensors \
     --model llama=tests/fixtures/ckpt/llama_gqa,layer=1 --default-model demo \
+    --admin-key-file "$tmp/work/admin.keys" \
     >"$tmp/attnd.log" 2>&1 &
 pid=$!
 for _ in $(seq 150); do
@@ -42,7 +47,6 @@ done
 curl -fsS -o /dev/null "http://127.0.0.1:$port/readyz" ||
     { cat "$tmp/attnd.log" >&2; echo "FAIL: attnd not ready after 15 s" >&2; exit 1; }
 
-mkdir "$tmp/work"
 for entry in "$repo"/*; do ln -s "$entry" "$tmp/work/"; done
 
 rc=0

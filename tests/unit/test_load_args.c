@@ -261,7 +261,7 @@ TEST(sessions)
         {S, "--cross", NULL},
         {S, "--key-len", "8", NULL},
         {S, "--protocol", "v2", NULL},
-        {S, "--binary", NULL},
+        {"--model", "demo", "--binary", NULL},              /* binary: v2, or session appends */
         {S, "--seq-len", "16", NULL},
         {S, "--seq-len-dist", "/dev/null", NULL},
         {S, "--need-weights", NULL},
