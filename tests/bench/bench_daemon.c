@@ -636,6 +636,7 @@ done:
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--ceiling") == 0) return ceiling_main(argv[2]);
+    bench_start("bench_daemon");
     const char *env_s = getenv("BENCH_DAEMON_SECONDS");
     double seconds = argc > 1 ? atof(argv[1]) : env_s ? atof(env_s) : 1.5;
     if (!(seconds > 0 && seconds <= 30)) {
