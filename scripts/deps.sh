@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # deps.sh — installs the Debian packages attnd needs to build and test, when missing.
-# Usage: scripts/deps.sh [extra-package ...]
+# Usage: scripts/deps.sh [--bench] [extra-package ...]
+#   --bench adds what make bench needs beyond make test: wrk (bench_daemon drives every
+#   target with it).
 # Runs apt-get only when something is missing; needs root for that (as CI has).
 set -euo pipefail
+bench=()
+if [ "${1:-}" = --bench ]; then bench=(wrk); shift; fi
 
 packages=(gcc make pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev
           libcurl4-openssl-dev curl ca-certificates
           python3-yaml
           openssl valgrind
-          "$@")
+          ${bench[@]+"${bench[@]}"} "$@")
 
 missing=()
 for p in "${packages[@]}"; do
