@@ -373,6 +373,40 @@ static const char *scan_number(const char *s, const char *end, uint64_t *w, int 
     return p;
 }
 
+/* 10^0 .. 10^10: every one exact in float (5^10 < 2^24). */
+static const float POW10F[11] = {1e0f, 1e1f, 1e2f, 1e3f, 1e4f, 1e5f, 1e6f, 1e7f, 1e8f, 1e9f, 1e10f};
+
+/* The common shape, -?int(.frac)? with no exponent and at most 19 digits, as
+ * *w * 10^-*nf: the end of the number, or NULL for anything else (scan_number
+ * then decides). One tight loop per part, none of scan_number's bookkeeping. */
+static const char *scan_simple(const char *s, const char *end, uint64_t *w, int *nf, int *neg)
+{
+    const char *p = s;
+    uint64_t m = 0;
+    *neg = p < end && *p == '-';
+    p += *neg;
+    const char *first = p;
+    if (p < end && *p == '0')
+        p++;
+    else
+        while (p < end && (unsigned)(*p - '0') < 10)
+            m = m * 10 + (uint64_t)(*p++ - '0');
+    if (p == first)
+        return NULL;
+    const char *int_end = p;
+    if (p < end && *p == '.') {
+        for (p++; p < end && (unsigned)(*p - '0') < 10; p++)
+            m = m * 10 + (uint64_t)(*p - '0');
+        if (p == int_end + 1)
+            return NULL; /* "1." */
+    }
+    *nf = p == int_end ? 0 : (int)(p - int_end - 1);
+    if ((p < end && (*p == 'e' || *p == 'E')) || (int_end - first) + *nf > 19)
+        return NULL; /* m may have wrapped: unused */
+    *w = m;
+    return p;
+}
+
 /* strtof on a NUL-terminated copy of [s, p): the slow, always-right path. */
 static int conv_strtof(const char *s, const char *p, float *out)
 {
@@ -392,9 +426,16 @@ static int conv_strtof(const char *s, const char *p, float *out)
 const char *attnd_json_parse_float(const char *s, const char *end, float *out)
 {
     uint64_t w;
-    int e, inexact, neg;
-    const char *p = scan_number(s, end, &w, &e, &inexact, &neg);
-    if (!p)
+    int e, inexact = 0, neg, nf;
+    const char *p = scan_simple(s, end, &w, &nf, &neg);
+    if (p && w < (1u << 24) && nf <= 10) {
+        /* Both operands exact floats: one correctly rounded float division. */
+        const float f = (float)w / POW10F[nf];
+        *out = neg ? -f : f;
+        return p;
+    }
+    e = -nf;
+    if (!p && !(p = scan_number(s, end, &w, &e, &inexact, &neg)))
         return NULL;
     float f = 0.0f;
     int rc = CONV_UNSURE;
@@ -481,7 +522,7 @@ static const char *nest_array(const char *p, const char *end, attnd_float_nest *
                 n->depth = level + 1;
             float v = 0.0f;
             const char *q = n->depth == level + 1 ? attnd_json_parse_float(p, end, &v) : NULL;
-            if (!q || big_integer(p, q) ||
+            if (!q || (q - p > 18 && big_integer(p, q)) ||
                 grow((void **)&n->values, &n->cap_values, n->n_values + 1, sizeof(float)))
                 return NULL;
             n->values[n->n_values++] = v;
