@@ -170,6 +170,12 @@ static void shortest(uint32_t ieee_frac, uint32_t ieee_exp, uint32_t *digits, in
             last_removed = 4; /* exactly ...50..0: round half to even */
         out = vr + ((vr == vm && (!accept_bounds || !vm_trailing_zeros)) || last_removed >= 5);
     } else {
+        /* Two digits at a time first (as Ryu's d2s): most floats drop >= 2. */
+        if (vp / 100 > vm / 100) {
+            last_removed = (vr % 100) / 10; /* only ">= 5" matters from here on */
+            vr /= 100, vp /= 100, vm /= 100;
+            removed += 2;
+        }
         while (vp / 10 > vm / 10) {
             last_removed = vr % 10;
             vr /= 10, vp /= 10, vm /= 10;
@@ -183,12 +189,8 @@ static void shortest(uint32_t ieee_frac, uint32_t ieee_exp, uint32_t *digits, in
 
 static inline int decimal_length(uint32_t v)
 {
-    int n = 1;
-    while (v >= 10) {
-        v /= 10;
-        n++;
-    }
-    return n;
+    return 1 + (v >= 10u) + (v >= 100u) + (v >= 1000u) + (v >= 10000u) + (v >= 100000u) +
+           (v >= 1000000u) + (v >= 10000000u) + (v >= 100000000u) + (v >= 1000000000u);
 }
 
 /* Writes the n decimal digits of v ending just before end. */
@@ -254,7 +256,8 @@ int attnd_json_print_float(float v, char *out)
             const int zeros = -sci - 1;
             p[0] = '0';
             p[1] = '.';
-            memset(p + 2, '0', (size_t)zeros);
+            if (zeros)
+                memset(p + 2, '0', (size_t)zeros);
             write_digits(p + 2 + zeros + n, digits, n);
         }
         return (int)sign + fixed_len;
