@@ -1128,6 +1128,11 @@ char *attnd_codec_encode_response_with(const attnd_request *req, const char *mod
     attnd_jsonbuf b = {0};
     if (!req || req->n_seqs < 1 || !req->seqs)
         return NULL;
+    /* One allocation for the whole answer (weights aside): no regrowth copies. */
+    size_t rows = 0;
+    for (int i = 0; i < req->n_seqs; i++)
+        rows += (size_t)req->seqs[i].t;
+    attnd_jb_reserve(&b, rows * ((size_t)req->embed_out * (ATTND_FLOAT_TEXT_MAX + 1) + 3) + 512);
     attnd_jb_puts(&b, "{\"model\":");
     attnd_jb_string(&b, model_name);
     if (req->id[0]) {
