@@ -187,10 +187,15 @@ static void shortest(uint32_t ieee_frac, uint32_t ieee_exp, uint32_t *digits, in
     *exp10 = e10 + removed;
 }
 
+/* Decimal digits of v: floor(log10(2) * bit length) estimates within one,
+ * one comparison with the power of ten settles it (~6 instructions). */
 static inline int decimal_length(uint32_t v)
 {
-    return 1 + (v >= 10u) + (v >= 100u) + (v >= 1000u) + (v >= 10000u) + (v >= 100000u) +
-           (v >= 1000000u) + (v >= 10000000u) + (v >= 100000000u) + (v >= 1000000000u);
+    static const uint32_t POW10_U32[10] = {1u,      10u,      100u,      1000u,      10000u,
+                                           100000u, 1000000u, 10000000u, 100000000u, 1000000000u};
+    const int bits = 32 - __builtin_clz(v | 1);
+    const int n = (bits * 1233) >> 12; /* 1233 / 4096 ~ log10(2) */
+    return n + (n < 10 && v >= POW10_U32[n]);
 }
 
 /* Writes the n decimal digits of v ending just before end. */
