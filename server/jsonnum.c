@@ -201,6 +201,14 @@ static inline int decimal_length(uint32_t v)
 /* Writes the n decimal digits of v ending just before end. */
 static inline void write_digits(char *end, uint32_t v, int n)
 {
+    while (n >= 4) { /* four digits per step: one division by 10^4, two pair lookups */
+        const uint32_t c = v % 10000;
+        v /= 10000;
+        end -= 4;
+        memcpy(end + 2, DIGIT_PAIRS + 2 * (c % 100), 2);
+        memcpy(end, DIGIT_PAIRS + 2 * (c / 100), 2);
+        n -= 4;
+    }
     while (n >= 2) {
         uint32_t r = v % 100;
         v /= 100;
@@ -387,7 +395,8 @@ static const float POW10F[11] = {1e0f, 1e1f, 1e2f, 1e3f, 1e4f, 1e5f, 1e6f, 1e7f,
 /* The common shape, -?int(.frac)? with no exponent and at most 19 digits, as
  * *w * 10^-*nf: the end of the number, or NULL for anything else (scan_number
  * then decides). One tight loop per part, none of scan_number's bookkeeping. */
-static const char *scan_simple(const char *s, const char *end, uint64_t *w, int *nf, int *neg)
+static inline __attribute__((always_inline)) const char *scan_simple(const char *s, const char *end,
+                                                                     uint64_t *w, int *nf, int *neg)
 {
     const char *p = s;
     uint64_t m = 0;
@@ -431,10 +440,20 @@ static int conv_strtof(const char *s, const char *p, float *out)
     return CONV_OK;
 }
 
-const char *attnd_json_parse_float(const char *s, const char *end, float *out)
+/* Everything past the plain-decimal fast path; p, w, nf, neg are what
+ * scan_simple found (p NULL: it declined). Kept out of line so the fast path
+ * needs no stack frame. */
+static __attribute__((noinline)) const char *parse_float_slow(const char *s, const char *end,
+                                                               const char *p, uint64_t w, int nf,
+                                                               int neg, float *out);
+
+/* The plain-decimal fast path, inlined where a nest reads its numbers. */
+static inline __attribute__((always_inline)) const char *parse_float_fast(const char *s,
+                                                                          const char *end,
+                                                                          float *out)
 {
-    uint64_t w;
-    int e, inexact = 0, neg, nf;
+    uint64_t w = 0;
+    int neg = 0, nf = 0;
     const char *p = scan_simple(s, end, &w, &nf, &neg);
     if (p && w < (1u << 24) && nf <= 10) {
         /* Both operands exact floats: one correctly rounded float division. */
@@ -442,7 +461,18 @@ const char *attnd_json_parse_float(const char *s, const char *end, float *out)
         *out = neg ? -f : f;
         return p;
     }
-    e = -nf;
+    return parse_float_slow(s, end, p, w, nf, neg, out);
+}
+
+const char *attnd_json_parse_float(const char *s, const char *end, float *out)
+{
+    return parse_float_fast(s, end, out);
+}
+
+static const char *parse_float_slow(const char *s, const char *end, const char *p, uint64_t w,
+                                    int nf, int neg, float *out)
+{
+    int e = -nf, inexact = 0;
     if (!p && !(p = scan_number(s, end, &w, &e, &inexact, &neg)))
         return NULL;
     float f = 0.0f;
@@ -529,7 +559,7 @@ static const char *nest_array(const char *p, const char *end, attnd_float_nest *
             if (n->depth == 0)
                 n->depth = level + 1;
             float v = 0.0f;
-            const char *q = n->depth == level + 1 ? attnd_json_parse_float(p, end, &v) : NULL;
+            const char *q = n->depth == level + 1 ? parse_float_fast(p, end, &v) : NULL;
             if (!q || (q - p > 18 && big_integer(p, q)) ||
                 grow((void **)&n->values, &n->cap_values, n->n_values + 1, sizeof(float)))
                 return NULL;
