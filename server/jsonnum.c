@@ -539,6 +539,33 @@ static int big_integer(const char *s, const char *p)
     return digits > 18;
 }
 
+/* The numbers of a leaf array, p at the first one: appended to n->values and
+ * counted in *size. The byte after its ']', or NULL. The grammar of
+ * nest_array's loop, without its per-element dispatch. */
+static const char *leaf_array(const char *p, const char *end, attnd_float_nest *n, uint32_t *size)
+{
+    for (;;) {
+        if (n->n_values == n->cap_values &&
+            grow((void **)&n->values, &n->cap_values, n->n_values + 1, sizeof(float)))
+            return NULL;
+        const char *q = parse_float_fast(p, end, &n->values[n->n_values]);
+        if (!q || (q - p > 18 && big_integer(p, q)) || *size == UINT32_MAX)
+            return NULL;
+        n->n_values++;
+        (*size)++;
+        p = q < end && *q == ',' ? q : skip_ws(q, end);
+        if (p >= end)
+            return NULL;
+        if (*p == ']')
+            return p + 1;
+        if (*p != ',')
+            return NULL;
+        p = skip_ws(p + 1, end);
+        if (p >= end)
+            return NULL;
+    }
+}
+
 /* The array at p ('['), at nesting level `level`. */
 static const char *nest_array(const char *p, const char *end, attnd_float_nest *n, int level)
 {
@@ -552,6 +579,11 @@ static const char *nest_array(const char *p, const char *end, attnd_float_nest *
     p = skip_ws(p + 1, end);
     if (p >= end || *p == ']')
         return NULL; /* empty: leave it to the general parser */
+    if (*p != '[') { /* numbers: this is the leaf level */
+        if (n->depth == 0)
+            n->depth = level + 1;
+        return n->depth == level + 1 ? leaf_array(p, end, n, &n->size[level][idx]) : NULL;
+    }
     for (;;) {
         if (*p == '[') {
             p = nest_array(p, end, n, level + 1);
