@@ -144,7 +144,8 @@ sanitize: deps
 valgrind: deps all $(UNIT_BINS) $(ITEST_BINS)
 	BUILD=$(BUILD) scripts/valgrind.sh
 
-bench: deps all $(BENCH_BINS)
+bench: all $(BENCH_BINS)
+	@scripts/deps.sh --bench
 	BUILD=$(BUILD) scripts/bench.sh
 
 # loadtest: start attnd on the demo model, run a short sweep, leave JSON/CSV/SVG in results/.

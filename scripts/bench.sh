@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # bench.sh — runs every benchmark binary present in $BUILD/bench, one titled
 # section each, with OpenBLAS's thread count set explicitly (not left to the
-# machine), so the figures in one run are comparable with each other.
+# machine), so the figures in one run are comparable with each other. Each bench
+# opens with the OpenBLAS kernel, the load average and the AVX-512 sgemm line
+# (tests/common/benchutil.c: bench_start) and states its issue-18 targets
+# (bench_target); the run ends with the table of every target, measured here.
 #   BUILD=build scripts/bench.sh      (make bench does this)
 #   OPENBLAS_NUM_THREADS=1 BENCH_SECONDS=0.5 scripts/bench.sh
 set -euo pipefail
@@ -11,6 +14,12 @@ export BENCH_SECONDS=${BENCH_SECONDS:-1.0}
 
 echo "attnd benchmarks — $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs, $(uname -m)"
 echo "OPENBLAS_NUM_THREADS=$OPENBLAS_NUM_THREADS (set explicitly by scripts/bench.sh), BENCH_SECONDS=$BENCH_SECONDS"
+echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; load average $(cat /proc/loadavg)"
+bench_t0=$(date +%s)
+BENCH_TARGETS=$(mktemp "${TMPDIR:-/tmp}/attnd-bench-targets.XXXXXX")
+export BENCH_TARGETS
+BENCH_DATA=""
+trap 'rm -rf "$BENCH_TARGETS" ${BENCH_DATA:+"$BENCH_DATA"}' EXIT
 
 # Core vs PyTorch (bench_core + tests/bench/bench_torch.py): PyTorch writes the
 # layers and inputs, bench_core times the library on them and leaves its timings
@@ -26,10 +35,8 @@ if ! have_torch; then
     $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-torch >&2 || true
     have_torch || torch_note="PyTorch unavailable ($TORCH_PY cannot import torch, apt-get install python3-torch failed): no PyTorch comparison in this run"
 fi
-BENCH_DATA=""
 if [ -z "$torch_note" ]; then
     BENCH_DATA=$(mktemp -d "${TMPDIR:-/tmp}/attnd-bench.XXXXXX")
-    trap 'rm -rf "$BENCH_DATA"' EXIT
     if ! OPENBLAS_NUM_THREADS=2 "$TORCH_PY" tests/bench/bench_torch.py gen "$BENCH_DATA"; then
         torch_note="bench_torch.py gen failed: no PyTorch comparison in this run"
         BENCH_DATA=""
@@ -60,4 +67,13 @@ done
 if [ "$ran" -eq 0 ]; then
     echo "bench.sh: no benchmark binaries in $BUILD/bench (run: make BUILD=$BUILD bench)" >&2
     exit 1
+fi
+
+# The closing table: every issue-18 target the benches measured in this run.
+echo
+echo "== issue 18 targets (measured in this run; $(( $(date +%s) - bench_t0 )) s; load average $(cat /proc/loadavg)) =="
+if [ -s "$BENCH_TARGETS" ]; then
+    awk -F'\t' '{ printf "%-58s | %-44s | %s\n", $1, $2, $3 }' "$BENCH_TARGETS"
+else
+    echo "no bench reported a target (see the sections above)"
 fi

@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # deps.sh — installs the Debian packages attnd needs to build and test, when missing.
-# Usage: scripts/deps.sh [extra-package ...]
+# Usage: scripts/deps.sh [--bench] [extra-package ...]
+#   --bench adds what make bench needs beyond make test: wrk (bench_daemon drives every
+#   target with it).
 # Runs apt-get only when something is missing; needs root for that (as CI has).
 # nginx-light, gettext-base (envsubst): tests/scripts/test_gateway.sh and test_k8s_manifests.sh
 # run docker/nginx.conf and the k8s gateway template in front of local replicas.
 set -euo pipefail
+bench=()
+if [ "${1:-}" = --bench ]; then bench=(wrk); shift; fi
 
 packages=(gcc make pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev
           libcurl4-openssl-dev curl ca-certificates
           python3-yaml
           nginx-light gettext-base
           openssl valgrind
-          "$@")
+          ${bench[@]+"${bench[@]}"} "$@")
 
 missing=()
 for p in "${packages[@]}"; do

@@ -835,9 +835,15 @@ static const char *skip_value(const char *p, const char *end)
     return NULL;
 }
 
-/* Returns 1 when the bytes nest [ / { deeper than limit, outside strings. */
-static int nesting_exceeds(const char *s, size_t len, int limit)
+/* Returns 1 when the text nests [ / { deeper than limit, outside strings. The
+ * text is the compact copy when fs holds fast-parsed members (each a bare 0
+ * there): those arrays were measured while parsing, one level below the
+ * top-level object, so only the small rest is scanned byte by byte. */
+static int nesting_exceeds(const char *s, size_t len, const fast_set *fs, int limit)
 {
+    for (int i = 0; i < fs->n; i++)
+        if (1 + fs->nest[i].depth > limit)
+            return 1;
     int depth = 0;
     for (size_t i = 0; i < len; i++) {
         char c = s[i];
@@ -1099,9 +1105,6 @@ int attnd_codec_decode_request_ex(const char *body, size_t len, const attn_layer
     if (nul)
         return attnd_http_fail(d.err, 400, "invalid_json", "", "invalid JSON: NUL byte at byte %zu",
                                (size_t)(nul - body));
-    if (d.lim.max_json_depth > 0 && nesting_exceeds(body, len, d.lim.max_json_depth))
-        return attnd_http_fail(d.err, 400, "invalid_json", "",
-                               "JSON nests deeper than max_json_depth %d", d.lim.max_json_depth);
     scan_fast(body, len, &fs);
     size_t text_len = len;
     char *text = fs.n ? compact_fast(body, len, &fs, &text_len) : NULL;
@@ -1110,7 +1113,11 @@ int attnd_codec_decode_request_ex(const char *body, size_t len, const attn_layer
         return attnd_http_fail(d.err, 500, "internal", "", "out of memory copying the body");
     }
     int rc = -1;
-    if (!d.opts.reserve ||
+    if (d.lim.max_json_depth > 0 &&
+        nesting_exceeds(text ? text : body, text_len, &fs, d.lim.max_json_depth))
+        attnd_http_fail(d.err, 400, "invalid_json", "", "JSON nests deeper than max_json_depth %d",
+                        d.lim.max_json_depth);
+    else if (!d.opts.reserve ||
         d.opts.reserve(d.opts.reserve_ctx,
                        fast_bytes(&fs) + (text ? text_len : 0) +
                            attnd_json_tree_bound(text ? text : body, text_len),
@@ -1189,6 +1196,11 @@ char *attnd_codec_encode_response_with(const attnd_request *req, const char *mod
     attnd_jsonbuf b = {0};
     if (!req || req->n_seqs < 1 || !req->seqs)
         return NULL;
+    /* One allocation for the whole answer (weights aside): no regrowth copies. */
+    size_t rows = 0;
+    for (int i = 0; i < req->n_seqs; i++)
+        rows += (size_t)req->seqs[i].t;
+    attnd_jb_reserve(&b, rows * ((size_t)req->embed_out * (ATTND_FLOAT_TEXT_MAX + 1) + 3) + 512);
     attnd_jb_puts(&b, "{\"model\":");
     attnd_jb_string(&b, model_name);
     if (req->id[0]) {

@@ -170,6 +170,12 @@ static void shortest(uint32_t ieee_frac, uint32_t ieee_exp, uint32_t *digits, in
             last_removed = 4; /* exactly ...50..0: round half to even */
         out = vr + ((vr == vm && (!accept_bounds || !vm_trailing_zeros)) || last_removed >= 5);
     } else {
+        /* Two digits at a time first (as Ryu's d2s): most floats drop >= 2. */
+        if (vp / 100 > vm / 100) {
+            last_removed = (vr % 100) / 10; /* only ">= 5" matters from here on */
+            vr /= 100, vp /= 100, vm /= 100;
+            removed += 2;
+        }
         while (vp / 10 > vm / 10) {
             last_removed = vr % 10;
             vr /= 10, vp /= 10, vm /= 10;
@@ -181,19 +187,28 @@ static void shortest(uint32_t ieee_frac, uint32_t ieee_exp, uint32_t *digits, in
     *exp10 = e10 + removed;
 }
 
+/* Decimal digits of v: floor(log10(2) * bit length) estimates within one,
+ * one comparison with the power of ten settles it (~6 instructions). */
 static inline int decimal_length(uint32_t v)
 {
-    int n = 1;
-    while (v >= 10) {
-        v /= 10;
-        n++;
-    }
-    return n;
+    static const uint32_t POW10_U32[10] = {1u,      10u,      100u,      1000u,      10000u,
+                                           100000u, 1000000u, 10000000u, 100000000u, 1000000000u};
+    const int bits = 32 - __builtin_clz(v | 1);
+    const int n = (bits * 1233) >> 12; /* 1233 / 4096 ~ log10(2) */
+    return n + (n < 10 && v >= POW10_U32[n]);
 }
 
 /* Writes the n decimal digits of v ending just before end. */
 static inline void write_digits(char *end, uint32_t v, int n)
 {
+    while (n >= 4) { /* four digits per step: one division by 10^4, two pair lookups */
+        const uint32_t c = v % 10000;
+        v /= 10000;
+        end -= 4;
+        memcpy(end + 2, DIGIT_PAIRS + 2 * (c % 100), 2);
+        memcpy(end, DIGIT_PAIRS + 2 * (c / 100), 2);
+        n -= 4;
+    }
     while (n >= 2) {
         uint32_t r = v % 100;
         v /= 100;
@@ -254,7 +269,8 @@ int attnd_json_print_float(float v, char *out)
             const int zeros = -sci - 1;
             p[0] = '0';
             p[1] = '.';
-            memset(p + 2, '0', (size_t)zeros);
+            if (zeros)
+                memset(p + 2, '0', (size_t)zeros);
             write_digits(p + 2 + zeros + n, digits, n);
         }
         return (int)sign + fixed_len;
@@ -373,6 +389,41 @@ static const char *scan_number(const char *s, const char *end, uint64_t *w, int 
     return p;
 }
 
+/* 10^0 .. 10^10: every one exact in float (5^10 < 2^24). */
+static const float POW10F[11] = {1e0f, 1e1f, 1e2f, 1e3f, 1e4f, 1e5f, 1e6f, 1e7f, 1e8f, 1e9f, 1e10f};
+
+/* The common shape, -?int(.frac)? with no exponent and at most 19 digits, as
+ * *w * 10^-*nf: the end of the number, or NULL for anything else (scan_number
+ * then decides). One tight loop per part, none of scan_number's bookkeeping. */
+static inline __attribute__((always_inline)) const char *scan_simple(const char *s, const char *end,
+                                                                     uint64_t *w, int *nf, int *neg)
+{
+    const char *p = s;
+    uint64_t m = 0;
+    *neg = p < end && *p == '-';
+    p += *neg;
+    const char *first = p;
+    if (p < end && *p == '0')
+        p++;
+    else
+        while (p < end && (unsigned)(*p - '0') < 10)
+            m = m * 10 + (uint64_t)(*p++ - '0');
+    if (p == first)
+        return NULL;
+    const char *int_end = p;
+    if (p < end && *p == '.') {
+        for (p++; p < end && (unsigned)(*p - '0') < 10; p++)
+            m = m * 10 + (uint64_t)(*p - '0');
+        if (p == int_end + 1)
+            return NULL; /* "1." */
+    }
+    *nf = p == int_end ? 0 : (int)(p - int_end - 1);
+    if ((p < end && (*p == 'e' || *p == 'E')) || (int_end - first) + *nf > 19)
+        return NULL; /* m may have wrapped: unused */
+    *w = m;
+    return p;
+}
+
 /* strtof on a NUL-terminated copy of [s, p): the slow, always-right path. */
 static int conv_strtof(const char *s, const char *p, float *out)
 {
@@ -389,12 +440,40 @@ static int conv_strtof(const char *s, const char *p, float *out)
     return CONV_OK;
 }
 
+/* Everything past the plain-decimal fast path; p, w, nf, neg are what
+ * scan_simple found (p NULL: it declined). Kept out of line so the fast path
+ * needs no stack frame. */
+static __attribute__((noinline)) const char *parse_float_slow(const char *s, const char *end,
+                                                               const char *p, uint64_t w, int nf,
+                                                               int neg, float *out);
+
+/* The plain-decimal fast path, inlined where a nest reads its numbers. */
+static inline __attribute__((always_inline)) const char *parse_float_fast(const char *s,
+                                                                          const char *end,
+                                                                          float *out)
+{
+    uint64_t w = 0;
+    int neg = 0, nf = 0;
+    const char *p = scan_simple(s, end, &w, &nf, &neg);
+    if (p && w < (1u << 24) && nf <= 10) {
+        /* Both operands exact floats: one correctly rounded float division. */
+        const float f = (float)w / POW10F[nf];
+        *out = neg ? -f : f;
+        return p;
+    }
+    return parse_float_slow(s, end, p, w, nf, neg, out);
+}
+
 const char *attnd_json_parse_float(const char *s, const char *end, float *out)
 {
-    uint64_t w;
-    int e, inexact, neg;
-    const char *p = scan_number(s, end, &w, &e, &inexact, &neg);
-    if (!p)
+    return parse_float_fast(s, end, out);
+}
+
+static const char *parse_float_slow(const char *s, const char *end, const char *p, uint64_t w,
+                                    int nf, int neg, float *out)
+{
+    int e = -nf, inexact = 0;
+    if (!p && !(p = scan_number(s, end, &w, &e, &inexact, &neg)))
         return NULL;
     float f = 0.0f;
     int rc = CONV_UNSURE;
@@ -460,6 +539,33 @@ static int big_integer(const char *s, const char *p)
     return digits > 18;
 }
 
+/* The numbers of a leaf array, p at the first one: appended to n->values and
+ * counted in *size. The byte after its ']', or NULL. The grammar of
+ * nest_array's loop, without its per-element dispatch. */
+static const char *leaf_array(const char *p, const char *end, attnd_float_nest *n, uint32_t *size)
+{
+    for (;;) {
+        if (n->n_values == n->cap_values &&
+            grow((void **)&n->values, &n->cap_values, n->n_values + 1, sizeof(float)))
+            return NULL;
+        const char *q = parse_float_fast(p, end, &n->values[n->n_values]);
+        if (!q || (q - p > 18 && big_integer(p, q)) || *size == UINT32_MAX)
+            return NULL;
+        n->n_values++;
+        (*size)++;
+        p = q < end && *q == ',' ? q : skip_ws(q, end);
+        if (p >= end)
+            return NULL;
+        if (*p == ']')
+            return p + 1;
+        if (*p != ',')
+            return NULL;
+        p = skip_ws(p + 1, end);
+        if (p >= end)
+            return NULL;
+    }
+}
+
 /* The array at p ('['), at nesting level `level`. */
 static const char *nest_array(const char *p, const char *end, attnd_float_nest *n, int level)
 {
@@ -473,6 +579,11 @@ static const char *nest_array(const char *p, const char *end, attnd_float_nest *
     p = skip_ws(p + 1, end);
     if (p >= end || *p == ']')
         return NULL; /* empty: leave it to the general parser */
+    if (*p != '[') { /* numbers: this is the leaf level */
+        if (n->depth == 0)
+            n->depth = level + 1;
+        return n->depth == level + 1 ? leaf_array(p, end, n, &n->size[level][idx]) : NULL;
+    }
     for (;;) {
         if (*p == '[') {
             p = nest_array(p, end, n, level + 1);
@@ -480,8 +591,8 @@ static const char *nest_array(const char *p, const char *end, attnd_float_nest *
             if (n->depth == 0)
                 n->depth = level + 1;
             float v = 0.0f;
-            const char *q = n->depth == level + 1 ? attnd_json_parse_float(p, end, &v) : NULL;
-            if (!q || big_integer(p, q) ||
+            const char *q = n->depth == level + 1 ? parse_float_fast(p, end, &v) : NULL;
+            if (!q || (q - p > 18 && big_integer(p, q)) ||
                 grow((void **)&n->values, &n->cap_values, n->n_values + 1, sizeof(float)))
                 return NULL;
             n->values[n->n_values++] = v;

@@ -30,7 +30,10 @@ int attnd_json_print_float(float v, char *out);
  * what follows: "01" stops after "0") and *out, or NULL (out untouched) when
  * no JSON number starts at s, its value rounds beyond FLT_MAX, or it is longer
  * than 63 bytes and needs the strtof fallback.
- * Fast paths: up to 15 significant digits with a decimal exponent in ±22 are
+ * Fast paths: plain decimals "-?d+(.d+)?" with w < 2^24 significant value and
+ * at most 10 fraction digits are one float division of two exact floats (IEEE
+ * division rounds correctly); up to 15 significant digits with a decimal
+ * exponent in ±22 are
  * computed exactly in double arithmetic with one rounding, rejecting the rare
  * case where that rounding lands on a float midpoint; longer digit strings are
  * bracketed [w, w+1)·10^e and accepted when both ends round alike; the rest

@@ -313,6 +313,7 @@ static int sweep(double seconds)
 
 int main(int argc, char **argv)
 {
+    bench_start("bench_batching");
     const char *env_s = getenv("BENCH_SECONDS"), *build = getenv("BUILD");
     double seconds = argc > 1 ? atof(argv[1]) : env_s ? atof(env_s) : 2.0;
     if (!(seconds > 0 && seconds <= 20)) {

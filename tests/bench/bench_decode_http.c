@@ -18,13 +18,10 @@
 #include "load_args.h"
 #include "load_session.h"
 
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-char *openblas_get_corename(void); /* OpenBLAS extension, not in every cblas.h */
 
 #define E 2048
 #define H 32
@@ -79,17 +76,13 @@ static int run_model(const char *url, const char *name, int binary, int prefix, 
     return rc;
 }
 
-static const char *verdict(int met) { return met ? "met" : "NOT MET"; }
-
 int main(void)
 {
     const int prefix = env_int("BENCH_DECODE_PREFIX", 2048), steps = env_int("BENCH_DECODE_STEPS", 64);
-    double load[3] = {0};
-    if (getloadavg(load, 3) < 0) load[0] = -1;
+    bench_start("bench_decode_http");
     printf("decode through HTTP: Llama-3.2-1B attention (E=%d, %d heads, %d KV heads, d=%d, RoPE), "
            "P=%d cached positions per session, %d one-position appends per session\n",
            E, H, G, D, prefix, steps);
-    printf("OpenBLAS core: %s; load average %.2f\n", openblas_get_corename(), load[0]);
     const double bw = bench_read_bandwidth(2);
     printf("streaming read bandwidth (2 threads, sum over 1 GiB): %.1f GB/s\n", bw * 1e-9);
 
@@ -139,13 +132,16 @@ int main(void)
             if (!binary && i == 0) json_f32_frac = frac, ratio_json_f32 = ratio;
             if (binary && frac > best_binary_frac) best_binary_frac = frac;
         }
-    printf("\ntargets (issue 16, through HTTP, this run):\n");
-    printf("  16 sessions >= 4x one session's tokens/s (json, f32): %.2fx  %s\n", ratio_json_f32,
-           verdict(ratio_json_f32 >= 4));
-    printf("  K/V read rate >= 40%% of the read bandwidth (json, f32): %.1f%%  %s\n", 100 * json_f32_frac,
-           verdict(json_f32_frac >= 0.4));
-    printf("  binary appends read more than json (best binary dtype): %.1f%%  %s\n", 100 * best_binary_frac,
-           verdict(best_binary_frac > json_f32_frac));
+    char m[64];
+    printf("\n");
+    snprintf(m, sizeof m, "%.2fx", ratio_json_f32);
+    bench_target("decode HTTP: 16 sessions >= 4x one session's tokens/s (json, f32)", m, ratio_json_f32 >= 4);
+    snprintf(m, sizeof m, "%.1f%% of %.1f GB/s", 100 * json_f32_frac, bw * 1e-9);
+    bench_target("decode HTTP: K/V read >= 40% of read bandwidth (json, f32, 16 sessions)", m,
+                 json_f32_frac >= 0.4);
+    snprintf(m, sizeof m, "%.1f%% (json f32 %.1f%%)", 100 * best_binary_frac, 100 * json_f32_frac);
+    bench_target("decode HTTP: binary appends read more than json (best dtype)", m,
+                 best_binary_frac > json_f32_frac);
     if (attnd_proc_stop(&proc) != 0) failures++;
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

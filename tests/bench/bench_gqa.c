@@ -84,6 +84,7 @@ static int run_step(const attn_layer *l, int g, const float *ck8, const float *c
 
 int main(void)
 {
+    bench_start("bench_gqa");
     static const int prefixes[] = {2048, 8192};
     const char *bs = getenv("BENCH_SECONDS");
     const double budget = bs ? atof(bs) : 0.5;

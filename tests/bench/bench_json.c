@@ -6,6 +6,7 @@
  * Each of the 16 measurements runs for BENCH_SECONDS/2 (BENCH_SECONDS defaults
  * to 1.0), so the whole run takes about 8 x BENCH_SECONDS.
  */
+#include "benchutil.h"
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -239,6 +240,7 @@ static int bench_shape(int t, int e)
 
 int main(void)
 {
+    bench_start("bench_json");
     printf("bench_json: one thread; %.2f s per measurement\n", bench_seconds());
     if (bench_shape(128, 256) || bench_shape(512, 512))
         return 1;

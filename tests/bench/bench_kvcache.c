@@ -74,6 +74,7 @@ done:
 
 int main(void)
 {
+    bench_start("bench_kvcache");
     static const int prefixes[] = {128, 1024, 4096};
     const char *bs = getenv("BENCH_SECONDS");
     const double budget = bs ? atof(bs) : 1.0;

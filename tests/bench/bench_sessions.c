@@ -120,6 +120,7 @@ static int measure(const attnd_proc *p, int prefix, double seconds, double *appe
 
 int main(void)
 {
+    bench_start("bench_sessions");
     const char *sec = getenv("BENCH_SECONDS");
     double seconds = sec ? atof(sec) : 1.0;
     char bin[256];

@@ -80,6 +80,17 @@ def read_core(d):
     return ours
 
 
+def target(what, measured, met):
+    """One issue-18 target line, as tests/common/benchutil.c's bench_target writes it:
+    printed, and appended to $BENCH_TARGETS (tab-separated) for bench.sh's closing table."""
+    verdict = {True: "met", False: "NOT met", None: "not measured"}[met]
+    print("TARGET  %s | %s | %s" % (what, measured, verdict))
+    path = os.environ.get("BENCH_TARGETS")
+    if path:
+        with open(path, "a") as f:
+            f.write("%s\t%s\t%s\n" % (what, measured, verdict))
+
+
 def run(d):
     budget = float(os.environ.get("BENCH_SECONDS", "1.0"))
     threads = int(os.environ.get("OPENBLAS_NUM_THREADS", "2"))
@@ -90,8 +101,12 @@ def run(d):
           (torch.__version__, os.environ.get("OPENBLAS_NUM_THREADS", "unset"), threads))
     print(" B     T    E  h |  torch ms GFLOP/s |   ours ms GFLOP/s | speed-up | max |ours - torch|")
     for shape in SHAPES:
+        goal = "core (%d,%d,%d,%d) >= 3x PyTorch" % shape \
+            if shape[0] * shape[1] * shape[2] >= 8 * 128 * 256 else None  # shapes >= (8,128,256,8)
         if shape not in ours:
             print("%2d %5d %4d %2d | bench_core has no figure for this shape" % shape)
+            if goal:
+                target(goal, "bench_core has no figure", None)
             continue
         mha, x = load(d, shape)
         ms_ours, flops = ours[shape]
@@ -105,6 +120,8 @@ def run(d):
                 t = median_time(fwd, budget)
         except RuntimeError as e:  # e.g. the scores do not fit in memory
             print("%2d %5d %4d %2d | torch failed: %s" % (shape + (str(e).splitlines()[0][:80],)))
+            if goal:
+                target(goal, "torch failed", None)
             continue
         path = os.path.join(d, "out_%s.f32" % tag(shape))
         with open(path, "rb") as f:
@@ -113,6 +130,8 @@ def run(d):
         print("%2d %5d %4d %2d | %9.2f %7.1f | %9.2f %7.1f | %7.2fx | %.2e" %
               (shape + (t * 1e3, flops / t * 1e-9, ms_ours, flops / ms_ours * 1e-6, t * 1e3 / ms_ours,
                         diff)))
+        if goal:
+            target(goal, "%.2fx" % (t * 1e3 / ms_ours), t * 1e3 / ms_ours >= 3)
         sys.stdout.flush()
 
 

@@ -1,5 +1,7 @@
-"""peer_server.py — the server a user would otherwise write around PyTorch, as a baseline
-for bench_daemon: nn.MultiheadAttention (eval, inference_mode) behind Python's
+"""peer_server.py — the server a careful user would otherwise write around PyTorch, as a
+baseline for bench_daemon: nn.MultiheadAttention(batch_first=True) fed a (1, T, E) tensor
+under eval() and torch.inference_mode() with need_weights=False, which takes PyTorch's fast
+path (torch._native_multi_head_attention), behind Python's
 ThreadingHTTPServer (--impl stdlib) or FastAPI on uvicorn (--impl fastapi), answering
 attnd's single-sequence /v1 request {"query": T×E, "id": ...} with
 {"model": ..., "id": ..., "output": T×E} (the id echoed, as attnd does).
@@ -8,8 +10,8 @@ Usage: /usr/bin/python3 tests/bench/peer_server.py --impl stdlib|fastapi
            [--model config/demo.safetensors] [--port 0]
 Binds 127.0.0.1 (port 0 = any free one), prints "PORT <n>" on stdout once listening, and
 serves until killed. Weights are read with tests/fixtures/st_format.py (no safetensors
-package). Torch runs on one intra-op thread (torch.set_num_threads(1)), as attnd runs each
-batch on one OpenBLAS thread; callers should also set OPENBLAS_NUM_THREADS=1."""
+package). Torch's intra-op threads follow OPENBLAS_NUM_THREADS (default 1, as attnd runs
+each batch under load on one OpenBLAS thread); set it the same as attnd's."""
 import argparse
 import json
 import os
@@ -32,7 +34,7 @@ def load_mha(path):
         state[name] = torch.frombuffer(bytearray(raw), dtype=torch.float32).reshape(shape)
     embed = state["in_proj_weight"].shape[1]
     heads = int(meta.get("num_heads", 8))
-    mha = torch.nn.MultiheadAttention(embed, heads, bias="in_proj_bias" in state)
+    mha = torch.nn.MultiheadAttention(embed, heads, bias="in_proj_bias" in state, batch_first=True)
     mha.load_state_dict(state)
     return mha.eval(), embed
 
@@ -42,9 +44,10 @@ def attend(mha, embed, query):
     q = torch.tensor(query, dtype=torch.float32)
     if q.dim() != 2 or q.shape[1] != embed:
         raise ValueError("query must be T x %d" % embed)
+    q = q.unsqueeze(0)  # (1, T, E): batched, so the fast path applies
     with torch.inference_mode():
         out, _ = mha(q, q, q, need_weights=False)
-    return out.tolist()
+    return out[0].tolist()
 
 
 def listen_socket(port):
@@ -144,7 +147,7 @@ def main():
     ap.add_argument("--name", default="demo")
     ap.add_argument("--port", type=int, default=0)
     a = ap.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(int(os.environ.get("OPENBLAS_NUM_THREADS", "1")))
     mha, embed = load_mha(a.model)
     sock = listen_socket(a.port)
     (serve_stdlib if a.impl == "stdlib" else serve_fastapi)(mha, embed, sock, a.name)

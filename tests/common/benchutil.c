@@ -1,14 +1,19 @@
-/* benchutil.c — the clock, PRNG, model-file writers, forward timer and read
- * bandwidth probe the benchmarks share
- * (see benchutil.h). */
+/* benchutil.c — the clock, PRNG, model-file writers, forward timer, read
+ * bandwidth probe, environment header, sgemm probe and target lines the
+ * benchmarks share (see benchutil.h). */
 #include "benchutil.h"
 
+#include <cblas.h>
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 int64_t bench_now_ns(void)
 {
@@ -185,4 +190,167 @@ double bench_time_forward(const attn_layer *l, const attn_seq *seq, attn_workspa
     }
     qsort(t, (size_t)n, sizeof *t, cmp_double);
     return t[n / 2];
+}
+
+/* ------------------------------------------------------------ environment header */
+
+char *openblas_get_corename(void); /* OpenBLAS extensions, not in every cblas.h */
+char *openblas_get_config(void);
+
+#define SGEMM_PROBE_ENV "ATTND_BENCH_SGEMM_PROBE"
+#define SGEMM_PROBE_N 1024
+
+double bench_sgemm_gflops(int n, int threads)
+{
+    const size_t nn = (size_t)n * (size_t)n;
+    float *a = malloc(nn * sizeof *a), *b = malloc(nn * sizeof *b), *c = malloc(nn * sizeof *c);
+    double best = -1;
+    if (a && b && c) {
+        uint64_t rng = 0x2545f4914f6cdd1dULL;
+        for (size_t i = 0; i < nn; i++) {
+            a[i] = (float)bench_rng_sym(&rng);
+            b[i] = (float)bench_rng_sym(&rng);
+        }
+        const int saved = openblas_get_num_threads();
+        openblas_set_num_threads(threads);
+        for (int r = 0; r < 4; r++) { /* run 0 warms up */
+            const int64_t t0 = bench_now_ns();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f,
+                        c, n);
+            const double s = (double)(bench_now_ns() - t0) * 1e-9;
+            const double gf = 2.0 * (double)nn * (double)n / s * 1e-9;
+            if (r > 0 && gf > best)
+                best = gf;
+        }
+        openblas_set_num_threads(saved);
+    }
+    free(a);
+    free(b);
+    free(c);
+    return best;
+}
+
+/* Does /proc/cpuinfo list avx512f? 1 yes, 0 no, -1 unreadable. */
+static int cpu_has_avx512f(void)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return -1;
+    char line[4096];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = strncmp(line, "flags", 5) == 0 && strstr(line, " avx512f") != NULL;
+    fclose(f);
+    return found;
+}
+
+/* Runs this program again with OPENBLAS_CORETYPE=SkylakeX and the probe variable set;
+ * returns its "SGEMM x" figure, or -1 with *why saying what went wrong. */
+static double skylakex_sgemm(char *why, size_t why_len)
+{
+    int pfd[2];
+    if (pipe(pfd) != 0) {
+        snprintf(why, why_len, "pipe: %s", strerror(errno));
+        return -1;
+    }
+    const pid_t pid = fork();
+    if (pid == 0) {
+        dup2(pfd[1], 1);
+        close(pfd[0]);
+        close(pfd[1]);
+        setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+        setenv(SGEMM_PROBE_ENV, "1", 1);
+        execl("/proc/self/exe", "bench-sgemm-probe", (char *)NULL);
+        _exit(127);
+    }
+    close(pfd[1]);
+    char out[128] = "";
+    size_t n = 0;
+    ssize_t r;
+    while (pid > 0 && n < sizeof out - 1 && (r = read(pfd[0], out + n, sizeof out - 1 - n)) > 0)
+        n += (size_t)r;
+    out[n] = 0;
+    close(pfd[0]);
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid) {
+        snprintf(why, why_len, "could not run the probe child");
+        return -1;
+    }
+    double gf = -1;
+    if (WIFSIGNALED(st))
+        snprintf(why, why_len, "the SkylakeX child died of signal %d (%s)", WTERMSIG(st),
+                 strsignal(WTERMSIG(st)));
+    else if (sscanf(out, "SGEMM %lf", &gf) != 1 || !(gf > 0))
+        snprintf(why, why_len, "the SkylakeX child printed no figure (exit %d)",
+                 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    return gf;
+}
+
+static void print_avx512_line(void)
+{
+    const double here = bench_sgemm_gflops(SGEMM_PROBE_N, 1);
+    char why[160] = "";
+    const double avx512 = skylakex_sgemm(why, sizeof why);
+    printf("sgemm %dx%dx%d, 1 thread: %.1f GFLOP/s with the %s kernel; ", SGEMM_PROBE_N,
+           SGEMM_PROBE_N, SGEMM_PROBE_N, here, openblas_get_corename());
+    if (avx512 > 0) {
+        printf("AVX-512 (OPENBLAS_CORETYPE=SkylakeX, measured in a child): %.1f GFLOP/s = %.2fx\n",
+               avx512, avx512 / here);
+        return;
+    }
+    const int flag = cpu_has_avx512f();
+    printf("AVX-512 ratio NOT measured: %s; /proc/cpuinfo %s avx512f%s\n", why,
+           flag == 1 ? "lists" : flag == 0 ? "does not list" : "(unreadable) for",
+           flag == 0 ? " (this CPU runs no AVX-512 kernel)" : "");
+}
+
+double bench_loadavg(void)
+{
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1)
+            l = -1;
+        fclose(f);
+    }
+    return l;
+}
+
+void bench_start(const char *bench_name)
+{
+    if (getenv(SGEMM_PROBE_ENV)) {
+        printf("SGEMM %.3f\n", bench_sgemm_gflops(SGEMM_PROBE_N, 1));
+        exit(0);
+    }
+    const char *coretype = getenv("OPENBLAS_CORETYPE"), *threads = getenv("OPENBLAS_NUM_THREADS");
+    char load[64] = "unreadable";
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (!fgets(load, sizeof load, f))
+            snprintf(load, sizeof load, "unreadable");
+        load[strcspn(load, "\n")] = 0;
+        fclose(f);
+    }
+    printf("[%s] OpenBLAS kernel %s (%s); OPENBLAS_CORETYPE=%s; OPENBLAS_NUM_THREADS=%s; "
+           "load average %s; %ld CPUs\n",
+           bench_name, openblas_get_corename(), openblas_get_config(),
+           coretype ? coretype : "unset", threads ? threads : "unset", load,
+           sysconf(_SC_NPROCESSORS_ONLN));
+    print_avx512_line();
+    fflush(stdout);
+}
+
+/* ------------------------------------------------------------ targets */
+
+void bench_target(const char *target, const char *measured, int met)
+{
+    const char *verdict = met > 0 ? "met" : met == 0 ? "NOT met" : "not measured";
+    printf("TARGET  %s | %s | %s\n", target, measured, verdict);
+    fflush(stdout);
+    const char *path = getenv("BENCH_TARGETS");
+    FILE *f = path && *path ? fopen(path, "a") : NULL;
+    if (f) {
+        fprintf(f, "%s\t%s\t%s\n", target, measured, verdict);
+        fclose(f);
+    }
 }

@@ -1,7 +1,9 @@
 /* benchutil.h — what the benchmark programs share: a monotonic clock, a small
  * seeded PRNG, writers for a PyTorch-named attention model file and a Hugging
- * Face Llama attention layer, a timer for one attn_forward, and the machine's
- * streaming read bandwidth. */
+ * Face Llama attention layer, a timer for one attn_forward, the machine's
+ * streaming read bandwidth, the environment header every bench prints first
+ * (OpenBLAS kernel, load average, what an AVX-512 sgemm would do), an sgemm
+ * GFLOP/s probe, and the issue-18 target lines `make bench` tabulates. */
 #ifndef ATTN_TEST_BENCHUTIL_H
 #define ATTN_TEST_BENCHUTIL_H
 
@@ -37,5 +39,26 @@ double bench_read_bandwidth(int threads);
  * warm-up's message printed). */
 double bench_time_forward(const attn_layer *l, const attn_seq *seq, attn_workspace *ws,
                           double budget, int min_runs);
+
+/* Call first in main(). Prints the environment the figures depend on: the
+ * kernel OpenBLAS chose (openblas_get_corename/config), OPENBLAS_CORETYPE and
+ * OPENBLAS_NUM_THREADS, the load average, and one-thread sgemm GFLOP/s of this
+ * kernel beside the same product run with OPENBLAS_CORETYPE=SkylakeX (AVX-512)
+ * in a child (this program re-executed), or why that could not be measured.
+ * In that child it measures, prints "SGEMM <GF/s>" and exits instead. */
+void bench_start(const char *bench_name);
+
+/* GFLOP/s of an n x n x n cblas_sgemm on `threads` OpenBLAS threads: the best
+ * of a few runs after a warm-up (the OpenBLAS thread count is restored). */
+double bench_sgemm_gflops(int n, int threads);
+
+/* One issue-18 target: printed as "TARGET  <target> | <measured> | <verdict>"
+ * and appended as a tab-separated line to $BENCH_TARGETS when set (scripts/
+ * bench.sh prints that file as the closing table). met: 1 met, 0 not met,
+ * -1 not measured (measured then says why). */
+void bench_target(const char *target, const char *measured, int met);
+
+/* The 1-minute load average, or -1. */
+double bench_loadavg(void);
 
 #endif

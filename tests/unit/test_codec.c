@@ -655,6 +655,7 @@ TEST(bad_bodies)
     char *long_id = fmt("%0200d", 7);
     attnd_decode_limits L0 = {0};
     attnd_decode_limits Ldepth = {.max_json_depth = 32};
+    attnd_decode_limits Ldepth2 = {.max_json_depth = 2}; /* {"query":[[...]]} nests 3 deep */
     attnd_decode_limits Lseq = {.max_seq_len = 2};
     attnd_decode_limits Lbatch = {.max_batch_seqs = 1};
     attnd_decode_limits Lelems = {.max_request_elems = 100};
@@ -722,6 +723,12 @@ TEST(bad_bodies)
         {"1e400", "{\"query\":[[1e400]]}", S, L0, 400, "non_finite", "", NULL},
         {"deep nesting", deep(10000), S, Ldepth, 400, "invalid_json", "", "max_json_depth"},
         {"deep nesting, no limit", deep(10000), S, L0, 400, "invalid_json", "", NULL},
+        /* the fast-parsed arrays' depth is counted while parsing, not rescanned */
+        {"fast query deeper than the limit", fmt("{\"query\":%s}", mat(2, 64, 1)), S, Ldepth2, 400,
+         "invalid_json", "", "max_json_depth 2"},
+        {"deep nesting beside a fast query",
+         fmt("{\"query\":%s,\"x\":[[[]]]}", mat(2, 64, 1)), S,
+         (attnd_decode_limits){.max_json_depth = 3}, 400, "invalid_json", "", "max_json_depth 3"},
         {"is_causal number", fmt("{\"query\":%s,\"is_causal\":1}", q3), S, L0, 400,
          "invalid_type", "is_causal", NULL},
         {"need_weights string", fmt("{\"query\":%s,\"need_weights\":\"yes\"}", q3), S, L0, 400,

@@ -272,6 +272,36 @@ TEST_WITH(parse_random, int n)
     }
 }
 
+/* Plain decimals without an exponent, the shape of most request bodies and of
+ * the float-division fast path: 1-9 digits with 0-12 after the point (so both
+ * sides of w < 2^24 and of 10 fraction digits), and the exact boundaries. */
+TEST_WITH(parse_plain, int n)
+{
+    static const char *const edges[] = {
+        "16777215", "16777216", "16777217", "1677721.5", "1677721.7", "0.16777217",
+        "0.0000000001", "0.00000000001", "1.6777215", "-0.0000016777215", "-0", "0.0",
+        "9999999", "0.1234567891", "4294967296.5"};
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
+        check_parse_text(edges[i]);
+    char buf[40];
+    for (int i = 0; i < n; i++) {
+        int nd = 1 + (int)(rng32() % 9), nf = (int)(rng32() % 13), k = 0;
+        char *p = buf;
+        if (rng32() & 1)
+            *p++ = '-';
+        int ni = nd > nf ? nd - nf : 1; /* integer digits; "0" when all are fraction */
+        for (; k < ni; k++)
+            *p++ = (char)(nd > nf && k == 0 ? '1' + rng32() % 9 : nd > nf ? '0' + rng32() % 10 : '0');
+        if (nf) {
+            *p++ = '.';
+            for (int f = 0; f < nf; f++)
+                *p++ = (char)('0' + rng32() % 10);
+        }
+        *p = 0;
+        check_parse_text(buf);
+    }
+}
+
 TEST(nest)
 {
     attnd_float_nest n;
@@ -360,6 +390,7 @@ int main(int argc, char **argv)
     RUN_WITH(random, n_random);
     RUN(parse_known);
     RUN_WITH(parse_random, n_random / 4);
+    RUN_WITH(parse_plain, n_random / 4);
     RUN(nest);
     return check_summary();
 }
