@@ -264,6 +264,22 @@ const float *attn__kv_rows(const attn_layer *l, const attn__kv *kv, int which, i
     return buf;
 }
 
+const void *attn__kv_run(const attn_layer *l, const attn__kv *kv, int which, int j, int s0, int n, int *m,
+                         size_t *stride, float *scale)
+{
+    const int d = which ? l->d_v : l->d_k, width = l->g * d;
+    *m = n;
+    if (kv->block_rows) {
+        const int end = (s0 & ~(kv->block_rows - 1)) + kv->block_rows;
+        if (end - s0 < n) *m = end - s0;
+    }
+    *stride = (size_t)width;
+    *scale = 1.0f;
+    if (kv->dtype != ATTN_KV_INT8) return elem_at(kv, which, width, s0, j * d);
+    *scale = int8_scales(kv, which, s0)[j];
+    return int8_row(kv, which, l->g, width, s0) + (size_t)j * d;
+}
+
 /* ----------------------------------------------------------------- public */
 
 attn_status attn__kv_check_stride(const attn_layer *l, int dtype, int block_rows, size_t stride,
