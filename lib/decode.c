@@ -1,15 +1,17 @@
-/* decode.c — the decode kernel (see decode.h): one (sequence, KV head[, key
- * chunk]) job computes the R = (h/g) * T stacked query rows against the
- * cache in tiles of DECODE_TILE keys. Per tile: the scores by dot products
- * that read each K row once and convert its elements in registers, the
- * online softmax of every row (running max and sum, accumulator rescaled
- * when the max grows), then axpys that read each V row once the same way.
- * A tile's keys are walked in runs that stay inside one cache block, but a
- * key's arithmetic never depends on where a run starts, and tiles start at
- * the same keys for every layout, so a paged float32 cache gives results
- * bit-identical to the contiguous one. INT8 scales are folded in per run:
- * into the scores (q . k_int * s_k) and into the probabilities before the
- * axpys (p * s_v).
+/* decode.c — the decode kernel (see decode.h): one job computes the R =
+ * heads * (h/g) * T stacked query rows of its KV heads against the cache in
+ * tiles of DECODE_TILE keys. Per tile: the scores by dot products that read
+ * each K row once (all the job's heads, adjacent in the row, before the next
+ * row) and convert its elements in registers; the online softmax of every
+ * row (running max and sum, accumulator rescaled when the max grows); then
+ * axpys that read each V row once the same way, in sub-blocks of
+ * DECODE_SUB keys small enough to stay in L1 while every head uses them.
+ * A tile's keys are walked in runs inside one cache block, but a key's
+ * arithmetic never depends on where a run starts, and tiles start at the
+ * same keys for every layout, so a paged float32 cache gives results
+ * bit-identical to the contiguous one. INT8 scales are folded in per run and
+ * head: into the scores (q . k_int * s_k) and into the probabilities before
+ * the axpys (p * s_v).
  */
 #include "decode.h"
 
@@ -27,10 +29,12 @@
 #define AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
 #endif
 
-/* Keys per online-softmax step: the R x tile scores stay in L1/L2, and the
+/* Keys per online-softmax step: the R x tile scores stay in L2, and the
  * max/rescale work is amortised over many keys. Chunks of a split job are
- * whole tiles. */
+ * whole tiles. DECODE_SUB: keys per axpy sub-block (all heads of DECODE_SUB
+ * V rows stay in L1). */
 #define DECODE_TILE 128
+#define DECODE_SUB 16
 
 int attn__decode_portable_only = 0;
 
@@ -38,24 +42,32 @@ static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
 int attn__decode_applies(const attn_seq *s) { return s->cache_k != NULL && s->t <= ATTN__DECODE_MAX_T; }
 
-int attn__decode_chunks(const attn_seq *s, int n_jobs, int n_threads)
+static int ceil_div(int a, int b) { return a / b + (a % b != 0); }
+
+void attn__decode_split(const attn_layer *l, const attn_seq *s, int n_seqs, int n_threads, int *heads,
+                        int *chunks)
 {
-    if (n_threads < 2 || n_jobs < 1 || n_jobs >= 2 * n_threads) return 1;
-    const int want = (4 * n_threads + n_jobs - 1) / n_jobs; /* about 4 jobs per thread */
+    *heads = l->g;
+    *chunks = 1;
+    if (n_threads < 2 || n_seqs < 1 || n_seqs >= 2 * n_threads) return;
+    const int want = 4 * n_threads; /* jobs: about 4 per thread, so uneven ones balance */
     const int most = s->s / ATTN__DECODE_SPLIT_MIN;
-    return want < most ? want : most > 1 ? most : 1;
+    *chunks = ceil_div(want, n_seqs) < most ? ceil_div(want, n_seqs) : most > 1 ? most : 1;
+    if (n_seqs * *chunks >= 2 * n_threads) return;
+    const int groups = ceil_div(want, n_seqs * *chunks);
+    *heads = groups >= l->g ? 1 : ceil_div(l->g, groups);
 }
 
-size_t attn__decode_part_floats(const attn_layer *l, int t)
+size_t attn__decode_part_floats(const attn_layer *l, int t, int heads)
 {
-    const size_t rows = (size_t)(l->h / l->g) * (size_t)t;
+    const size_t rows = (size_t)heads * (size_t)(l->h / l->g) * (size_t)t;
     return round16(rows * (2 + (size_t)l->d_v));
 }
 
-size_t attn__decode_scratch_floats(const attn_layer *l, int t)
+size_t attn__decode_scratch_floats(const attn_layer *l, int t, int heads)
 {
-    const size_t rows = (size_t)(l->h / l->g) * (size_t)t;
-    return round16(rows * (size_t)l->d_k) + round16(rows * DECODE_TILE) + attn__decode_part_floats(l, t) +
+    const size_t rows = (size_t)heads * (size_t)(l->h / l->g) * (size_t)t;
+    return round16(rows * (size_t)l->d_k) + round16(rows * DECODE_TILE) + attn__decode_part_floats(l, t, heads) +
            2 * round16((size_t)t);
 }
 
@@ -79,30 +91,46 @@ static inline float load1(const void *p, size_t i, int dt)
     }
 }
 
+static size_t elem_bytes(int dt) { return dt == ATTN_KV_F32 ? 4 : dt == ATTN_KV_INT8 ? 1 : 2; }
+
+/* The shapes every kernel below works on: rows of KV head jh of the job are
+ * rows [jh*rh, (jh+1)*rh) of q / out / p / acc; keys are m rows of the
+ * cache, `stride` elements apart, KV head jh's d elements at + jh*d. */
+typedef struct dims {
+    int rh, nh, d, m;
+    size_t stride;
+    int dt;
+} dims;
+
 /* ------------------------------------------------------ portable kernels */
 
-/* out[r*ldo + j] = sk * (q_r . k_j) for R rows of q (R, dk) and m keys. */
-static inline void qk_portable_t(const float *q, int R, int dk, const void *k, size_t stride, int m, int dt,
-                                 float sk, float *out, int ldo)
+/* out[row*ldo + j] = s_k[jh] * (q_row . k_j, head jh's columns). */
+static void qk_portable(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo)
 {
-    for (int j = 0; j < m; j++)
-        for (int r = 0; r < R; r++) {
-            const float *qr = q + (size_t)r * dk;
-            float a = 0.0f;
-            for (int c = 0; c < dk; c++) a += qr[c] * load1(k, (size_t)j * stride + c, dt);
-            out[(size_t)r * ldo + j] = a * sk;
-        }
+    for (int j = 0; j < x->m; j++)
+        for (int jh = 0; jh < x->nh; jh++)
+            for (int rr = 0; rr < x->rh; rr++) {
+                const int row = jh * x->rh + rr;
+                const float *qr = q + (size_t)row * x->d;
+                const size_t kj = (size_t)j * x->stride + (size_t)jh * x->d;
+                float a = 0.0f;
+                for (int c = 0; c < x->d; c++) a += qr[c] * load1(k, kj + c, x->dt);
+                out[(size_t)row * ldo + j] = a * (sk ? sk[jh] : 1.0f);
+            }
 }
 
-/* acc[r*dv + c] += p[r*ldp + j] * v_j[c] for R rows and m keys. */
-static inline void pv_portable_t(const float *p, int ldp, int R, const void *v, size_t stride, int m, int dt,
-                                 float *acc, int dv)
+/* acc[row*d + c] += p[row*ldp + j] * v_j[head jh's column c]. */
+static void pv_portable(const float *p, int ldp, const dims *x, const void *v, float *acc)
 {
-    for (int r = 0; r < R; r++)
-        for (int j = 0; j < m; j++) {
-            const float pj = p[(size_t)r * ldp + j];
-            float *a = acc + (size_t)r * dv;
-            for (int c = 0; c < dv; c++) a[c] += pj * load1(v, (size_t)j * stride + c, dt);
+    for (int jh = 0; jh < x->nh; jh++)
+        for (int rr = 0; rr < x->rh; rr++) {
+            const int row = jh * x->rh + rr;
+            float *a = acc + (size_t)row * x->d;
+            for (int j = 0; j < x->m; j++) {
+                const float pj = p[(size_t)row * ldp + j];
+                const size_t vj = (size_t)j * x->stride + (size_t)jh * x->d;
+                for (int c = 0; c < x->d; c++) a[c] += pj * load1(v, vj + c, x->dt);
+            }
         }
 }
 
@@ -122,6 +150,15 @@ AVX2_INLINE __m256 load8(const void *p, size_t i, int dt)
     }
 }
 
+/* Asks for `n` elements from element i on: the rows a kernel reads next.
+ * Prefetches never fault, so running past the cache's end is harmless. */
+AVX2_INLINE void prefetch(const void *p, size_t i, size_t n, int dt)
+{
+    const char *b = (const char *)p + i * elem_bytes(dt);
+    const size_t bytes = n * elem_bytes(dt);
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(b + o, _MM_HINT_T0);
+}
+
 /* The four horizontal sums of a0..a3, in order. */
 AVX2_INLINE __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
 {
@@ -129,106 +166,138 @@ AVX2_INLINE __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
     return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
 }
 
-/* Scores of 4 query rows (q0, stride dk) against key row kj: the same
- * arithmetic for every key, however the keys are grouped into calls. */
-AVX2_INLINE void dot4(const float *q0, int dk, const void *k, size_t kj, int dt, float sk, float *out, int ldo)
+/* Scores of 4 query rows (q0, q0 + d, ...) against the d elements at kj. */
+AVX2_INLINE void dot4(const float *q0, int d, const void *k, size_t kj, int dt, float sk, float *out, int ldo)
 {
-    const int d8 = dk & ~7;
+    const int d8 = d & ~7;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (int c = 0; c < d8; c += 8) {
         const __m256 kv = load8(k, kj + (size_t)c, dt);
         a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + c), kv, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + dk + c), kv, a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + 2 * dk + c), kv, a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + 3 * dk + c), kv, a3);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d + c), kv, a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + 2 * d + c), kv, a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + 3 * d + c), kv, a3);
     }
     float s[4];
     _mm_storeu_ps(s, hsum4(a0, a1, a2, a3));
-    for (int c = d8; c < dk; c++) {
+    for (int c = d8; c < d; c++) {
         const float kc = load1(k, kj + (size_t)c, dt);
-        for (int i = 0; i < 4; i++) s[i] += q0[(size_t)i * dk + c] * kc;
+        for (int i = 0; i < 4; i++) s[i] += q0[(size_t)i * d + c] * kc;
     }
     for (int i = 0; i < 4; i++) out[(size_t)i * ldo] = s[i] * sk;
 }
 
-AVX2_INLINE void dot1(const float *q, int dk, const void *k, size_t kj, int dt, float sk, float *out)
+AVX2_INLINE void dot1(const float *q, int d, const void *k, size_t kj, int dt, float sk, float *out)
 {
-    const int d8 = dk & ~7;
+    const int d8 = d & ~7;
     __m256 a = _mm256_setzero_ps();
     for (int c = 0; c < d8; c += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), load8(k, kj + (size_t)c, dt), a);
     const __m256 z = _mm256_setzero_ps();
     float s = _mm_cvtss_f32(hsum4(a, z, z, z));
-    for (int c = d8; c < dk; c++) s += q[c] * load1(k, kj + (size_t)c, dt);
+    for (int c = d8; c < d; c++) s += q[c] * load1(k, kj + (size_t)c, dt);
     *out = s * sk;
 }
 
-AVX2_INLINE void qk_avx2_t(const float *q, int R, int dk, const void *k, size_t stride, int m, int dt, float sk,
-                           float *out, int ldo)
+AVX2_INLINE void qk_avx2_t(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo,
+                           const int dt)
 {
-    int r = 0;
-    for (; r + 4 <= R; r += 4) {
-        const float *q0 = q + (size_t)r * dk;
-        float *o = out + (size_t)r * ldo;
-        int j = 0;
-        for (; j + 2 <= m; j += 2) { /* two keys in flight: twice the independent FMA chains */
-            dot4(q0, dk, k, (size_t)j * stride, dt, sk, o + j, ldo);
-            dot4(q0, dk, k, (size_t)(j + 1) * stride, dt, sk, o + j + 1, ldo);
+    const int rh = x->rh, d = x->d;
+    const size_t row_elems = (size_t)x->nh * (size_t)d;
+    for (int j = 0; j < x->m; j++) {
+        prefetch(k, (size_t)(j + 4) * x->stride, row_elems, dt);
+        for (int jh = 0; jh < x->nh; jh++) {
+            const size_t kj = (size_t)j * x->stride + (size_t)jh * d;
+            const float s = sk ? sk[jh] : 1.0f;
+            const float *qh = q + (size_t)jh * rh * d;
+            float *oh = out + (size_t)jh * rh * ldo + j;
+            int r = 0;
+            for (; r + 4 <= rh; r += 4) dot4(qh + (size_t)r * d, d, k, kj, dt, s, oh + (size_t)r * ldo, ldo);
+            for (; r < rh; r++) dot1(qh + (size_t)r * d, d, k, kj, dt, s, oh + (size_t)r * ldo);
         }
-        if (j < m) dot4(q0, dk, k, (size_t)j * stride, dt, sk, o + j, ldo);
     }
-    for (; r < R; r++)
-        for (int j = 0; j < m; j++)
-            dot1(q + (size_t)r * dk, dk, k, (size_t)j * stride, dt, sk, out + (size_t)r * ldo + j);
 }
 
-/* acc rows r0..r0+3 (stride dv), columns [c, c+8*nv) for nv = 2 or 1 vectors. */
-AVX2_INLINE void axpy4(const float *p, int ldp, const void *v, size_t stride, int m, int dt, float *acc, int dv,
-                       int c, int nv)
+/* acc rows 0..3 (stride d), columns [c, c + 16), over m keys at v (stride
+ * elements apart); the accumulators stay in registers. */
+AVX2_INLINE void axpy4x16(const float *p, int ldp, const void *v, size_t stride, int m, int dt, float *acc, int d,
+                          int c)
 {
-    __m256 a[4][2];
-    for (int i = 0; i < 4; i++)
-        for (int w = 0; w < nv; w++) a[i][w] = _mm256_loadu_ps(acc + (size_t)i * dv + c + 8 * w);
+    float *a0 = acc + c, *a1 = a0 + d, *a2 = a1 + d, *a3 = a2 + d;
+    __m256 x0 = _mm256_loadu_ps(a0), y0 = _mm256_loadu_ps(a0 + 8), x1 = _mm256_loadu_ps(a1),
+           y1 = _mm256_loadu_ps(a1 + 8), x2 = _mm256_loadu_ps(a2), y2 = _mm256_loadu_ps(a2 + 8),
+           x3 = _mm256_loadu_ps(a3), y3 = _mm256_loadu_ps(a3 + 8);
     for (int j = 0; j < m; j++) {
-        __m256 x[2];
-        for (int w = 0; w < nv; w++) x[w] = load8(v, (size_t)j * stride + (size_t)(c + 8 * w), dt);
-        for (int i = 0; i < 4; i++) {
-            const __m256 pb = _mm256_broadcast_ss(p + (size_t)i * ldp + j);
-            for (int w = 0; w < nv; w++) a[i][w] = _mm256_fmadd_ps(pb, x[w], a[i][w]);
-        }
+        const size_t vj = (size_t)j * stride + (size_t)c;
+        const __m256 lo = load8(v, vj, dt), hi = load8(v, vj + 8, dt);
+        __m256 pb = _mm256_broadcast_ss(p + j);
+        x0 = _mm256_fmadd_ps(pb, lo, x0);
+        y0 = _mm256_fmadd_ps(pb, hi, y0);
+        pb = _mm256_broadcast_ss(p + ldp + j);
+        x1 = _mm256_fmadd_ps(pb, lo, x1);
+        y1 = _mm256_fmadd_ps(pb, hi, y1);
+        pb = _mm256_broadcast_ss(p + 2 * (size_t)ldp + j);
+        x2 = _mm256_fmadd_ps(pb, lo, x2);
+        y2 = _mm256_fmadd_ps(pb, hi, y2);
+        pb = _mm256_broadcast_ss(p + 3 * (size_t)ldp + j);
+        x3 = _mm256_fmadd_ps(pb, lo, x3);
+        y3 = _mm256_fmadd_ps(pb, hi, y3);
     }
-    for (int i = 0; i < 4; i++)
-        for (int w = 0; w < nv; w++) _mm256_storeu_ps(acc + (size_t)i * dv + c + 8 * w, a[i][w]);
+    _mm256_storeu_ps(a0, x0);
+    _mm256_storeu_ps(a0 + 8, y0);
+    _mm256_storeu_ps(a1, x1);
+    _mm256_storeu_ps(a1 + 8, y1);
+    _mm256_storeu_ps(a2, x2);
+    _mm256_storeu_ps(a2 + 8, y2);
+    _mm256_storeu_ps(a3, x3);
+    _mm256_storeu_ps(a3 + 8, y3);
 }
 
 AVX2_INLINE void axpy1(const float *p, const void *v, size_t stride, int m, int dt, float *acc, int c)
 {
     __m256 a = _mm256_loadu_ps(acc + c);
-    for (int j = 0; j < m; j++) a = _mm256_fmadd_ps(_mm256_broadcast_ss(p + j), load8(v, (size_t)j * stride + (size_t)c, dt), a);
+    for (int j = 0; j < m; j++)
+        a = _mm256_fmadd_ps(_mm256_broadcast_ss(p + j), load8(v, (size_t)j * stride + (size_t)c, dt), a);
     _mm256_storeu_ps(acc + c, a);
 }
 
-AVX2_INLINE void pv_avx2_t(const float *p, int ldp, int R, const void *v, size_t stride, int m, int dt,
-                           float *acc, int dv)
+/* One KV head's rh rows, m keys, columns from 0 to d. */
+AVX2_INLINE void pv_head(const float *p, int ldp, int rh, const void *v, size_t stride, int m, int dt, float *acc,
+                         int d)
 {
-    const int d8 = dv & ~7;
+    const int d8 = d & ~7;
     int r = 0;
-    for (; r + 4 <= R; r += 4) {
+    for (; r + 4 <= rh; r += 4) {
         const float *pr = p + (size_t)r * ldp;
-        float *ar = acc + (size_t)r * dv;
+        float *ar = acc + (size_t)r * d;
         int c = 0;
-        for (; c + 16 <= d8; c += 16) axpy4(pr, ldp, v, stride, m, dt, ar, dv, c, 2);
-        if (c < d8) axpy4(pr, ldp, v, stride, m, dt, ar, dv, c, 1);
+        for (; c + 16 <= d8; c += 16) axpy4x16(pr, ldp, v, stride, m, dt, ar, d, c);
+        if (c < d8) /* 8 columns left */
+            for (int i = 0; i < 4; i++) axpy1(pr + (size_t)i * ldp, v, stride, m, dt, ar + (size_t)i * d, c);
     }
-    for (; r < R; r++)
-        for (int c = 0; c < d8; c += 8) axpy1(p + (size_t)r * ldp, v, stride, m, dt, acc + (size_t)r * dv, c);
-    if (d8 < dv) /* the last dv % 8 columns */
-        for (int rr = 0; rr < R; rr++)
+    for (; r < rh; r++)
+        for (int c = 0; c < d8; c += 8) axpy1(p + (size_t)r * ldp, v, stride, m, dt, acc + (size_t)r * d, c);
+    if (d8 < d) /* the last d % 8 columns */
+        for (int rr = 0; rr < rh; rr++)
             for (int j = 0; j < m; j++) {
                 const float pj = p[(size_t)rr * ldp + j];
-                for (int c = d8; c < dv; c++) acc[(size_t)rr * dv + c] += pj * load1(v, (size_t)j * stride + c, dt);
+                for (int c = d8; c < d; c++) acc[(size_t)rr * d + c] += pj * load1(v, (size_t)j * stride + c, dt);
             }
 }
 
+/* Sub-blocks of DECODE_SUB keys: every head's axpys on them while they are
+ * in L1, the next sub-block prefetched. */
+AVX2_INLINE void pv_avx2_t(const float *p, int ldp, const dims *x, const void *v, float *acc, const int dt)
+{
+    const size_t row_elems = (size_t)x->nh * (size_t)x->d;
+    for (int j0 = 0; j0 < x->m; j0 += DECODE_SUB) {
+        const int n = x->m - j0 < DECODE_SUB ? x->m - j0 : DECODE_SUB;
+        for (int j = 0; j < DECODE_SUB; j++) prefetch(v, (size_t)(j0 + DECODE_SUB + j) * x->stride, row_elems, dt);
+        for (int jh = 0; jh < x->nh; jh++)
+            pv_head(p + (size_t)jh * x->rh * ldp + j0, ldp, x->rh,
+                    (const char *)v + ((size_t)j0 * x->stride + (size_t)jh * x->d) * elem_bytes(dt), x->stride, n,
+                    dt, acc + (size_t)jh * x->rh * x->d, x->d);
+    }
+}
 /* One instance per dtype (dt a constant inside), chosen per run. */
 #define DTYPE_SWITCH(fn, dt, ...)                                                                                   \
     switch (dt) {                                                                                                    \
@@ -238,28 +307,14 @@ AVX2_INLINE void pv_avx2_t(const float *p, int ldp, int R, const void *v, size_t
     default: fn(__VA_ARGS__, ATTN_KV_INT8); break;                                                                   \
     }
 
-AVX2_INLINE void qk_avx2_dt(const float *q, int R, int dk, const void *k, size_t stride, int m, float sk, float *out,
-                            int ldo, int dt)
+AVX2_FN static void qk_avx2(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo)
 {
-    qk_avx2_t(q, R, dk, k, stride, m, dt, sk, out, ldo);
+    DTYPE_SWITCH(qk_avx2_t, x->dt, q, x, k, sk, out, ldo)
 }
 
-AVX2_INLINE void pv_avx2_dt(const float *p, int ldp, int R, const void *v, size_t stride, int m, float *acc, int dv,
-                            int dt)
+AVX2_FN static void pv_avx2(const float *p, int ldp, const dims *x, const void *v, float *acc)
 {
-    pv_avx2_t(p, ldp, R, v, stride, m, dt, acc, dv);
-}
-
-AVX2_FN static void qk_avx2(const float *q, int R, int dk, const void *k, size_t stride, int m, int dt, float sk,
-                            float *out, int ldo)
-{
-    DTYPE_SWITCH(qk_avx2_dt, dt, q, R, dk, k, stride, m, sk, out, ldo)
-}
-
-AVX2_FN static void pv_avx2(const float *p, int ldp, int R, const void *v, size_t stride, int m, int dt, float *acc,
-                            int dv)
-{
-    DTYPE_SWITCH(pv_avx2_dt, dt, p, ldp, R, v, stride, m, acc, dv)
+    DTYPE_SWITCH(pv_avx2_t, x->dt, p, ldp, x, v, acc)
 }
 
 static int use_avx2(void)
@@ -271,40 +326,39 @@ static int use_avx2(void)
 static int use_avx2(void) { return 0; }
 #endif
 
-static void qk_run(int avx2, const float *q, int R, int dk, const void *k, size_t stride, int m, int dt, float sk,
-                   float *out, int ldo)
+static void qk_run(int avx2, const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo)
 {
 #ifdef DECODE_AVX2
     if (avx2) {
-        qk_avx2(q, R, dk, k, stride, m, dt, sk, out, ldo);
+        qk_avx2(q, x, k, sk, out, ldo);
         return;
     }
 #endif
     (void)avx2;
-    qk_portable_t(q, R, dk, k, stride, m, dt, sk, out, ldo);
+    qk_portable(q, x, k, sk, out, ldo);
 }
 
-static void pv_run(int avx2, const float *p, int ldp, int R, const void *v, size_t stride, int m, int dt,
-                   float *acc, int dv)
+static void pv_run(int avx2, const float *p, int ldp, const dims *x, const void *v, float *acc)
 {
 #ifdef DECODE_AVX2
     if (avx2) {
-        pv_avx2(p, ldp, R, v, stride, m, dt, acc, dv);
+        pv_avx2(p, ldp, x, v, acc);
         return;
     }
 #endif
     (void)avx2;
-    pv_portable_t(p, ldp, R, v, stride, m, dt, acc, dv);
+    pv_portable(p, ldp, x, v, acc);
 }
 
 /* ------------------------------------------------------------ the job */
 
-/* One job's working state; row hh*T + t is query row t of head h0 + hh. */
+/* One job's working state. Row (jh*r + hh)*T + t is query row t of query
+ * head h0 + jh*r + hh, which reads KV head kvh + jh: query head h0 + row/T. */
 typedef struct decode_job {
     const attn_layer *l;
     const attn_seq *s;
     attn__kv kv;
-    int kvh, h0, T, R, avx2;
+    int kvh, nh, h0, T, R, avx2;
     float *qb;   /* (R, d_k) queries, pre-multiplied by the 1/sqrt(d_k) scale */
     float *tile; /* (R, DECODE_TILE) scores, then probabilities */
     float *mx, *sum, *acc; /* (R), (R), (R, d_v): in scratch, or the chunk's partial */
@@ -352,28 +406,29 @@ static int online_update(const decode_job *dj, int row, int t, int s0, int n)
 static void tile_step(const decode_job *dj, int s0, int n)
 {
     const attn_layer *l = dj->l;
-    const int dt = dj->kv.dtype;
+    const int rh = dj->R / dj->nh;
     for (int j = s0; j < s0 + n;) {
-        int m;
-        size_t stride;
-        float sc;
-        const void *k = attn__kv_run(l, &dj->kv, 0, dj->kvh, j, s0 + n - j, &m, &stride, &sc);
-        qk_run(dj->avx2, dj->qb, dj->R, l->d_k, k, stride, m, dt, sc, dj->tile + (j - s0), DECODE_TILE);
-        j += m;
+        dims x = {.rh = rh, .nh = dj->nh, .d = l->d_k, .dt = dj->kv.dtype};
+        const float *sk;
+        const char *k = attn__kv_run(l, &dj->kv, 0, j, s0 + n - j, &x.m, &x.stride, &sk);
+        k += (size_t)dj->kvh * l->d_k * elem_bytes(x.dt);
+        qk_run(dj->avx2, dj->qb, &x, k, sk ? sk + dj->kvh : NULL, dj->tile + (j - s0), DECODE_TILE);
+        j += x.m;
     }
     int any = 0;
     for (int row = 0; row < dj->R; row++) any |= online_update(dj, row, row % dj->T, s0, n);
     if (!any) return; /* every key of the tile blocked for every row */
     for (int j = s0; j < s0 + n;) {
-        int m;
-        size_t stride;
-        float sc;
-        const void *v = attn__kv_run(l, &dj->kv, 1, dj->kvh, j, s0 + n - j, &m, &stride, &sc);
+        dims x = {.rh = rh, .nh = dj->nh, .d = l->d_v, .dt = dj->kv.dtype};
+        const float *sv;
+        const char *v = attn__kv_run(l, &dj->kv, 1, j, s0 + n - j, &x.m, &x.stride, &sv);
+        v += (size_t)dj->kvh * l->d_v * elem_bytes(x.dt);
         float *p = dj->tile + (j - s0);
-        if (dt == ATTN_KV_INT8) /* p * s_v: the run's V scale folded into the probabilities */
-            for (int row = 0; row < dj->R; row++) attn__scale(p + (size_t)row * DECODE_TILE, sc, m);
-        pv_run(dj->avx2, p, DECODE_TILE, dj->R, v, stride, m, dt, dj->acc, l->d_v);
-        j += m;
+        if (sv != NULL) /* p * s_v: the run's V scales folded into the probabilities */
+            for (int row = 0; row < dj->R; row++)
+                attn__scale(p + (size_t)row * DECODE_TILE, sv[dj->kvh + row / rh], x.m);
+        pv_run(dj->avx2, p, DECODE_TILE, &x, v, dj->acc);
+        j += x.m;
     }
 }
 
@@ -395,7 +450,7 @@ void attn__decode_keys(const attn_seq *s, const attn__head_job *job, int *lo, in
     *hi = klo + t1 * DECODE_TILE < khi ? klo + (int)(t1 * DECODE_TILE) : khi;
 }
 
-/* z row of stacked row `row` (query t of head h0 + hh). */
+/* z row of stacked row `row`: query row t of query head kv_head*r + row/T. */
 static float *z_row(const attn__head_job *job, int r, int T, int dv, int row)
 {
     const int hh = row / T, t = row % T;
@@ -406,8 +461,8 @@ void attn__head_decode(const attn__fwd_ctx *ctx, const attn__head_job *job, floa
 {
     const attn_layer *l = ctx->layer;
     const int r = l->h / l->g, T = job->nt, dk = l->d_k, dv = l->d_v;
-    decode_job dj = {.l = l, .s = &ctx->seqs[job->seq], .kvh = job->kv_head, .h0 = job->kv_head * r, .T = T,
-                     .R = r * T, .avx2 = use_avx2()};
+    decode_job dj = {.l = l, .s = &ctx->seqs[job->seq], .kvh = job->kv_head, .nh = job->heads,
+                     .h0 = job->kv_head * r, .T = T, .R = job->heads * r * T, .avx2 = use_avx2()};
     const size_t R = (size_t)dj.R;
     dj.qb = scratch;
     dj.tile = dj.qb + round16(R * (size_t)dk);
@@ -415,7 +470,7 @@ void attn__head_decode(const attn__fwd_ctx *ctx, const attn__head_job *job, floa
     dj.mx = state;
     dj.sum = state + R;
     dj.acc = state + 2 * R;
-    dj.lo = (int *)(dj.tile + round16(R * DECODE_TILE) + attn__decode_part_floats(l, T));
+    dj.lo = (int *)(dj.tile + round16(R * DECODE_TILE) + attn__decode_part_floats(l, T, job->heads));
     dj.hi = dj.lo + round16((size_t)T);
     for (size_t row = 0; row < R; row++) {
         dj.mx[row] = -INFINITY;
@@ -447,8 +502,8 @@ void attn__head_decode(const attn__fwd_ctx *ctx, const attn__head_job *job, floa
  * c (M = the largest mx_c), or 0 when no chunk saw a key. */
 static void merge_group(const attn_layer *l, const attn__head_job *job)
 {
-    const int r = l->h / l->g, T = job->nt, R = r * T, dv = l->d_v;
-    const size_t pf = attn__decode_part_floats(l, T);
+    const int r = l->h / l->g, T = job->nt, R = job->heads * r * T, dv = l->d_v;
+    const size_t pf = attn__decode_part_floats(l, T, job->heads);
     for (int row = 0; row < R; row++) {
         float *z = z_row(job, r, T, dv, row);
         float mx = -INFINITY, total = 0.0f;

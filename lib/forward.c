@@ -39,7 +39,7 @@ typedef struct fwd_plan {
     int z_in_q;       /* the head concat reuses Q's buffer (d_k == d_v) */
     size_t worker_floats; /* head-kernel scratch per worker */
     int block_q, block_k; /* fused tile: the workspace's, capped at the longest T / S */
-    int decode_jobs;      /* (sequence, KV head) pairs of decode-kernel sequences */
+    int decode_seqs;      /* sequences that run the decode kernel */
     size_t part_floats;   /* split-KV partials of the decode jobs */
     size_t off_parts;
     size_t off_xq, off_xk, off_xv, off_q, off_k, off_v, off_z, off_out, off_scratch, off_jobs;
@@ -114,15 +114,17 @@ static attn_status plan_jobs(const attn_layer *l, const attn_seq *seqs, int n,
         tile > SIZE_MAX / 64)
         return attn__set_error(err, ATTN_ERR_LIMIT, "fused tile of %d heads x %d x %d overflows", r,
                                p->block_q, p->block_k);
-    p->decode_jobs = 0;
-    for (int i = 0; i < n; i++) p->decode_jobs += seq_decode(ws, &seqs[i]) ? l->g : 0;
+    p->decode_seqs = 0;
+    for (int i = 0; i < n; i++) p->decode_seqs += seq_decode(ws, &seqs[i]);
     for (int i = 0; i < n; i++) {
         const int gather = !attn__kv_is_plain(&seqs[i]);
         if (seq_decode(ws, &seqs[i])) {
-            const int chunks = attn__decode_chunks(&seqs[i], p->decode_jobs, ws->opt.n_threads);
-            jobs += (size_t)l->g * (size_t)chunks;
-            if (chunks > 1) p->part_floats += (size_t)l->g * chunks * attn__decode_part_floats(l, seqs[i].t);
-            size_t ds = attn__decode_scratch_floats(l, seqs[i].t);
+            int heads, chunks;
+            attn__decode_split(l, &seqs[i], p->decode_seqs, ws->opt.n_threads, &heads, &chunks);
+            const size_t groups = (size_t)ceil_div(l->g, heads);
+            jobs += groups * (size_t)chunks;
+            if (chunks > 1) p->part_floats += groups * chunks * attn__decode_part_floats(l, seqs[i].t, heads);
+            size_t ds = attn__decode_scratch_floats(l, seqs[i].t, heads);
             if (ds > need) need = ds;
         } else if (seq_fused(ws, &seqs[i])) {
             jobs += (size_t)l->g * (size_t)ceil_div(seqs[i].t, p->block_q);
@@ -415,19 +417,22 @@ static void store_cache_rows(const attn_layer *l, const attn_seq *seqs, int n, c
  * weights are summed across heads. A job computes every query head of its
  * KV head's group. Without W_O heads write straight into their columns of the
  * caller's output; with W_O into the concat Z. */
-/* A decode sequence (index i): one job per (KV head, key chunk); returns how many. */
-static int make_decode_jobs(const attn_layer *l, const attn_seq *s, int i, int q_row, float *zs, int chunks,
-                            float **part, attn__head_job *jobs)
+/* A decode sequence (index i): one job per (group of KV heads, key chunk),
+ * as attn__decode_split cuts it; returns how many. */
+static int make_decode_jobs(const attn_layer *l, const attn_seq *s, int i, int q_row, float *zs, int n_seqs,
+                            int n_threads, float **part, attn__head_job *jobs)
 {
-    const size_t pf = attn__decode_part_floats(l, s->t);
-    int j = 0;
-    for (int g = 0; g < l->g; g++) {
+    int heads, chunks, j = 0;
+    attn__decode_split(l, s, n_seqs, n_threads, &heads, &chunks);
+    for (int g = 0; g < l->g; g += heads) {
+        const int nh = l->g - g < heads ? l->g - g : heads;
+        const size_t pf = attn__decode_part_floats(l, s->t, nh);
         for (int c = 0; c < chunks; c++, j++)
             jobs[j] = (attn__head_job){.kernel = attn__head_decode, .seq = i, .kv_head = g, .n_kv_heads = 1,
-                                       .t0 = 0, .nt = s->t, .q_row = q_row, .k = s->cache_k, .v = s->cache_v,
-                                       .z = zs, .ldz = l->v_dim, .chunk = c, .n_chunks = chunks,
+                                       .heads = nh, .t0 = 0, .nt = s->t, .q_row = q_row, .k = s->cache_k,
+                                       .v = s->cache_v, .z = zs, .ldz = l->v_dim, .chunk = c, .n_chunks = chunks,
                                        .part = chunks > 1 ? *part + (size_t)c * pf : NULL,
-                                       .cost = (double)s->t * s->s * (l->h / l->g) / chunks};
+                                       .cost = (double)s->t * s->s * nh * (l->h / l->g) / chunks};
         if (chunks > 1) *part += (size_t)chunks * pf;
     }
     return j;
@@ -449,8 +454,7 @@ static void make_jobs(const attn_layer *l, const attn_seq *seqs, int n, const at
         const float *ks = s->cache_k ? s->cache_k : k, *vs = s->cache_v ? s->cache_v : v;
         const int decode = seq_decode(ws, s), n_g = decode ? 0 : l->g; /* decode: its own jobs */
         if (decode)
-            j += make_decode_jobs(l, s, i, q_row, zs, attn__decode_chunks(s, p->decode_jobs, ws->opt.n_threads),
-                                  &part, jobs + j);
+            j += make_decode_jobs(l, s, i, q_row, zs, p->decode_seqs, ws->opt.n_threads, &part, jobs + j);
         for (int g = 0; g < n_g; g += avg && !fused ? l->g : 1) {
             for (int t0 = 0; t0 < s->t; t0 += fused ? bq : s->t, j++) {
                 attn__head_job *jb = &jobs[j];
@@ -726,7 +730,7 @@ attn_status attn__forward_kv_bytes(const attn_layer *layer, const attn_seq *seqs
         if (jb->kernel == attn__head_decode) {
             int lo, hi;
             attn__decode_keys(s, jb, &lo, &hi);
-            rows = hi > lo ? hi - lo : 0;
+            rows = (hi > lo ? hi - lo : 0) * jb->heads;
         } else if (jb->kernel == attn__head_fused) { /* only the key range the block can see */
             int klo = s->s, khi = 0;
             for (int t = jb->t0; t < jb->t0 + jb->nt; t++) {

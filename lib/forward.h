@@ -61,10 +61,11 @@ struct attn__head_job {
     float *z;
     int ldz;
     double cost; /* estimated work, to start the largest jobs first */
-    /* The decode kernel (decode.h) only: key chunk `chunk` of n_chunks (1 =
-     * unsplit); a split job leaves its partial at part (chunk 0's part is the
-     * group's first, chunk c's at c * attn__decode_part_floats after it). */
-    int chunk, n_chunks;
+    /* The decode kernel (decode.h) only: the job covers KV heads [kv_head,
+     * kv_head + heads) (n_kv_heads stays 1: one kernel call) and key chunk
+     * `chunk` of n_chunks (1 = unsplit); a split job leaves its partial at
+     * part (chunk c's at c * attn__decode_part_floats after chunk 0's). */
+    int heads, chunk, n_chunks;
     float *part;
 };
 
