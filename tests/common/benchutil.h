@@ -25,4 +25,8 @@ int bench_write_mha_model(const char *path, int e, int heads, uint64_t *rng);
 double bench_time_forward(const attn_layer *l, const attn_seq *seq, attn_workspace *ws,
                           double budget, int min_runs);
 
+/* The same for one call over a batch of n_seqs sequences. */
+double bench_time_batch(const attn_layer *l, const attn_seq *seqs, int n_seqs, attn_workspace *ws,
+                        double budget, int min_runs);
+
 #endif
