@@ -27,21 +27,6 @@ static const char *const dtype_name[] = {"F32", "F16", "BF16", "INT8"};
 static const double dtype_bound[] = {1e-5, 1e-3, 1e-2, 3e-2}; /* attn.h's, vs float32 */
 
 static struct { double ref[4], fused[4], split, portable; } worst;
-static void keep_max(double *m, double d) { if (d > *m) *m = d; }
-
-static double rel_err(const float *a, const float *ref, size_t n)
-{
-    double s = max_abs(ref, n);
-    return max_abs_diff(a, ref, n) / (s > 1.0 ? s : 1.0);
-}
-
-static attn_workspace *make_ws(int threads, attn_kernel kernel)
-{
-    attn_workspace_options o = {.n_threads = threads, .kernel = kernel};
-    attn_workspace *ws = NULL;
-    CHECK_INT_EQ(attn_workspace_create(&o, &ws, NULL), ATTN_OK);
-    return ws;
-}
 
 /* ------------------------------------------------------------ caches */
 
@@ -205,7 +190,7 @@ static void compare_case(test_rng *r, int c, int dt, int P, int T, int B, int th
     const size_t no = (size_t)(T + 8) * sh.e_out;
     float *o_dec = malloc(fsz(no)), *o_ref = malloc(fsz(no)), *o_fused = malloc(fsz(no)), *o_pre = malloc(
                                                                                              fsz((size_t)(P ? P : 1) * sh.e_out));
-    attn_workspace *ws = make_ws(threads, ATTN_KERNEL_AUTO);
+    attn_workspace *ws = test_ws(ATTN_KERNEL_AUTO, threads, 0);
     dcache d, d2, f32;
     dcache_init(&d, r, l, P + T + 8, dt, B, side);
     dcache_init(&f32, r, l, P + T + 8, ATTN_KV_F32, 0, 0);
@@ -266,7 +251,7 @@ TEST(paged_f32_bit_identical_long)
         attn_layer *l = gqa_layer(&r, &sh);
         if (l == NULL) return;
         const int P = rng_int(&r, 100, 2600), T = rng_int(&r, 1, 8), B = blocks[c % 6];
-        attn_workspace *ws = make_ws(1 + c % 2, ATTN_KERNEL_AUTO);
+        attn_workspace *ws = test_ws(ATTN_KERNEL_AUTO, 1 + c % 2, 0);
         float *xp = rand_floats(&r, (size_t)P * sh.e, 1.0f), *xt = rand_floats(&r, (size_t)T * sh.e, 1.0f);
         float *pre = malloc(fsz((size_t)P * sh.e_out)), *oc = malloc(fsz((size_t)T * sh.e_out)),
               *op = malloc(fsz((size_t)T * sh.e_out));
@@ -313,46 +298,85 @@ TEST(split_policy)
     attn_layer_free(l);
 }
 
+/* Two equal caches (dtype dt, blocks of B) holding the same P prefix rows
+ * of a layer of shape sh, and T rows to append to each in two ways. */
+typedef struct twin {
+    attn_layer *l;
+    gqa_shape sh;
+    dcache a, b;
+    float *xt, *o1, *o2;
+    int P, T;
+} twin;
+
+static int twin_init(twin *w, test_rng *r, const gqa_shape *sh, int P, int T, int dt, int B)
+{
+    memset(w, 0, sizeof *w);
+    w->sh = *sh;
+    w->P = P;
+    w->T = T;
+    w->l = gqa_layer(r, sh);
+    if (w->l == NULL) return -1;
+    float *xp = rand_floats(r, (size_t)P * sh->e, 1.0f), *pre = malloc(fsz((size_t)(P ? P : 1) * sh->e_out));
+    w->xt = rand_floats(r, (size_t)T * sh->e, 1.0f);
+    w->o1 = malloc(fsz((size_t)T * sh->e_out));
+    w->o2 = malloc(fsz((size_t)T * sh->e_out));
+    attn_workspace *ws = test_ws(ATTN_KERNEL_AUTO, 1, 0);
+    dcache_init(&w->a, r, w->l, P + T, dt, B, 0);
+    const masks none = {0};
+    append(w->l, &w->a, xp, 0, P, &none, ws, pre, 0);
+    dcache_copy(&w->b, &w->a);
+    attn_workspace_free(ws);
+    free(xp);
+    free(pre);
+    return 0;
+}
+
+/* The appends: cache a on ws1 into o1, cache b on ws2 into o2; the difference. */
+static double twin_run(twin *w, const masks *m, attn_workspace *ws1, attn_workspace *ws2, int portable2)
+{
+    const int ok1 = append(w->l, &w->a, w->xt, w->P, w->T, m, ws1, w->o1, 0) == ATTN_OK;
+    attn__decode_portable_only = portable2;
+    const int ok2 = append(w->l, &w->b, w->xt, w->P, w->T, m, ws2, w->o2, 0) == ATTN_OK;
+    attn__decode_portable_only = 0;
+    return ok1 && ok2 ? rel_err(w->o2, w->o1, (size_t)w->T * w->sh.e_out) : 1.0;
+}
+
+static void twin_free(twin *w)
+{
+    dcache_free(&w->a);
+    dcache_free(&w->b);
+    free(w->xt); free(w->o1); free(w->o2);
+    attn_layer_free(w->l);
+}
+
 /* Split jobs (2 threads, one sequence) against the unsplit job (1 thread):
  * the log-sum-exp merge is exact up to float rounding, with chunks the
  * window or masks leave empty, and rows that see no key at all. */
 TEST(split_equals_unsplit)
 {
     test_rng r = {0x73706c74u};
+    attn_workspace *w1 = test_ws(ATTN_KERNEL_AUTO, 1, 0), *w2 = test_ws(ATTN_KERNEL_AUTO, 2, 0);
     for (int c = 0; c < 16; c++) {
         gqa_shape sh = random_shape(&r);
-        attn_layer *l = gqa_layer(&r, &sh);
-        if (l == NULL) return;
         /* short caches split by KV heads (g > 1), long ones by keys */
         const int P = c < 4 && sh.g > 1 ? rng_int(&r, 300, 1500) : rng_int(&r, 2048, 9000), T = rng_int(&r, 1, 8);
-        const int dt = c % 4, B = (int[]){16, 64, 256}[c % 3];
+        const int dt = c % 4;
+        twin w;
+        if (twin_init(&w, &r, &sh, P, T, dt, (int[]){16, 64, 256}[c % 3]) != 0) return;
         attn_seq probe = {.t = T, .s = P + T};
         int heads, chunks;
-        attn__decode_split(l, &probe, 1, 2, &heads, &chunks);
+        attn__decode_split(w.l, &probe, 1, 2, &heads, &chunks);
         CHECK_MSG(heads < sh.g || chunks > 1, "case %d: S=%d g=%d is not split", c, P + T, sh.g);
-        float *xp = rand_floats(&r, (size_t)P * sh.e, 1.0f), *xt = rand_floats(&r, (size_t)T * sh.e, 1.0f);
-        float *pre = malloc(fsz((size_t)P * sh.e_out)), *o1 = malloc(fsz((size_t)T * sh.e_out)),
-              *o2 = malloc(fsz((size_t)T * sh.e_out));
-        attn_workspace *w1 = make_ws(1, ATTN_KERNEL_AUTO), *w2 = make_ws(2, ATTN_KERNEL_AUTO);
-        dcache d, d2;
-        dcache_init(&d, &r, l, P + T, dt, B, 0);
-        const masks none = {0};
-        append(l, &d, xp, 0, P, &none, w1, pre, 0);
-        dcache_copy(&d2, &d);
-        masks m = {.seed = rng_next(&r), .kpm = c % 3 == 1, .flt = c % 5 == 2};
+        masks m = {.seed = rng_next(&r), .kpm = c % 3 == 1, .flt = c % 5 == 2, .boolean = c == 5};
         if (c % 4 == 3) m.window = rng_int(&r, 1, 300); /* most chunks see nothing */
-        if (c == 5) { m.kpm = 0; m.boolean = 1; }
-        const int ok = append(l, &d, xt, P, T, &m, w1, o1, 0) == ATTN_OK &&
-                       append(l, &d2, xt, P, T, &m, w2, o2, 0) == ATTN_OK;
-        const double e = ok ? rel_err(o2, o1, (size_t)T * sh.e_out) : 1.0;
+        const double e = twin_run(&w, &m, w1, w2, 0);
         keep_max(&worst.split, e);
         CHECK_MSG(e <= 2e-6, "case %d %s: split (%d heads/job, %d chunks) vs unsplit %.3g (P=%d T=%d g=%d h=%d)", c,
                   dtype_name[dt], heads, chunks, e, P, T, sh.g, sh.h);
-        dcache_free(&d); d2.table = NULL; dcache_free(&d2);
-        free(xp); free(xt); free(pre); free(o1); free(o2);
-        attn_workspace_free(w1); attn_workspace_free(w2);
-        attn_layer_free(l);
+        twin_free(&w);
     }
+    attn_workspace_free(w1);
+    attn_workspace_free(w2);
     printf("split-KV vs unsplit: max rel. difference %.3g\n", worst.split);
 }
 
@@ -367,7 +391,7 @@ TEST(batch_equals_one_by_one)
     if (l == NULL) return;
     enum { N = 6 };
     static const int Ps[N] = {3000, 10, 700, 0, 1500, 40}, Ts[N] = {1, 4, 8, 20, 1, 9};
-    attn_workspace *ws = make_ws(2, ATTN_KERNEL_AUTO);
+    attn_workspace *ws = test_ws(ATTN_KERNEL_AUTO, 2, 0);
     dcache d[N], alone[N];
     float *x[N], *ob[N], *oa[N];
     attn_seq seqs[N];
@@ -405,32 +429,20 @@ TEST(batch_equals_one_by_one)
 TEST(portable_equals_avx2)
 {
     test_rng r = {0x706f7274u};
+    attn_workspace *ws = test_ws(ATTN_KERNEL_AUTO, 1, 0);
     for (int c = 0; c < 16; c++) {
-        gqa_shape sh = random_shape(&r);
-        attn_layer *l = gqa_layer(&r, &sh);
-        if (l == NULL) return;
-        const int P = rng_int(&r, 1, 700), T = rng_int(&r, 1, 8), dt = c % 4;
-        float *xp = rand_floats(&r, (size_t)P * sh.e, 1.0f), *xt = rand_floats(&r, (size_t)T * sh.e, 1.0f);
-        float *pre = malloc(fsz((size_t)P * sh.e_out)), *o1 = malloc(fsz((size_t)T * sh.e_out)),
-              *o2 = malloc(fsz((size_t)T * sh.e_out));
-        attn_workspace *ws = make_ws(1, ATTN_KERNEL_AUTO);
-        dcache d, d2;
-        dcache_init(&d, &r, l, P + T, dt, (int[]){1, 8, 128}[c % 3], 0);
-        const masks none = {0}, m = {.seed = rng_next(&r), .kpm = c % 2, .window = c % 3 ? 0 : 50};
-        append(l, &d, xp, 0, P, &none, ws, pre, 0);
-        dcache_copy(&d2, &d);
-        append(l, &d, xt, P, T, &m, ws, o1, 0);
-        attn__decode_portable_only = 1;
-        append(l, &d2, xt, P, T, &m, ws, o2, 0);
-        attn__decode_portable_only = 0;
-        const double e = rel_err(o2, o1, (size_t)T * sh.e_out);
+        const gqa_shape sh = random_shape(&r);
+        const int dt = c % 4;
+        twin w;
+        if (twin_init(&w, &r, &sh, rng_int(&r, 1, 700), rng_int(&r, 1, 8), dt, (int[]){1, 8, 128}[c % 3]) != 0)
+            return;
+        const masks m = {.seed = rng_next(&r), .kpm = c % 2, .window = c % 3 ? 0 : 50};
+        const double e = twin_run(&w, &m, ws, ws, 1);
         keep_max(&worst.portable, e);
         CHECK_MSG(e <= 2e-6, "case %d %s: portable vs AVX2 %.3g", c, dtype_name[dt], e);
-        dcache_free(&d); d2.table = NULL; dcache_free(&d2);
-        free(xp); free(xt); free(pre); free(o1); free(o2);
-        attn_workspace_free(ws);
-        attn_layer_free(l);
+        twin_free(&w);
     }
+    attn_workspace_free(ws);
     printf("portable vs AVX2 decode kernel: max rel. difference %.3g\n", worst.portable);
 }
 
@@ -444,7 +456,7 @@ TEST(kv_bytes)
     if (l == NULL) return;
     for (int threads = 1; threads <= 2; threads++)
         for (int dt = 0; dt < 4; dt++) {
-            attn_workspace *ws = make_ws(threads, ATTN_KERNEL_AUTO);
+            attn_workspace *ws = test_ws(ATTN_KERNEL_AUTO, threads, 0);
             dcache d;
             dcache_init(&d, &r, l, 5001, dt, 64, 0);
             float x[16] = {0}, out[16];
