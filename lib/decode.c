@@ -187,6 +187,44 @@ AVX2_INLINE void dot4(const float *q0, int d, const void *k, size_t kj, int dt, 
     for (int i = 0; i < 4; i++) out[(size_t)i * ldo] = s[i] * sk;
 }
 
+/* dot4 for keys kj and kj2 at once: twice the independent FMA chains and
+ * each q vector loaded once for both; per key the very arithmetic of dot4. */
+AVX2_INLINE void dot4x2(const float *q0, int d, const void *k, size_t kj, size_t kj2, int dt, float sk, float *out,
+                        int ldo)
+{
+    const int d8 = d & ~7;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    for (int c = 0; c < d8; c += 8) {
+        const __m256 ka = load8(k, kj + (size_t)c, dt), kb = load8(k, kj2 + (size_t)c, dt);
+        __m256 q = _mm256_loadu_ps(q0 + c);
+        a0 = _mm256_fmadd_ps(q, ka, a0);
+        b0 = _mm256_fmadd_ps(q, kb, b0);
+        q = _mm256_loadu_ps(q0 + d + c);
+        a1 = _mm256_fmadd_ps(q, ka, a1);
+        b1 = _mm256_fmadd_ps(q, kb, b1);
+        q = _mm256_loadu_ps(q0 + 2 * d + c);
+        a2 = _mm256_fmadd_ps(q, ka, a2);
+        b2 = _mm256_fmadd_ps(q, kb, b2);
+        q = _mm256_loadu_ps(q0 + 3 * d + c);
+        a3 = _mm256_fmadd_ps(q, ka, a3);
+        b3 = _mm256_fmadd_ps(q, kb, b3);
+    }
+    float s[4], t[4];
+    _mm_storeu_ps(s, hsum4(a0, a1, a2, a3));
+    _mm_storeu_ps(t, hsum4(b0, b1, b2, b3));
+    for (int c = d8; c < d; c++) {
+        const float kc = load1(k, kj + (size_t)c, dt), kc2 = load1(k, kj2 + (size_t)c, dt);
+        for (int i = 0; i < 4; i++) {
+            s[i] += q0[(size_t)i * d + c] * kc;
+            t[i] += q0[(size_t)i * d + c] * kc2;
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        out[(size_t)i * ldo] = s[i] * sk;
+        out[(size_t)i * ldo + 1] = t[i] * sk;
+    }
+}
+
 AVX2_INLINE void dot1(const float *q, int d, const void *k, size_t kj, int dt, float sk, float *out)
 {
     const int d8 = d & ~7;
@@ -203,16 +241,26 @@ AVX2_INLINE void qk_avx2_t(const float *q, const dims *x, const void *k, const f
 {
     const int rh = x->rh, d = x->d;
     const size_t row_elems = (size_t)x->nh * (size_t)d;
-    for (int j = 0; j < x->m; j++) {
+    for (int j = 0; j < x->m; j += 2) {
+        const int two = j + 1 < x->m;
         prefetch(k, (size_t)(j + 4) * x->stride, row_elems, dt);
+        if (two) prefetch(k, (size_t)(j + 5) * x->stride, row_elems, dt);
         for (int jh = 0; jh < x->nh; jh++) {
             const size_t kj = (size_t)j * x->stride + (size_t)jh * d;
             const float s = sk ? sk[jh] : 1.0f;
             const float *qh = q + (size_t)jh * rh * d;
             float *oh = out + (size_t)jh * rh * ldo + j;
             int r = 0;
-            for (; r + 4 <= rh; r += 4) dot4(qh + (size_t)r * d, d, k, kj, dt, s, oh + (size_t)r * ldo, ldo);
-            for (; r < rh; r++) dot1(qh + (size_t)r * d, d, k, kj, dt, s, oh + (size_t)r * ldo);
+            for (; r + 4 <= rh; r += 4) {
+                if (two)
+                    dot4x2(qh + (size_t)r * d, d, k, kj, kj + x->stride, dt, s, oh + (size_t)r * ldo, ldo);
+                else
+                    dot4(qh + (size_t)r * d, d, k, kj, dt, s, oh + (size_t)r * ldo, ldo);
+            }
+            for (; r < rh; r++) {
+                dot1(qh + (size_t)r * d, d, k, kj, dt, s, oh + (size_t)r * ldo);
+                if (two) dot1(qh + (size_t)r * d, d, k, kj + x->stride, dt, s, oh + (size_t)r * ldo + 1);
+            }
         }
     }
 }
