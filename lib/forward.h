@@ -4,8 +4,10 @@
  * to run it. attn_forward projects with three GEMMs, rotates Q and K (RoPE
  * layers), runs the jobs (on the calling thread or the workspace's pool), then
  * applies W_O with one GEMM.
- * Two kernels: attn__head_blas (materialised scores, the simple path; needed
- * when weights are returned) and attn__head_fused (blocked online softmax).
+ * Three kernels: attn__head_blas (materialised scores, the simple path; needed
+ * when weights are returned), attn__head_fused (blocked online softmax) and,
+ * for decode steps over a KV cache, attn__head_decode (decode.h: one job per
+ * group of KV heads and key chunk, split-KV partials merged after the jobs).
  * Grouped-query attention: a job owns one KV head and computes all r = h/g
  * query heads that read it (HF repeat_kv: query head i reads KV head i / r),
  * their query rows stacked into one GEMM against each K/V block, so every K/V
