@@ -166,31 +166,13 @@ AVX2_INLINE __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
     return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
 }
 
-/* Scores of 4 query rows (q0, q0 + d, ...) against the d elements at kj. */
-AVX2_INLINE void dot4(const float *q0, int d, const void *k, size_t kj, int dt, float sk, float *out, int ldo)
-{
-    const int d8 = d & ~7;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (int c = 0; c < d8; c += 8) {
-        const __m256 kv = load8(k, kj + (size_t)c, dt);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + c), kv, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d + c), kv, a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + 2 * d + c), kv, a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + 3 * d + c), kv, a3);
-    }
-    float s[4];
-    _mm_storeu_ps(s, hsum4(a0, a1, a2, a3));
-    for (int c = d8; c < d; c++) {
-        const float kc = load1(k, kj + (size_t)c, dt);
-        for (int i = 0; i < 4; i++) s[i] += q0[(size_t)i * d + c] * kc;
-    }
-    for (int i = 0; i < 4; i++) out[(size_t)i * ldo] = s[i] * sk;
-}
-
-/* dot4 for keys kj and kj2 at once: twice the independent FMA chains and
- * each q vector loaded once for both; per key the very arithmetic of dot4. */
-AVX2_INLINE void dot4x2(const float *q0, int d, const void *k, size_t kj, size_t kj2, int dt, float sk, float *out,
-                        int ldo)
+/* Scores of 4 query rows (q0, q0 + d, ...) against the d elements at kj and
+ * (two = 1) at kj2, into out[i*ldo] and out[i*ldo + 1]: two keys at once
+ * give twice the independent FMA chains and load each q vector once for
+ * both. A key's arithmetic is the same whether it comes first, second or
+ * alone (two = 0: kj2 must be kj, its result is not stored). */
+AVX2_INLINE void dot4x2(const float *q0, int d, const void *k, size_t kj, size_t kj2, int two, int dt, float sk,
+                        float *out, int ldo)
 {
     const int d8 = d & ~7;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
@@ -221,7 +203,7 @@ AVX2_INLINE void dot4x2(const float *q0, int d, const void *k, size_t kj, size_t
     }
     for (int i = 0; i < 4; i++) {
         out[(size_t)i * ldo] = s[i] * sk;
-        out[(size_t)i * ldo + 1] = t[i] * sk;
+        if (two) out[(size_t)i * ldo + 1] = t[i] * sk;
     }
 }
 
@@ -251,12 +233,8 @@ AVX2_INLINE void qk_avx2_t(const float *q, const dims *x, const void *k, const f
             const float *qh = q + (size_t)jh * rh * d;
             float *oh = out + (size_t)jh * rh * ldo + j;
             int r = 0;
-            for (; r + 4 <= rh; r += 4) {
-                if (two)
-                    dot4x2(qh + (size_t)r * d, d, k, kj, kj + x->stride, dt, s, oh + (size_t)r * ldo, ldo);
-                else
-                    dot4(qh + (size_t)r * d, d, k, kj, dt, s, oh + (size_t)r * ldo, ldo);
-            }
+            for (; r + 4 <= rh; r += 4)
+                dot4x2(qh + (size_t)r * d, d, k, kj, two ? kj + x->stride : kj, two, dt, s, oh + (size_t)r * ldo, ldo);
             for (; r < rh; r++) {
                 dot1(qh + (size_t)r * d, d, k, kj, dt, s, oh + (size_t)r * ldo);
                 if (two) dot1(qh + (size_t)r * d, d, k, kj + x->stride, dt, s, oh + (size_t)r * ldo + 1);
