@@ -386,8 +386,15 @@ attn_status attn_forward(const attn_layer *layer, const attn_seq *seqs, int n_se
 
 /* ----------------------------------------- workspaces: kernels and threads */
 
-/* Which head kernel attn_forward runs for a sequence. Results of the two agree
- * to float rounding (~1e-6 relative); neither is bit-identical to the other. */
+/* Which head kernel attn_forward runs for a sequence. Results of the kernels
+ * agree to float rounding (~1e-6 relative); none is bit-identical to another.
+ * Decode: under AUTO or FUSED, a sequence with a KV cache (cache_k set) and at
+ * most 8 query rows (a decode step: T = 1, or a few speculative rows) runs the
+ * decode kernel instead of the blocked one: one pass over the cache per group
+ * of KV heads, each K/V row read once and whole, F16/BF16/INT8 elements
+ * converted in registers inside the dot products (AVX2+FMA+F16C when the CPU
+ * has them, portable C otherwise; both within the same rounding). It computes
+ * every mask, window and dtype the other kernels do. */
 typedef enum attn_kernel {
     ATTN_KERNEL_AUTO = 0,         /* FUSED unless the sequence asks for weights   */
     ATTN_KERNEL_MATERIALIZED = 1, /* scores (T, S) per head in scratch, then softmax
@@ -407,7 +414,17 @@ typedef struct attn_workspace_options {
      * attn_workspace_free and sleep between calls; -1 = one per online CPU.
      * Work is split over (sequence, KV head, query block) — one job computes
      * the h/g query heads that share a KV head, reading each K/V tile once —
-     * and over the rows of the projections. The pool runs OpenBLAS single-threaded GEMMs, so it is used
+     * and over the rows of the projections. Decode sequences (see attn_kernel)
+     * are one job each (all KV heads) when the call has at least 2 * n_threads
+     * of them; fewer are split, first by keys (split-KV: chunks of >= 1024
+     * keys on different threads, each giving a partial max, sum and mixture,
+     * merged exactly by log-sum-exp), then by KV-head groups, to about 4 jobs
+     * per thread. The cut depends only on the batch and n_threads, so a
+     * workspace's results are reproducible, and threads never change a bit of
+     * the other kernels' results; but a decode batch smaller than 2 *
+     * n_threads is cut differently by workspaces of different n_threads, so
+     * their results agree to float rounding (~1e-6 relative), not bit for
+     * bit. The pool runs OpenBLAS single-threaded GEMMs, so it is used
      * only while openblas_get_num_threads() == 1 (the application calls
      * openblas_set_num_threads(1) or sets OPENBLAS_NUM_THREADS=1; the library
      * never changes OpenBLAS settings). While OpenBLAS has more threads the call
@@ -475,6 +492,8 @@ attn_status attn_project_kv(const attn_layer *layer, const float *key, const flo
  *         doubles s, a block's accumulated error stays <= s_final (the scale
  *         it ends with, <= 2 max|x| / 127 of the block) however the rows
  *         arrived; rows written in one go keep the s/2 bound.
+ * A paged F32 cache gives results bit-identical to a contiguous F32 cache
+ * holding the same rows (same call, same workspace), whatever the block size.
  * Attention-output error vs F32, as tests/unit/test_kvpaged.c bounds it
  * (random layers incl. GQA/RoPE, inputs |x| <= 1, streams of up to 300 rows,
  * error relative to max(1, max|output|)): F16 <= 1e-3, BF16 <= 1e-2, INT8

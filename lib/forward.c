@@ -9,6 +9,7 @@
  */
 #include "forward.h"
 
+#include "decode.h"
 #include "kvcache.h"
 #include "mask.h"
 #include "rope.h"
@@ -38,6 +39,9 @@ typedef struct fwd_plan {
     int z_in_q;       /* the head concat reuses Q's buffer (d_k == d_v) */
     size_t worker_floats; /* head-kernel scratch per worker */
     int block_q, block_k; /* fused tile: the workspace's, capped at the longest T / S */
+    int decode_seqs;      /* sequences that run the decode kernel */
+    size_t part_floats;   /* split-KV partials of the decode jobs */
+    size_t off_parts;
     size_t off_xq, off_xk, off_xv, off_q, off_k, off_v, off_z, off_out, off_scratch, off_jobs;
     size_t bytes;
 } fwd_plan;
@@ -60,6 +64,12 @@ static int kv_rows(const attn_seq *s)
 static int seq_fused(const attn_workspace *ws, const attn_seq *s)
 {
     return ws->opt.kernel != ATTN_KERNEL_MATERIALIZED && s->weights_mode == ATTN_WEIGHTS_NONE;
+}
+
+/* Fused sequences with few query rows over a cache take the decode kernel. */
+static int seq_decode(const attn_workspace *ws, const attn_seq *s)
+{
+    return seq_fused(ws, s) && attn__decode_applies(s);
 }
 
 static int ceil_div(int a, int b) { return a / b + (a % b != 0); }
@@ -104,9 +114,19 @@ static attn_status plan_jobs(const attn_layer *l, const attn_seq *seqs, int n,
         tile > SIZE_MAX / 64)
         return attn__set_error(err, ATTN_ERR_LIMIT, "fused tile of %d heads x %d x %d overflows", r,
                                p->block_q, p->block_k);
+    p->decode_seqs = 0;
+    for (int i = 0; i < n; i++) p->decode_seqs += seq_decode(ws, &seqs[i]);
     for (int i = 0; i < n; i++) {
         const int gather = !attn__kv_is_plain(&seqs[i]);
-        if (seq_fused(ws, &seqs[i])) {
+        if (seq_decode(ws, &seqs[i])) {
+            int heads, chunks;
+            attn__decode_split(l, &seqs[i], p->decode_seqs, ws->opt.n_threads, &heads, &chunks);
+            const size_t groups = (size_t)ceil_div(l->g, heads);
+            jobs += groups * (size_t)chunks;
+            if (chunks > 1) p->part_floats += groups * chunks * attn__decode_part_floats(l, seqs[i].t, heads);
+            size_t ds = attn__decode_scratch_floats(l, seqs[i].t, heads);
+            if (ds > need) need = ds;
+        } else if (seq_fused(ws, &seqs[i])) {
             jobs += (size_t)l->g * (size_t)ceil_div(seqs[i].t, p->block_q);
             size_t fs = attn__fused_scratch_floats(r, p->block_q, p->block_k, l->d_k, l->d_v, 0);
             if (gather) /* room for a converted K and V tile at attn__kv_tile_ld strides */
@@ -169,6 +189,7 @@ static attn_status plan_call(const attn_layer *l, const attn_seq *seqs, int n,
     if (p->out_scratch) ok &= attn__ws_plan(&t, p->n_q, (size_t)l->e_out * f, &p->off_out);
     ok &= attn__ws_plan(&t, scratch, f, &p->off_scratch);
     ok &= attn__ws_plan(&t, (size_t)p->n_jobs, sizeof(attn__head_job), &p->off_jobs);
+    ok &= attn__ws_plan(&t, p->part_floats, f, &p->off_parts);
     if (!ok) return attn__set_error(err, ATTN_ERR_LIMIT, "scratch size for this batch overflows");
     p->bytes = t;
     return ATTN_OK;
@@ -396,9 +417,31 @@ static void store_cache_rows(const attn_layer *l, const attn_seq *seqs, int n, c
  * weights are summed across heads. A job computes every query head of its
  * KV head's group. Without W_O heads write straight into their columns of the
  * caller's output; with W_O into the concat Z. */
+/* A decode sequence (index i): one job per (group of KV heads, key chunk),
+ * as attn__decode_split cuts it; returns how many. */
+static int make_decode_jobs(const attn_layer *l, const attn_seq *s, int i, int q_row, float *zs, int n_seqs,
+                            int n_threads, float **part, attn__head_job *jobs)
+{
+    int heads, chunks, j = 0;
+    attn__decode_split(l, s, n_seqs, n_threads, &heads, &chunks);
+    for (int g = 0; g < l->g; g += heads) {
+        const int nh = l->g - g < heads ? l->g - g : heads;
+        const size_t pf = attn__decode_part_floats(l, s->t, nh);
+        for (int c = 0; c < chunks; c++, j++)
+            jobs[j] = (attn__head_job){.kernel = attn__head_decode, .seq = i, .kv_head = g, .n_kv_heads = 1,
+                                       .heads = nh, .t0 = 0, .nt = s->t, .q_row = q_row, .k = s->cache_k,
+                                       .v = s->cache_v, .z = zs, .ldz = l->v_dim, .chunk = c, .n_chunks = chunks,
+                                       .part = chunks > 1 ? *part + (size_t)c * pf : NULL,
+                                       .cost = (double)s->t * s->s * nh * (l->h / l->g) / chunks};
+        if (chunks > 1) *part += (size_t)chunks * pf;
+    }
+    return j;
+}
+
 static void make_jobs(const attn_layer *l, const attn_seq *seqs, int n, const attn_workspace *ws,
                       const fwd_plan *p, char *base, attn__head_job *jobs)
 {
+    float *part = (float *)(base + p->off_parts);
     float *z = l->w_o ? (float *)(base + p->off_z) : NULL;
     const float *k = (const float *)(base + p->off_k), *v = (const float *)(base + p->off_v);
     const int bq = p->block_q;
@@ -409,7 +452,10 @@ static void make_jobs(const attn_layer *l, const attn_seq *seqs, int n, const at
         const int pos0 = attn__mask_query_pos(s, 0);
         float *zs = z ? z + (size_t)q_row * l->v_dim : s->output;
         const float *ks = s->cache_k ? s->cache_k : k, *vs = s->cache_v ? s->cache_v : v;
-        for (int g = 0; g < l->g; g += avg && !fused ? l->g : 1) {
+        const int decode = seq_decode(ws, s), n_g = decode ? 0 : l->g; /* decode: its own jobs */
+        if (decode)
+            j += make_decode_jobs(l, s, i, q_row, zs, p->decode_seqs, ws->opt.n_threads, &part, jobs + j);
+        for (int g = 0; g < n_g; g += avg && !fused ? l->g : 1) {
             for (int t0 = 0; t0 < s->t; t0 += fused ? bq : s->t, j++) {
                 attn__head_job *jb = &jobs[j];
                 jb->kernel = fused ? attn__head_fused : attn__head_blas;
@@ -481,6 +527,7 @@ static void run_heads(const attn__fwd_ctx *ctx, attn__head_job *jobs, const attn
         qsort(jobs, (size_t)p->n_jobs, sizeof *jobs, by_cost_desc);
         attn__pool_run(ws->pool, p->n_jobs, head_task, &hr);
     }
+    attn__decode_merge(ctx, jobs, p->n_jobs);
     for (int i = 0; i < n_seqs; i++) {
         if (ctx->seqs[i].weights_mode != ATTN_WEIGHTS_AVERAGE) continue;
         float *w = ctx->seqs[i].weights, hf = (float)l->h;
@@ -680,7 +727,11 @@ attn_status attn__forward_kv_bytes(const attn_layer *layer, const attn_seq *seqs
         const uint64_t row_bytes = (uint64_t)(layer->d_k + layer->d_v) *
                                    (dt == ATTN_KV_F32 ? 4u : dt == ATTN_KV_INT8 ? 1u : 2u);
         int rows = s->s; /* the materialised kernel reads all S keys */
-        if (jb->kernel == attn__head_fused) { /* only the key range the block can see */
+        if (jb->kernel == attn__head_decode) {
+            int lo, hi;
+            attn__decode_keys(s, jb, &lo, &hi);
+            rows = (hi > lo ? hi - lo : 0) * jb->heads;
+        } else if (jb->kernel == attn__head_fused) { /* only the key range the block can see */
             int klo = s->s, khi = 0;
             for (int t = jb->t0; t < jb->t0 + jb->nt; t++) {
                 int lo, hi;

@@ -4,8 +4,10 @@
  * to run it. attn_forward projects with three GEMMs, rotates Q and K (RoPE
  * layers), runs the jobs (on the calling thread or the workspace's pool), then
  * applies W_O with one GEMM.
- * Two kernels: attn__head_blas (materialised scores, the simple path; needed
- * when weights are returned) and attn__head_fused (blocked online softmax).
+ * Three kernels: attn__head_blas (materialised scores, the simple path; needed
+ * when weights are returned), attn__head_fused (blocked online softmax) and,
+ * for decode steps over a KV cache, attn__head_decode (decode.h: one job per
+ * group of KV heads and key chunk, split-KV partials merged after the jobs).
  * Grouped-query attention: a job owns one KV head and computes all r = h/g
  * query heads that read it (HF repeat_kv: query head i reads KV head i / r),
  * their query rows stacked into one GEMM against each K/V block, so every K/V
@@ -61,6 +63,12 @@ struct attn__head_job {
     float *z;
     int ldz;
     double cost; /* estimated work, to start the largest jobs first */
+    /* The decode kernel (decode.h) only: the job covers KV heads [kv_head,
+     * kv_head + heads) (n_kv_heads stays 1: one kernel call) and key chunk
+     * `chunk` of n_chunks (1 = unsplit); a split job leaves its partial at
+     * part (chunk c's at c * attn__decode_part_floats after chunk 0's). */
+    int heads, chunk, n_chunks;
+    float *part;
 };
 
 /* The materialised-scores kernel: the group's r query heads stacked into one

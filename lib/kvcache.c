@@ -264,6 +264,22 @@ const float *attn__kv_rows(const attn_layer *l, const attn__kv *kv, int which, i
     return buf;
 }
 
+const void *attn__kv_run(const attn_layer *l, const attn__kv *kv, int which, int s0, int n, int *m,
+                         size_t *stride, const float **scales)
+{
+    const int width = l->g * (which ? l->d_v : l->d_k);
+    *m = n;
+    if (kv->block_rows) {
+        const int end = (s0 & ~(kv->block_rows - 1)) + kv->block_rows;
+        if (end - s0 < n) *m = end - s0;
+    }
+    *stride = (size_t)width;
+    *scales = NULL;
+    if (kv->dtype != ATTN_KV_INT8) return elem_at(kv, which, width, s0, 0);
+    *scales = int8_scales(kv, which, s0);
+    return int8_row(kv, which, l->g, width, s0);
+}
+
 /* ----------------------------------------------------------------- public */
 
 attn_status attn__kv_check_stride(const attn_layer *l, int dtype, int block_rows, size_t stride,

@@ -57,4 +57,12 @@ static inline int attn__kv_tile_ld(const attn_layer *l, int which)
 const float *attn__kv_rows(const attn_layer *l, const attn__kv *kv, int which, int j, int s0, int n,
                            float *buf, int *ld);
 
+/* Where rows [s0, s0+n) of K (which = 0) or V start, for kernels that
+ * convert in registers (decode.c): a pointer to row s0's g*d elements of the
+ * cache's dtype (KV head j's at + j*d), the rows of the run inside one block
+ * (*m <= n; all n when contiguous), each *stride = g*d elements after the
+ * previous, and for INT8 the block's g scales (*scales; NULL otherwise). */
+const void *attn__kv_run(const attn_layer *l, const attn__kv *kv, int which, int s0, int n, int *m,
+                         size_t *stride, const float **scales);
+
 #endif /* ATTN_KVCACHE_H */

@@ -173,10 +173,16 @@ static int cmp_double(const void *a, const void *b)
 double bench_time_forward(const attn_layer *l, const attn_seq *seq, attn_workspace *ws,
                           double budget, int min_runs)
 {
+    return bench_time_batch(l, seq, 1, ws, budget, min_runs);
+}
+
+double bench_time_batch(const attn_layer *l, const attn_seq *seqs, int n_seqs, attn_workspace *ws,
+                        double budget, int min_runs)
+{
     enum { MAX_RUNS = 2000 };
     static double t[MAX_RUNS];
     attn_error err = {0};
-    if (attn_forward(l, seq, 1, ws, NULL, &err) != ATTN_OK) {
+    if (attn_forward(l, seqs, n_seqs, ws, NULL, &err) != ATTN_OK) {
         fprintf(stderr, "attn_forward: %s\n", err.message);
         return -1;
     }
@@ -184,7 +190,7 @@ double bench_time_forward(const attn_layer *l, const attn_seq *seq, attn_workspa
     const int64_t start = bench_now_ns();
     while (n < MAX_RUNS && (n < min_runs || (double)(bench_now_ns() - start) * 1e-9 < budget)) {
         const int64_t t0 = bench_now_ns();
-        if (attn_forward(l, seq, 1, ws, NULL, NULL) != ATTN_OK)
+        if (attn_forward(l, seqs, n_seqs, ws, NULL, NULL) != ATTN_OK)
             return -1;
         t[n++] = (double)(bench_now_ns() - t0) * 1e-9;
     }

@@ -40,6 +40,10 @@ double bench_read_bandwidth(int threads);
 double bench_time_forward(const attn_layer *l, const attn_seq *seq, attn_workspace *ws,
                           double budget, int min_runs);
 
+/* The same for one call over a batch of n_seqs sequences. */
+double bench_time_batch(const attn_layer *l, const attn_seq *seqs, int n_seqs, attn_workspace *ws,
+                        double budget, int min_runs);
+
 /* Call first in main(). Prints the environment the figures depend on: the
  * kernel OpenBLAS chose (openblas_get_corename/config), OPENBLAS_CORETYPE and
  * OPENBLAS_NUM_THREADS, the load average, and one-thread sgemm GFLOP/s of this

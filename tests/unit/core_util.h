@@ -184,4 +184,26 @@ static inline double max_abs(const float *a, size_t n)
     return m;
 }
 
+/* max |a - ref| relative to max(1, max |ref|): the error measure of the KV
+ * cache tests. */
+static inline double rel_err(const float *a, const float *ref, size_t n)
+{
+    double s = max_abs(ref, n);
+    return max_abs_diff(a, ref, n) / (s > 1.0 ? s : 1.0);
+}
+
+static inline void keep_max(double *m, double d)
+{
+    if (d > *m) *m = d;
+}
+
+/* A workspace with these options (the rest default); NULL after a failed CHECK. */
+static inline attn_workspace *test_ws(attn_kernel k, int threads, int bk)
+{
+    attn_workspace_options o = {.n_threads = threads, .kernel = k, .block_k = bk};
+    attn_workspace *ws = NULL;
+    CHECK_INT_EQ(attn_workspace_create(&o, &ws, NULL), ATTN_OK);
+    return ws;
+}
+
 #endif /* ATTN_TEST_CORE_UTIL_H */

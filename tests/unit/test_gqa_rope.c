@@ -24,7 +24,6 @@
 
 static struct { double ref, stream, expand; } worst;
 
-static void keep_max(double *m, double d) { if (d > *m) *m = d; }
 
 static double rel_tol(const float *ref, size_t n)
 {

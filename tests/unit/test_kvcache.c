@@ -21,7 +21,6 @@
 /* Largest differences seen, printed at the end (relative to max(1, |scale|)). */
 static struct { double stream, weights, ring, cache, fixed, ref, mixed; int fixed_exact, fixed_n; } worst;
 
-static void keep_max(double *m, double d) { if (d > *m) *m = d; }
 
 static double rel_tol(const float *ref, size_t n) { double s = max_abs(ref, n); return 1e-5 * (s > 1.0 ? s : 1.0); }
 

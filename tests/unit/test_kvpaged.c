@@ -19,7 +19,6 @@
 static size_t fsz(size_t n) { return n * sizeof(float); }
 
 static struct { double oneshot, f16, bf16, int8; } worst;
-static void keep_max(double *m, double d) { if (d > *m) *m = d; }
 
 /* ------------------------------------------------------------ layers */
 
@@ -37,14 +36,6 @@ static gqa_shape random_shape(test_rng *r)
     s.e_out = s.out_proj ? rng_int(r, 1, 24) : s.h * s.d_v;
     if (rng_int(r, 0, 1)) s.rope = (attn_rope){.style = rng_int(r, 0, 1) ? ATTN_ROPE_HALF : ATTN_ROPE_INTERLEAVED};
     return s;
-}
-
-static attn_workspace *make_ws(attn_kernel k, int threads, int bk)
-{
-    attn_workspace_options o = {.n_threads = threads, .kernel = k, .block_k = bk};
-    attn_workspace *ws = NULL;
-    CHECK_INT_EQ(attn_workspace_create(&o, &ws, NULL), ATTN_OK);
-    return ws;
 }
 
 /* ------------------------------------------------------------ caches */
@@ -130,12 +121,6 @@ static int stream(const attn_layer *l, const tcache *t, const float *x, int L, i
     return stream_from(l, t, x, 0, L, step, seed, window, ws, out);
 }
 
-static double rel_err(const float *a, const float *ref, size_t n)
-{
-    double s = max_abs(ref, n);
-    return max_abs_diff(a, ref, n) / (s > 1.0 ? s : 1.0);
-}
-
 /* ------------------------------------------------------------ cases */
 
 TEST(paged_f32_bit_identical)
@@ -151,7 +136,7 @@ TEST(paged_f32_bit_identical)
         const int B = blocks[rng_int(&r, 0, 4)];
         const attn_kernel kern = c % 4 == 0 ? ATTN_KERNEL_MATERIALIZED : ATTN_KERNEL_FUSED;
         const int bk = (int[]){0, 5, 8, 32}[rng_int(&r, 0, 3)];
-        attn_workspace *ws = make_ws(kern, 1 + c % 2, bk);
+        attn_workspace *ws = test_ws(kern, 1 + c % 2, bk);
         float *x = rand_floats(&r, (size_t)L * sh.e, 1.0f);
         const size_t no = (size_t)L * sh.e_out;
         float *oc = malloc(fsz(no)), *op = malloc(fsz(no)), *o1 = malloc(fsz(no));
@@ -202,7 +187,7 @@ static void fork_case(test_rng *r, int dtype, int B)
     memcpy(sa + (size_t)P * sh.e, xa, fsz((size_t)A * sh.e));
     memcpy(sb, xp, fsz((size_t)P * sh.e));
     memcpy(sb + (size_t)P * sh.e, xb, fsz((size_t)A * sh.e));
-    attn_workspace *ws = make_ws(ATTN_KERNEL_FUSED, 2, 4);
+    attn_workspace *ws = test_ws(ATTN_KERNEL_FUSED, 2, 4);
     const size_t no = (size_t)L * sh.e_out;
     float *ra = malloc(fsz(no)), *rb = malloc(fsz(no)), *fa = malloc(fsz(no)), *fb = malloc(fsz(no));
     /* independent caches */
@@ -285,7 +270,7 @@ TEST(compact_dtypes_error)
         if (l == NULL) return;
         const int L = c < 3 ? 300 : rng_int(&r, 1, 80), step = (int[]){1, 3, 0}[c % 3];
         const int B = (int[]){4, 16, 64}[c % 3], window = c % 4 == 3 ? rng_int(&r, 1, 30) : 0;
-        attn_workspace *ws = make_ws(c % 5 == 4 ? ATTN_KERNEL_MATERIALIZED : ATTN_KERNEL_FUSED, 2, 0);
+        attn_workspace *ws = test_ws(c % 5 == 4 ? ATTN_KERNEL_MATERIALIZED : ATTN_KERNEL_FUSED, 2, 0);
         float *x = rand_floats(&r, (size_t)L * sh.e, 1.0f);
         const size_t no = (size_t)L * sh.e_out;
         float *ref = malloc(fsz(no)), *o = malloc(fsz(no));
@@ -418,7 +403,7 @@ TEST(strided_pages_match_packed)
         const size_t no = (size_t)L * sh.e_out;
         float *op = malloc(fsz(no)), *os = malloc(fsz(no));
         const uint64_t seed = rng_next(&r);
-        attn_workspace *ws = make_ws(ATTN_KERNEL_FUSED, 1, 0);
+        attn_workspace *ws = test_ws(ATTN_KERNEL_FUSED, 1, 0);
         int ok = stream(l, &tp, x, L, 0, seed, 0, ws, op) == 0;
         attn_seq probe = {0};
         seq_use_cache(&probe, &ts);

@@ -1,0 +1,558 @@
+/* decode.c — the decode kernel (see decode.h): one job computes the R =
+ * heads * (h/g) * T stacked query rows of its KV heads against the cache in
+ * tiles of DECODE_TILE keys. Per tile: the scores by dot products that read
+ * each K row once (all the job's heads, adjacent in the row, before the next
+ * row) and convert its elements in registers; the online softmax of every
+ * row (running max and sum, accumulator rescaled when the max grows); then
+ * axpys that read each V row once the same way, in sub-blocks of
+ * DECODE_SUB keys small enough to stay in L1 while every head uses them.
+ * A tile's keys are walked in runs inside one cache block, but a key's
+ * arithmetic never depends on where a run starts, and tiles start at the
+ * same keys for every layout, so a paged float32 cache gives results
+ * bit-identical to the contiguous one. INT8 scales are folded in per run and
+ * head: into the scores (q . k_int * s_k) and into the probabilities before
+ * the axpys (p * s_v).
+ */
+#include "decode.h"
+
+#include "kvcache.h"
+#include "mask.h"
+#include "softmax.h"
+
+#include <math.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define DECODE_AVX2 1
+#define AVX2_FN __attribute__((target("avx2,fma,f16c")))
+#define AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
+#endif
+
+/* Keys per online-softmax step: the R x tile scores stay in L2, and the
+ * max/rescale work is amortised over many keys. Chunks of a split job are
+ * whole tiles. DECODE_SUB: keys per axpy sub-block (all heads of DECODE_SUB
+ * V rows stay in L1). */
+#define DECODE_TILE 128
+#define DECODE_SUB 16
+
+int attn__decode_portable_only = 0;
+
+static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
+
+int attn__decode_applies(const attn_seq *s) { return s->cache_k != NULL && s->t <= ATTN__DECODE_MAX_T; }
+
+static int ceil_div(int a, int b) { return a / b + (a % b != 0); }
+
+void attn__decode_split(const attn_layer *l, const attn_seq *s, int n_seqs, int n_threads, int *heads,
+                        int *chunks)
+{
+    *heads = l->g;
+    *chunks = 1;
+    if (n_threads < 2 || n_seqs < 1 || n_seqs >= 2 * n_threads) return;
+    const int want = 4 * n_threads; /* jobs: about 4 per thread, so uneven ones balance */
+    const int most = s->s / ATTN__DECODE_SPLIT_MIN;
+    *chunks = ceil_div(want, n_seqs) < most ? ceil_div(want, n_seqs) : most > 1 ? most : 1;
+    if (n_seqs * *chunks >= 2 * n_threads) return;
+    const int groups = ceil_div(want, n_seqs * *chunks);
+    *heads = groups >= l->g ? 1 : ceil_div(l->g, groups);
+}
+
+size_t attn__decode_part_floats(const attn_layer *l, int t, int heads)
+{
+    const size_t rows = (size_t)heads * (size_t)(l->h / l->g) * (size_t)t;
+    return round16(rows * (2 + (size_t)l->d_v));
+}
+
+size_t attn__decode_scratch_floats(const attn_layer *l, int t, int heads)
+{
+    const size_t rows = (size_t)heads * (size_t)(l->h / l->g) * (size_t)t;
+    return round16(rows * (size_t)l->d_k) + round16(rows * DECODE_TILE) + attn__decode_part_floats(l, t, heads) +
+           2 * round16((size_t)t);
+}
+
+/* ------------------------------------------------------- element loads */
+
+static float f32_of_bits(uint32_t u) { float f; memcpy(&f, &u, sizeof f); return f; }
+static uint32_t bits_of_f32(float f) { uint32_t u; memcpy(&u, &f, sizeof u); return u; }
+
+/* Element i of a row of dtype dt as float32 (INT8 unscaled). Exact. */
+static inline float load1(const void *p, size_t i, int dt)
+{
+    switch (dt) {
+    case ATTN_KV_F32: return ((const float *)p)[i];
+    case ATTN_KV_F16: {
+        const uint32_t h = ((const uint16_t *)p)[i];
+        const float m = f32_of_bits((h & 0x7fffu) << 13) * 0x1p112f; /* finite halves */
+        return f32_of_bits(bits_of_f32(m) | ((h & 0x8000u) << 16));
+    }
+    case ATTN_KV_BF16: return f32_of_bits((uint32_t)((const uint16_t *)p)[i] << 16);
+    default: return (float)((const int8_t *)p)[i];
+    }
+}
+
+static size_t elem_bytes(int dt) { return dt == ATTN_KV_F32 ? 4 : dt == ATTN_KV_INT8 ? 1 : 2; }
+
+/* The shapes every kernel below works on: rows of KV head jh of the job are
+ * rows [jh*rh, (jh+1)*rh) of q / out / p / acc; keys are m rows of the
+ * cache, `stride` elements apart, KV head jh's d elements at + jh*d. */
+typedef struct dims {
+    int rh, nh, d, m;
+    size_t stride;
+    int dt;
+} dims;
+
+/* ------------------------------------------------------ portable kernels */
+
+/* out[row*ldo + j] = s_k[jh] * (q_row . k_j, head jh's columns). */
+static void qk_portable(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo)
+{
+    for (int j = 0; j < x->m; j++)
+        for (int jh = 0; jh < x->nh; jh++)
+            for (int rr = 0; rr < x->rh; rr++) {
+                const int row = jh * x->rh + rr;
+                const float *qr = q + (size_t)row * x->d;
+                const size_t kj = (size_t)j * x->stride + (size_t)jh * x->d;
+                float a = 0.0f;
+                for (int c = 0; c < x->d; c++) a += qr[c] * load1(k, kj + c, x->dt);
+                out[(size_t)row * ldo + j] = a * (sk ? sk[jh] : 1.0f);
+            }
+}
+
+/* acc[row*d + c] += p[row*ldp + j] * v_j[head jh's column c]. */
+static void pv_portable(const float *p, int ldp, const dims *x, const void *v, float *acc)
+{
+    for (int jh = 0; jh < x->nh; jh++)
+        for (int rr = 0; rr < x->rh; rr++) {
+            const int row = jh * x->rh + rr;
+            float *a = acc + (size_t)row * x->d;
+            for (int j = 0; j < x->m; j++) {
+                const float pj = p[(size_t)row * ldp + j];
+                const size_t vj = (size_t)j * x->stride + (size_t)jh * x->d;
+                for (int c = 0; c < x->d; c++) a[c] += pj * load1(v, vj + c, x->dt);
+            }
+        }
+}
+
+/* ---------------------------------------------------------- AVX2 kernels */
+
+#ifdef DECODE_AVX2
+AVX2_INLINE __m256 load8(const void *p, size_t i, int dt)
+{
+    switch (dt) {
+    case ATTN_KV_F32: return _mm256_loadu_ps((const float *)p + i);
+    case ATTN_KV_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i)));
+    case ATTN_KV_BF16: {
+        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i)));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    }
+    default: return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((const int8_t *)p + i))));
+    }
+}
+
+/* Asks for `n` elements from element i on: the rows a kernel reads next.
+ * Prefetches never fault, so running past the cache's end is harmless. */
+AVX2_INLINE void prefetch(const void *p, size_t i, size_t n, int dt)
+{
+    const char *b = (const char *)p + i * elem_bytes(dt);
+    const size_t bytes = n * elem_bytes(dt);
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(b + o, _MM_HINT_T0);
+}
+
+/* The four horizontal sums of a0..a3, in order. */
+AVX2_INLINE __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
+{
+    const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
+/* Scores of 4 query rows (q0, q0 + d, ...) against the d elements at kj and
+ * (two = 1) at kj2, into out[i*ldo] and out[i*ldo + 1]: two keys at once
+ * give twice the independent FMA chains and load each q vector once for
+ * both. A key's arithmetic is the same whether it comes first, second or
+ * alone (two = 0: kj2 must be kj, its result is not stored). */
+AVX2_INLINE void dot4x2(const float *q0, int d, const void *k, size_t kj, size_t kj2, int two, int dt, float sk,
+                        float *out, int ldo)
+{
+    const int d8 = d & ~7;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    for (int c = 0; c < d8; c += 8) {
+        const __m256 ka = load8(k, kj + (size_t)c, dt), kb = load8(k, kj2 + (size_t)c, dt);
+        __m256 q = _mm256_loadu_ps(q0 + c);
+        a0 = _mm256_fmadd_ps(q, ka, a0);
+        b0 = _mm256_fmadd_ps(q, kb, b0);
+        q = _mm256_loadu_ps(q0 + d + c);
+        a1 = _mm256_fmadd_ps(q, ka, a1);
+        b1 = _mm256_fmadd_ps(q, kb, b1);
+        q = _mm256_loadu_ps(q0 + 2 * d + c);
+        a2 = _mm256_fmadd_ps(q, ka, a2);
+        b2 = _mm256_fmadd_ps(q, kb, b2);
+        q = _mm256_loadu_ps(q0 + 3 * d + c);
+        a3 = _mm256_fmadd_ps(q, ka, a3);
+        b3 = _mm256_fmadd_ps(q, kb, b3);
+    }
+    float s[4], t[4];
+    _mm_storeu_ps(s, hsum4(a0, a1, a2, a3));
+    _mm_storeu_ps(t, hsum4(b0, b1, b2, b3));
+    for (int c = d8; c < d; c++) {
+        const float kc = load1(k, kj + (size_t)c, dt), kc2 = load1(k, kj2 + (size_t)c, dt);
+        for (int i = 0; i < 4; i++) {
+            s[i] += q0[(size_t)i * d + c] * kc;
+            t[i] += q0[(size_t)i * d + c] * kc2;
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        out[(size_t)i * ldo] = s[i] * sk;
+        if (two) out[(size_t)i * ldo + 1] = t[i] * sk;
+    }
+}
+
+AVX2_INLINE void dot1(const float *q, int d, const void *k, size_t kj, int dt, float sk, float *out)
+{
+    const int d8 = d & ~7;
+    __m256 a = _mm256_setzero_ps();
+    for (int c = 0; c < d8; c += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), load8(k, kj + (size_t)c, dt), a);
+    const __m256 z = _mm256_setzero_ps();
+    float s = _mm_cvtss_f32(hsum4(a, z, z, z));
+    for (int c = d8; c < d; c++) s += q[c] * load1(k, kj + (size_t)c, dt);
+    *out = s * sk;
+}
+
+AVX2_INLINE void qk_avx2_t(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo,
+                           const int dt)
+{
+    const int rh = x->rh, d = x->d;
+    const size_t row_elems = (size_t)x->nh * (size_t)d;
+    for (int j = 0; j < x->m; j += 2) {
+        const int two = j + 1 < x->m;
+        prefetch(k, (size_t)(j + 4) * x->stride, row_elems, dt);
+        if (two) prefetch(k, (size_t)(j + 5) * x->stride, row_elems, dt);
+        for (int jh = 0; jh < x->nh; jh++) {
+            const size_t kj = (size_t)j * x->stride + (size_t)jh * d;
+            const float s = sk ? sk[jh] : 1.0f;
+            const float *qh = q + (size_t)jh * rh * d;
+            float *oh = out + (size_t)jh * rh * ldo + j;
+            int r = 0;
+            for (; r + 4 <= rh; r += 4)
+                dot4x2(qh + (size_t)r * d, d, k, kj, two ? kj + x->stride : kj, two, dt, s, oh + (size_t)r * ldo, ldo);
+            for (; r < rh; r++) {
+                dot1(qh + (size_t)r * d, d, k, kj, dt, s, oh + (size_t)r * ldo);
+                if (two) dot1(qh + (size_t)r * d, d, k, kj + x->stride, dt, s, oh + (size_t)r * ldo + 1);
+            }
+        }
+    }
+}
+
+/* acc rows 0..3 (stride d), columns [c, c + 16), over m keys at v (stride
+ * elements apart); the accumulators stay in registers. */
+AVX2_INLINE void axpy4x16(const float *p, int ldp, const void *v, size_t stride, int m, int dt, float *acc, int d,
+                          int c)
+{
+    float *a0 = acc + c, *a1 = a0 + d, *a2 = a1 + d, *a3 = a2 + d;
+    __m256 x0 = _mm256_loadu_ps(a0), y0 = _mm256_loadu_ps(a0 + 8), x1 = _mm256_loadu_ps(a1),
+           y1 = _mm256_loadu_ps(a1 + 8), x2 = _mm256_loadu_ps(a2), y2 = _mm256_loadu_ps(a2 + 8),
+           x3 = _mm256_loadu_ps(a3), y3 = _mm256_loadu_ps(a3 + 8);
+    for (int j = 0; j < m; j++) {
+        const size_t vj = (size_t)j * stride + (size_t)c;
+        const __m256 lo = load8(v, vj, dt), hi = load8(v, vj + 8, dt);
+        __m256 pb = _mm256_broadcast_ss(p + j);
+        x0 = _mm256_fmadd_ps(pb, lo, x0);
+        y0 = _mm256_fmadd_ps(pb, hi, y0);
+        pb = _mm256_broadcast_ss(p + ldp + j);
+        x1 = _mm256_fmadd_ps(pb, lo, x1);
+        y1 = _mm256_fmadd_ps(pb, hi, y1);
+        pb = _mm256_broadcast_ss(p + 2 * (size_t)ldp + j);
+        x2 = _mm256_fmadd_ps(pb, lo, x2);
+        y2 = _mm256_fmadd_ps(pb, hi, y2);
+        pb = _mm256_broadcast_ss(p + 3 * (size_t)ldp + j);
+        x3 = _mm256_fmadd_ps(pb, lo, x3);
+        y3 = _mm256_fmadd_ps(pb, hi, y3);
+    }
+    _mm256_storeu_ps(a0, x0);
+    _mm256_storeu_ps(a0 + 8, y0);
+    _mm256_storeu_ps(a1, x1);
+    _mm256_storeu_ps(a1 + 8, y1);
+    _mm256_storeu_ps(a2, x2);
+    _mm256_storeu_ps(a2 + 8, y2);
+    _mm256_storeu_ps(a3, x3);
+    _mm256_storeu_ps(a3 + 8, y3);
+}
+
+AVX2_INLINE void axpy1(const float *p, const void *v, size_t stride, int m, int dt, float *acc, int c)
+{
+    __m256 a = _mm256_loadu_ps(acc + c);
+    for (int j = 0; j < m; j++)
+        a = _mm256_fmadd_ps(_mm256_broadcast_ss(p + j), load8(v, (size_t)j * stride + (size_t)c, dt), a);
+    _mm256_storeu_ps(acc + c, a);
+}
+
+/* One KV head's rh rows, m keys, columns from 0 to d. */
+AVX2_INLINE void pv_head(const float *p, int ldp, int rh, const void *v, size_t stride, int m, int dt, float *acc,
+                         int d)
+{
+    const int d8 = d & ~7;
+    int r = 0;
+    for (; r + 4 <= rh; r += 4) {
+        const float *pr = p + (size_t)r * ldp;
+        float *ar = acc + (size_t)r * d;
+        int c = 0;
+        for (; c + 16 <= d8; c += 16) axpy4x16(pr, ldp, v, stride, m, dt, ar, d, c);
+        if (c < d8) /* 8 columns left */
+            for (int i = 0; i < 4; i++) axpy1(pr + (size_t)i * ldp, v, stride, m, dt, ar + (size_t)i * d, c);
+    }
+    for (; r < rh; r++)
+        for (int c = 0; c < d8; c += 8) axpy1(p + (size_t)r * ldp, v, stride, m, dt, acc + (size_t)r * d, c);
+    if (d8 < d) /* the last d % 8 columns */
+        for (int rr = 0; rr < rh; rr++)
+            for (int j = 0; j < m; j++) {
+                const float pj = p[(size_t)rr * ldp + j];
+                for (int c = d8; c < d; c++) acc[(size_t)rr * d + c] += pj * load1(v, (size_t)j * stride + c, dt);
+            }
+}
+
+/* Sub-blocks of DECODE_SUB keys: every head's axpys on them while they are
+ * in L1, the next sub-block prefetched. */
+AVX2_INLINE void pv_avx2_t(const float *p, int ldp, const dims *x, const void *v, float *acc, const int dt)
+{
+    const size_t row_elems = (size_t)x->nh * (size_t)x->d;
+    for (int j0 = 0; j0 < x->m; j0 += DECODE_SUB) {
+        const int n = x->m - j0 < DECODE_SUB ? x->m - j0 : DECODE_SUB;
+        for (int j = 0; j < DECODE_SUB; j++) prefetch(v, (size_t)(j0 + DECODE_SUB + j) * x->stride, row_elems, dt);
+        for (int jh = 0; jh < x->nh; jh++)
+            pv_head(p + (size_t)jh * x->rh * ldp + j0, ldp, x->rh,
+                    (const char *)v + ((size_t)j0 * x->stride + (size_t)jh * x->d) * elem_bytes(dt), x->stride, n,
+                    dt, acc + (size_t)jh * x->rh * x->d, x->d);
+    }
+}
+/* One instance per dtype (dt a constant inside), chosen per run. */
+#define DTYPE_SWITCH(fn, dt, ...)                                                                                   \
+    switch (dt) {                                                                                                    \
+    case ATTN_KV_F32: fn(__VA_ARGS__, ATTN_KV_F32); break;                                                           \
+    case ATTN_KV_F16: fn(__VA_ARGS__, ATTN_KV_F16); break;                                                           \
+    case ATTN_KV_BF16: fn(__VA_ARGS__, ATTN_KV_BF16); break;                                                         \
+    default: fn(__VA_ARGS__, ATTN_KV_INT8); break;                                                                   \
+    }
+
+AVX2_FN static void qk_avx2(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo)
+{
+    DTYPE_SWITCH(qk_avx2_t, x->dt, q, x, k, sk, out, ldo)
+}
+
+AVX2_FN static void pv_avx2(const float *p, int ldp, const dims *x, const void *v, float *acc)
+{
+    DTYPE_SWITCH(pv_avx2_t, x->dt, p, ldp, x, v, acc)
+}
+
+static int use_avx2(void)
+{
+    return !attn__decode_portable_only && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+}
+#else
+static int use_avx2(void) { return 0; }
+#endif
+
+static void qk_run(int avx2, const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo)
+{
+#ifdef DECODE_AVX2
+    if (avx2) {
+        qk_avx2(q, x, k, sk, out, ldo);
+        return;
+    }
+#endif
+    (void)avx2;
+    qk_portable(q, x, k, sk, out, ldo);
+}
+
+static void pv_run(int avx2, const float *p, int ldp, const dims *x, const void *v, float *acc)
+{
+#ifdef DECODE_AVX2
+    if (avx2) {
+        pv_avx2(p, ldp, x, v, acc);
+        return;
+    }
+#endif
+    (void)avx2;
+    pv_portable(p, ldp, x, v, acc);
+}
+
+/* ------------------------------------------------------------ the job */
+
+/* One job's working state. Row (jh*r + hh)*T + t is query row t of query
+ * head h0 + jh*r + hh, which reads KV head kvh + jh: query head h0 + row/T. */
+typedef struct decode_job {
+    const attn_layer *l;
+    const attn_seq *s;
+    attn__kv kv;
+    int kvh, nh, h0, T, R, avx2;
+    float *qb;   /* (R, d_k) queries, pre-multiplied by the 1/sqrt(d_k) scale */
+    float *tile; /* (R, DECODE_TILE) scores, then probabilities */
+    float *mx, *sum, *acc; /* (R), (R), (R, d_v): in scratch, or the chunk's partial */
+    int *lo, *hi; /* (T) each row's visible key interval */
+} decode_job;
+
+/* Row `row` (query t) of a tile of scores for keys s0..s0+n: float mask
+ * added, blocked keys removed, then exp(score - running max) with the row's
+ * max, sum and accumulator updated. Returns 1 if the row sees a key here. */
+static int online_update(const decode_job *dj, int row, int t, int s0, int n)
+{
+    const attn_seq *s = dj->s;
+    float *x0 = dj->tile + (size_t)row * DECODE_TILE;
+    const int a = dj->lo[t] > s0 ? dj->lo[t] : s0, b = dj->hi[t] < s0 + n ? dj->hi[t] : s0 + n;
+    if (a >= b) {
+        memset(x0, 0, (size_t)n * sizeof *x0);
+        return 0;
+    }
+    const int head = dj->h0 + row / dj->T, len = b - a;
+    float *x = x0 + (a - s0);
+    const float *fm = attn__mask_float_plane(s, head);
+    if (fm != NULL)
+        for (int i = 0; i < len; i++) x[i] += fm[(size_t)t * s->s + (size_t)(a + i)];
+    attn__mask_block_span(s, attn__mask_bool_plane(s, head), t, a, b, x);
+    const float m = attn__row_max(x, len);
+    if (!(m > -INFINITY)) {
+        memset(x0, 0, (size_t)n * sizeof *x0);
+        return 0;
+    }
+    if (m > dj->mx[row]) {
+        if (dj->mx[row] > -INFINITY) { /* earlier tiles were summed against a smaller max */
+            const float corr = expf(dj->mx[row] - m);
+            dj->sum[row] *= corr;
+            attn__scale(dj->acc + (size_t)row * dj->l->d_v, corr, dj->l->d_v);
+        }
+        dj->mx[row] = m;
+    }
+    dj->sum[row] += attn__exp_sum(x, dj->mx[row], x, len);
+    if (a > s0) memset(x0, 0, (size_t)(a - s0) * sizeof *x0);
+    if (b < s0 + n) memset(x0 + (b - s0), 0, (size_t)(s0 + n - b) * sizeof *x0);
+    return 1;
+}
+
+/* Keys [s0, s0+n) (n <= DECODE_TILE): scores, online softmax, acc += P V. */
+static void tile_step(const decode_job *dj, int s0, int n)
+{
+    const attn_layer *l = dj->l;
+    const int rh = dj->R / dj->nh;
+    for (int j = s0; j < s0 + n;) {
+        dims x = {.rh = rh, .nh = dj->nh, .d = l->d_k, .dt = dj->kv.dtype};
+        const float *sk;
+        const char *k = attn__kv_run(l, &dj->kv, 0, j, s0 + n - j, &x.m, &x.stride, &sk);
+        k += (size_t)dj->kvh * l->d_k * elem_bytes(x.dt);
+        qk_run(dj->avx2, dj->qb, &x, k, sk ? sk + dj->kvh : NULL, dj->tile + (j - s0), DECODE_TILE);
+        j += x.m;
+    }
+    int any = 0;
+    for (int row = 0; row < dj->R; row++) any |= online_update(dj, row, row % dj->T, s0, n);
+    if (!any) return; /* every key of the tile blocked for every row */
+    for (int j = s0; j < s0 + n;) {
+        dims x = {.rh = rh, .nh = dj->nh, .d = l->d_v, .dt = dj->kv.dtype};
+        const float *sv;
+        const char *v = attn__kv_run(l, &dj->kv, 1, j, s0 + n - j, &x.m, &x.stride, &sv);
+        v += (size_t)dj->kvh * l->d_v * elem_bytes(x.dt);
+        float *p = dj->tile + (j - s0);
+        if (sv != NULL) /* p * s_v: the run's V scales folded into the probabilities */
+            for (int row = 0; row < dj->R; row++)
+                attn__scale(p + (size_t)row * DECODE_TILE, sv[dj->kvh + row / rh], x.m);
+        pv_run(dj->avx2, p, DECODE_TILE, &x, v, dj->acc);
+        j += x.m;
+    }
+}
+
+void attn__decode_keys(const attn_seq *s, const attn__head_job *job, int *lo, int *hi)
+{
+    int klo = s->s, khi = 0;
+    for (int t = job->t0; t < job->t0 + job->nt; t++) {
+        int a, b;
+        attn__mask_row_range(s, t, &a, &b);
+        if (b <= a) continue;
+        if (a < klo) klo = a;
+        if (b > khi) khi = b;
+    }
+    *lo = *hi = 0;
+    if (khi <= klo) return;
+    const long long tiles = (khi - klo + DECODE_TILE - 1) / DECODE_TILE, n = job->n_chunks, c = job->chunk;
+    const long long t0 = tiles * c / n, t1 = tiles * (c + 1) / n;
+    *lo = klo + (int)(t0 * DECODE_TILE);
+    *hi = klo + t1 * DECODE_TILE < khi ? klo + (int)(t1 * DECODE_TILE) : khi;
+}
+
+/* z row of stacked row `row`: query row t of query head kv_head*r + row/T. */
+static float *z_row(const attn__head_job *job, int r, int T, int dv, int row)
+{
+    const int hh = row / T, t = row % T;
+    return job->z + (size_t)(job->t0 + t) * job->ldz + (size_t)(job->kv_head * r + hh) * dv;
+}
+
+void attn__head_decode(const attn__fwd_ctx *ctx, const attn__head_job *job, float *scratch)
+{
+    const attn_layer *l = ctx->layer;
+    const int r = l->h / l->g, T = job->nt, dk = l->d_k, dv = l->d_v;
+    decode_job dj = {.l = l, .s = &ctx->seqs[job->seq], .kvh = job->kv_head, .nh = job->heads,
+                     .h0 = job->kv_head * r, .T = T, .R = job->heads * r * T, .avx2 = use_avx2()};
+    const size_t R = (size_t)dj.R;
+    dj.qb = scratch;
+    dj.tile = dj.qb + round16(R * (size_t)dk);
+    float *state = job->n_chunks > 1 ? job->part : dj.tile + round16(R * DECODE_TILE);
+    dj.mx = state;
+    dj.sum = state + R;
+    dj.acc = state + 2 * R;
+    dj.lo = (int *)(dj.tile + round16(R * DECODE_TILE) + attn__decode_part_floats(l, T, job->heads));
+    dj.hi = dj.lo + round16((size_t)T);
+    for (size_t row = 0; row < R; row++) {
+        dj.mx[row] = -INFINITY;
+        dj.sum[row] = 0.0f;
+    }
+    memset(dj.acc, 0, R * (size_t)dv * sizeof *dj.acc);
+    for (int t = 0; t < T; t++) attn__mask_row_range(dj.s, job->t0 + t, &dj.lo[t], &dj.hi[t]);
+    int a, b;
+    attn__decode_keys(dj.s, job, &a, &b);
+    if (a < b) {
+        for (int row = 0; row < dj.R; row++) { /* copied first: z may alias q */
+            const int hh = row / T, t = row % T;
+            const float *q = ctx->q + (size_t)(job->q_row + job->t0 + t) * ctx->ldq + (size_t)(dj.h0 + hh) * dk;
+            for (int c = 0; c < dk; c++) dj.qb[(size_t)row * dk + c] = q[c] * ctx->scale;
+        }
+        attn__kv_from_seq(l, dj.s, &dj.kv);
+        for (int s0 = a; s0 < b; s0 += DECODE_TILE) tile_step(&dj, s0, b - s0 < DECODE_TILE ? b - s0 : DECODE_TILE);
+    }
+    if (job->n_chunks > 1) return; /* attn__decode_merge finishes */
+    for (int row = 0; row < dj.R; row++) { /* z = acc / sum, or 0 for a row that saw no key */
+        float *z = z_row(job, r, T, dv, row);
+        const float *ar = dj.acc + (size_t)row * dv;
+        const float inv = dj.sum[row] > 0.0f ? 1.0f / dj.sum[row] : 0.0f;
+        for (int c = 0; c < dv; c++) z[c] = ar[c] * inv;
+    }
+}
+
+/* z row = sum_c e^(mx_c - M) acc_c / sum_c e^(mx_c - M) sum_c over the chunks
+ * c (M = the largest mx_c), or 0 when no chunk saw a key. */
+static void merge_group(const attn_layer *l, const attn__head_job *job)
+{
+    const int r = l->h / l->g, T = job->nt, R = job->heads * r * T, dv = l->d_v;
+    const size_t pf = attn__decode_part_floats(l, T, job->heads);
+    for (int row = 0; row < R; row++) {
+        float *z = z_row(job, r, T, dv, row);
+        float mx = -INFINITY, total = 0.0f;
+        for (int c = 0; c < job->n_chunks; c++)
+            if (job->part[c * pf + (size_t)row] > mx) mx = job->part[c * pf + (size_t)row];
+        memset(z, 0, (size_t)dv * sizeof *z);
+        if (!(mx > -INFINITY)) continue;
+        for (int c = 0; c < job->n_chunks; c++) {
+            const float *p = job->part + c * pf;
+            if (!(p[row] > -INFINITY)) continue; /* the chunk saw no key of this row */
+            const float w = expf(p[row] - mx);
+            const float *acc = p + 2 * (size_t)R + (size_t)row * dv;
+            total += w * p[R + row];
+            for (int i = 0; i < dv; i++) z[i] += w * acc[i];
+        }
+        const float inv = 1.0f / total;
+        for (int i = 0; i < dv; i++) z[i] *= inv;
+    }
+}
+
+void attn__decode_merge(const attn__fwd_ctx *ctx, const attn__head_job *jobs, int n_jobs)
+{
+    for (int j = 0; j < n_jobs; j++)
+        if (jobs[j].kernel == attn__head_decode && jobs[j].n_chunks > 1 && jobs[j].chunk == 0)
+            merge_group(ctx->layer, &jobs[j]);
+}
