@@ -11,6 +11,7 @@
 
 #include "decode.h"
 #include "kvcache.h"
+#include "skinny.h"
 #include "mask.h"
 #include "rope.h"
 #include "softmax.h"
@@ -204,24 +205,28 @@ typedef struct linear_op {
     float *y;
 } linear_op;
 
+/* 1 when op has few rows in all (a decode batch): skinny.c computes it, split
+ * over output columns, reading W once. */
+static int linear_skinny(const linear_op *op) { return op->rows >= 1 && op->rows <= ATTN__SKINNY_MAX; }
+
+/* Columns [o0, o1) of a skinny op. */
+static void linear_cols(const linear_op *op, int o0, int o1)
+{
+    attn__skinny_linear(op->x, (int)op->rows, op->n_in, op->w, op->b, o0, o1, op->y, op->ldy);
+}
+
 static void linear_rows(const linear_op *op, size_t r0, size_t nr)
 {
     float beta = 0.0f;
     float *y = op->y + r0 * (size_t)op->ldy;
+    if (linear_skinny(op)) { /* never a chunk of a longer op: whole ops only */
+        linear_cols(op, 0, op->n_out);
+        return;
+    }
     if (op->b != NULL) {
         for (size_t r = 0; r < nr; r++)
             memcpy(y + r * (size_t)op->ldy, op->b, (size_t)op->n_out * sizeof *op->b);
         beta = 1.0f;
-    }
-    if (op->rows == 1) { /* one row in all (a streamed token): OpenBLAS's GEMV is ~4x
-                            faster than a 1-row GEMM; never used for a chunk of a
-                            longer op, so threaded results stay bit-identical. y is
-                            zeroed for beta = 0 (OpenBLAS versions differ on NaN
-                            garbage there). */
-        if (op->b == NULL) memset(y, 0, (size_t)op->n_out * sizeof *y);
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, op->n_out, op->n_in, 1.0f, op->w, op->n_in, op->x, 1,
-                    beta, y, 1);
-        return;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, op->n_out, op->n_in, 1.0f,
                 op->x + r0 * (size_t)op->n_in, op->n_in, op->w, op->n_in, beta, y, op->ldy);
@@ -232,11 +237,12 @@ static void linear_rows(const linear_op *op, size_t r0, size_t nr)
  * 12 included; splitting at multiples of 64 alone changes some roundings). */
 #define ROW_ALIGN ((size_t)192)
 
-/* Up to three linears, each split into row chunks, one chunk per pool task. */
+/* Up to three linears, each split into row chunks (skinny ones: column
+ * chunks), one chunk per pool task. */
 typedef struct linear_batch {
     linear_op op[3];
     int n_ops;
-    size_t per[3];  /* rows per chunk, a multiple of ROW_ALIGN */
+    size_t per[3];  /* rows per chunk, a multiple of ROW_ALIGN; skinny: columns, a multiple of 8 */
     int chunks[3];  /* chunks of each op */
 } linear_batch;
 
@@ -246,8 +252,14 @@ static void linear_task(void *arg, int task, int worker)
     const linear_batch *lb = arg;
     int i = 0;
     while (task >= lb->chunks[i]) task -= lb->chunks[i++];
-    size_t r0 = (size_t)task * lb->per[i], rows = lb->op[i].rows;
-    linear_rows(&lb->op[i], r0, rows - r0 < lb->per[i] ? rows - r0 : lb->per[i]);
+    const linear_op *op = &lb->op[i];
+    if (linear_skinny(op)) {
+        size_t o0 = (size_t)task * lb->per[i], o1 = o0 + lb->per[i];
+        linear_cols(op, (int)o0, o1 < (size_t)op->n_out ? (int)o1 : op->n_out);
+        return;
+    }
+    size_t r0 = (size_t)task * lb->per[i], rows = op->rows;
+    linear_rows(op, r0, rows - r0 < lb->per[i] ? rows - r0 : lb->per[i]);
 }
 
 /* Runs the linears: one GEMM each on the calling thread, or each split into
@@ -270,6 +282,13 @@ static void run_linears(linear_batch *lb, const attn_workspace *ws, const fwd_pl
         if (rows == 0) { /* K/V of a batch of fixed caches only */
             lb->per[i] = ROW_ALIGN;
             lb->chunks[i] = 0;
+            continue;
+        }
+        if (linear_skinny(&lb->op[i])) { /* columns: each thread streams its share of W */
+            size_t cols = (size_t)lb->op[i].n_out, per = (cols + want - 1) / want;
+            lb->per[i] = (per + 7) / 8 * 8;
+            lb->chunks[i] = (int)((cols + lb->per[i] - 1) / lb->per[i]);
+            tasks += lb->chunks[i];
             continue;
         }
         size_t per = (rows + want - 1) / want;

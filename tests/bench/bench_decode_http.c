@@ -92,11 +92,16 @@ int main(void)
         fprintf(stderr, "bench_decode_http: cannot write the layer in %s\n", dir);
         return 1;
     }
+    /* BENCH_DECODE_WORKERS=N gives every model N workers of its own (per-model setting). */
+    char workers[32] = "";
+    if (env_int("BENCH_DECODE_WORKERS", 0) > 0)
+        snprintf(workers, sizeof workers, ",workers=%d", env_int("BENCH_DECODE_WORKERS", 0));
     char spec[N_DTYPES][1200];
     const char *args[4 * N_DTYPES + 16];
     int n = 0;
     for (int i = 0; i < N_DTYPES; i++) {
-        snprintf(spec[i], sizeof spec[i], "%s=%s,layer=0,kv_dtype=%s", dtypes[i].name, dir, dtypes[i].name);
+        snprintf(spec[i], sizeof spec[i], "%s=%s,layer=0,kv_dtype=%s%s", dtypes[i].name, dir, dtypes[i].name,
+                 workers);
         args[n++] = "--model";
         args[n++] = spec[i];
     }

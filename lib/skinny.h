@@ -1,0 +1,20 @@
+/* skinny.h — the projections of a batch of few rows (decode: a handful of
+ * streams, one new position each): y = x Wᵀ (+ b) reading each weight row
+ * once for every row of x. OpenBLAS's sgemm packs the whole of W for such
+ * shapes (about three times the memory traffic of one read) and its sgemv
+ * takes one row, so for rows <= ATTN__SKINNY_MAX the library uses this
+ * instead, split over output columns so that each thread streams its own
+ * share of W. Each output is one dot product computed the same way however
+ * the columns are split: results do not depend on the thread count.
+ * Library-internal. */
+#ifndef ATTN_SKINNY_H
+#define ATTN_SKINNY_H
+
+#define ATTN__SKINNY_MAX 16
+
+/* Columns [o0, o1) of y (rows, ldy) = x (rows, n_in) Wᵀ + b, W: (n_out, n_in)
+ * row-major, b: (n_out) or NULL. rows in 1..ATTN__SKINNY_MAX. */
+void attn__skinny_linear(const float *x, int rows, int n_in, const float *w, const float *b, int o0,
+                         int o1, float *y, int ldy);
+
+#endif
