@@ -1087,9 +1087,16 @@ attnd_http *attnd_http_start(attnd_app *app, char *err, size_t errlen)
     h->listen_fd = bind_listen(cfg->listen, &h->port, err, errlen);
     if (h->listen_fd < 0)
         goto fail;
-    int epoll = MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES;
+    /* poll(2), not epoll: with a thread pool, libmicrohttpd 0.9.75's
+     * MHD_quiesce_daemon (the drain, attnd_http_quiesce) races a worker that
+     * wakes and drops the listen socket from its own epoll set first; the
+     * quiesce's EPOLL_CTL_DEL then fails with ENOENT and MHD aborts ("Failed to
+     * remove listen FD from epoll set", seen once in CI). With poll the quiesce
+     * only signals the workers. Each worker polls its own share of at most
+     * --max-connections sockets. */
+    const int epoll = 0;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_ERROR_LOG | MHD_USE_ITC | (epoll ? MHD_USE_EPOLL : MHD_USE_POLL) |
+                     MHD_USE_ERROR_LOG | MHD_USE_ITC | MHD_USE_POLL |
                      (h->tls_cert ? MHD_USE_TLS : 0);
     struct MHD_OptionItem tls_opts[] = {
         {MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key},
