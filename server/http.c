@@ -47,8 +47,7 @@
 struct attnd_http {
     attnd_app *app;              /* borrowed                                    */
     struct MHD_Daemon *daemon;
-    int listen_fd;               /* ours after quiesce, else MHD's               */
-    int quiesced;
+    int listen_fd;               /* bound by us, owned by MHD (closed at stop)   */
     int port;
     _Atomic int pending;         /* attention requests submitted, not yet sent  */
     _Atomic int suspended;       /* suspended, and not yet answered after resume */
@@ -1087,16 +1086,9 @@ attnd_http *attnd_http_start(attnd_app *app, char *err, size_t errlen)
     h->listen_fd = bind_listen(cfg->listen, &h->port, err, errlen);
     if (h->listen_fd < 0)
         goto fail;
-    /* poll(2), not epoll: with a thread pool, libmicrohttpd 0.9.75's
-     * MHD_quiesce_daemon (the drain, attnd_http_quiesce) races a worker that
-     * wakes and drops the listen socket from its own epoll set first; the
-     * quiesce's EPOLL_CTL_DEL then fails with ENOENT and MHD aborts ("Failed to
-     * remove listen FD from epoll set", seen once in CI). With poll the quiesce
-     * only signals the workers. Each worker polls its own share of at most
-     * --max-connections sockets. */
-    const int epoll = 0;
+    int epoll = MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_ERROR_LOG | MHD_USE_ITC | MHD_USE_POLL |
+                     MHD_USE_ERROR_LOG | MHD_USE_ITC | (epoll ? MHD_USE_EPOLL : MHD_USE_POLL) |
                      (h->tls_cert ? MHD_USE_TLS : 0);
     struct MHD_OptionItem tls_opts[] = {
         {MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key},
@@ -1148,16 +1140,6 @@ fail:
 }
 
 int attnd_http_port(const attnd_http *h) { return h->port; }
-
-void attnd_http_quiesce(attnd_http *h)
-{
-    if (!h || h->quiesced)
-        return;
-    MHD_socket fd = MHD_quiesce_daemon(h->daemon);
-    h->quiesced = 1;
-    if (fd != MHD_INVALID_SOCKET)
-        close(fd);
-}
 
 /* After the last answer, how long open keep-alive connections may still send
  * a request during a drain (it is answered, with Connection: close). */

@@ -19,9 +19,6 @@ attnd_http *attnd_http_start(attnd_app *app, char *err, size_t errlen);
 /* The bound TCP port (useful with --listen HOST:0). */
 int attnd_http_port(const attnd_http *h);
 
-/* Stops accepting connections; open connections are still served. */
-void attnd_http_quiesce(attnd_http *h);
-
 /* Waits until every attention request handed to a scheduler has had its
  * response sent, or timeout_ms passed. Returns how many are still pending. */
 int attnd_http_wait_idle(attnd_http *h, int timeout_ms);

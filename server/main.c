@@ -131,9 +131,13 @@ static void reload(attnd_app *app, int argc, char **argv)
 /* The graceful stop. Every request already accepted gets its answer. */
 static void drain(attnd_app *app, attnd_http *http, attnd_models *models)
 {
+    /* The listening socket stays open until attnd_http_stop: libmicrohttpd
+     * 0.9.75's MHD_quiesce_daemon races its epoll workers (one that drops the
+     * listen socket from its own set first makes the quiesce's EPOLL_CTL_DEL
+     * fail, and MHD aborts). New connections are accepted and their requests
+     * answered 503 draining with Connection: close. */
     atomic_store_explicit(&app->state, ATTND_STATE_DRAINING, memory_order_release);
-    attnd_http_quiesce(http);
-    attnd_log(ATTND_LOG_INFO, "draining: /readyz now 503, no new connections accepted");
+    attnd_log(ATTND_LOG_INFO, "draining: /readyz now 503, new requests answered 503 draining");
     attnd_models_drain(models);
     attnd_log(ATTND_LOG_INFO, "draining: every queued request computed");
     int timeout_ms = (app->cfg->connection_timeout_s > 0 ? app->cfg->connection_timeout_s : 30)

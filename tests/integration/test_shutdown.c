@@ -1,6 +1,7 @@
 /* test_shutdown.c — SIGTERM with requests computing and queued: every one gets
  * its full, correct answer (compared with the library), /readyz answers 503
- * "draining" on an open connection while the queue drains, and attnd exits 0.
+ * "draining" on an open connection while the queue drains, a new connection's
+ * request gets 503 "draining", and attnd exits 0.
  * A 10 s batch delay holds all N requests in the queue until SIGTERM; the drain
  * then computes them (one worker, T = 2048, one batch), which takes long
  * enough to watch /readyz. drain_keepalive: requests written on idle
@@ -163,6 +164,16 @@ TEST(sigterm_drain)
     printf("queue depth %d at SIGTERM\n", depth);
     CHECK_INT_EQ(depth, N);
     kill(proc.pid, SIGTERM);
+    {   /* a new connection during the drain is accepted and told so (503 draining) */
+        char url[160];
+        snprintf(url, sizeof url, "%s/v1/attention", proc.base_url);
+        attnd_sleep_ms(50);
+        http_result r;
+        CHECK_INT_EQ(http_do("POST", url, jobs[0].body, strlen(jobs[0].body), NULL, &r), 0);
+        CHECK_INT_EQ(r.status, 503);
+        CHECK(r.body && strstr(r.body, "\"draining\""));
+        http_result_free(&r);
+    }
 
     int draining = 0, polls = 0;
     for (; polls < 2000; polls++) {
