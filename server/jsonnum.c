@@ -542,6 +542,24 @@ static int big_integer(const char *s, const char *p)
 /* The numbers of a leaf array, p at the first one: appended to n->values and
  * counted in *size. The byte after its ']', or NULL. The grammar of
  * nest_array's loop, without its per-element dispatch. */
+/* After an array item, at p (blanks skipped): the next item's start past ','
+ * and blanks (*closed = 0), or just past the array's ']' (*closed = 1); NULL
+ * for anything else or the end of the input. */
+static inline const char *next_item(const char *p, const char *end, int *closed)
+{
+    *closed = 0;
+    if (p >= end)
+        return NULL;
+    if (*p == ']') {
+        *closed = 1;
+        return p + 1;
+    }
+    if (*p != ',')
+        return NULL;
+    p = skip_ws(p + 1, end);
+    return p < end ? p : NULL;
+}
+
 static const char *leaf_array(const char *p, const char *end, attnd_float_nest *n, uint32_t *size)
 {
     for (;;) {
@@ -554,15 +572,10 @@ static const char *leaf_array(const char *p, const char *end, attnd_float_nest *
         n->n_values++;
         (*size)++;
         p = q < end && *q == ',' ? q : skip_ws(q, end);
-        if (p >= end)
-            return NULL;
-        if (*p == ']')
-            return p + 1;
-        if (*p != ',')
-            return NULL;
-        p = skip_ws(p + 1, end);
-        if (p >= end)
-            return NULL;
+        int closed;
+        p = next_item(p, end, &closed);
+        if (!p || closed)
+            return p;
     }
 }
 
@@ -602,15 +615,10 @@ static const char *nest_array(const char *p, const char *end, attnd_float_nest *
             return NULL;
         n->size[level][idx]++;
         p = skip_ws(p, end);
-        if (p >= end)
-            return NULL;
-        if (*p == ']')
-            return p + 1;
-        if (*p != ',')
-            return NULL;
-        p = skip_ws(p + 1, end);
-        if (p >= end)
-            return NULL;
+        int closed;
+        p = next_item(p, end, &closed);
+        if (!p || closed)
+            return p;
     }
 }
 
