@@ -64,7 +64,7 @@ long attnd_proc_status(pid_t pid, const char *field)
 }
 
 /* Asks the kernel for a free TCP port on 127.0.0.1. Returns it, or -1. */
-static int free_port(void)
+int attnd_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0)
@@ -158,7 +158,7 @@ static int start_once(attnd_proc *p, const char *const *extra)
     const char *argv[MAX_ARGS];
     int n = 0;
 
-    p->port = free_port();
+    p->port = attnd_free_port();
     if (p->port < 0)
         return -1;
     snprintf(listen, sizeof listen, "127.0.0.1:%d", p->port);
@@ -419,17 +419,23 @@ void http_result_free(http_result *r)
 
 /* ------------------------------------------------------------------ raw */
 
-char *http_raw(int port, const char *request, size_t len, int timeout_ms)
+int attnd_connect_local(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return NULL;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
         close(fd);
-        return NULL;
+        fd = -1;
     }
+    return fd;
+}
+
+char *http_raw(int port, const char *request, size_t len, int timeout_ms)
+{
+    int fd = attnd_connect_local(port);
+    if (fd < 0)
+        return NULL;
     for (size_t sent = 0; sent < len;) {
         ssize_t w = send(fd, request + sent, len - sent, MSG_NOSIGNAL);
         if (w <= 0)

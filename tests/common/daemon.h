@@ -69,6 +69,12 @@ char *http_raw(int port, const char *request, size_t len, int timeout_ms);
 /* The status code of a raw "HTTP/1.1 NNN ..." reply, or -1. */
 int http_raw_status(const char *reply);
 
+/* A TCP connection to 127.0.0.1:port, or -1. */
+int attnd_connect_local(int port);
+
+/* A TCP port free on 127.0.0.1 right now, or -1. */
+int attnd_free_port(void);
+
 /* The whole file at path, malloc'd and NUL-terminated (caller frees), or NULL
  * when it cannot be read. */
 char *attnd_slurp(const char *path);

@@ -22,22 +22,10 @@
 
 static attnd_proc proc;
 
-static int connect_to(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        fd = -1;
-    }
-    return fd;
-}
-
 /* Sends text on a new connection, waits ms for the daemon to read it, closes. */
 static void send_and_hang_up(const char *text, int ms)
 {
-    int fd = connect_to(proc.port);
+    int fd = attnd_connect_local(proc.port);
     CHECK(fd >= 0);
     if (fd < 0)
         return;
@@ -109,7 +97,7 @@ TEST(hangups_free_their_slots)
 /* A whole request, then shutdown(SHUT_WR): the answer still comes. */
 static int half_close_status(const char *request)
 {
-    int fd = connect_to(proc.port);
+    int fd = attnd_connect_local(proc.port);
     CHECK(fd >= 0);
     if (fd < 0)
         return -1;

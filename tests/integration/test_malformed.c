@@ -88,18 +88,6 @@ static void expect_str(const char *what, const char *body, long status, const ch
     expect(what, body, strlen(body), NULL, status, code);
 }
 
-static int connect_port(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        fd = -1;
-    }
-    return fd;
-}
-
 static void still_serving(const char *after)
 {
     char *b = rows(2, 64, NULL);
@@ -228,7 +216,7 @@ TEST(transport)
     free(body);
 
     /* 100 MB announced and streamed 1 MB at a time: the answer comes at once. */
-    int fd = connect_port(proc.port);
+    int fd = attnd_connect_local(proc.port);
     CHECK(fd >= 0);
     const char hdr[] = "POST /v1/models/demo/attention HTTP/1.1\r\nHost: x\r\n"
                        "Content-Type: application/json\r\nContent-Length: 104857600\r\n\r\n";
@@ -268,7 +256,7 @@ TEST(transport)
  * --request-read-timeout-s (2 here) has passed, though it is never idle. */
 TEST(slow_loris)
 {
-    int fd = connect_port(proc.port);
+    int fd = attnd_connect_local(proc.port);
     CHECK(fd >= 0);
     const char req[] = "POST /v1/models/demo/attention HTTP/1.1\r\nHost: x\r\n"
                        "Content-Type: application/json\r\nContent-Length: 50\r\n\r\n{\"query\"";
@@ -298,7 +286,7 @@ TEST(slow_loris)
 TEST(disconnects)
 {
     for (int i = 0; i < 20; i++) {
-        int fd = connect_port(proc.port);
+        int fd = attnd_connect_local(proc.port);
         const char req[] = "POST /v1/models/demo/attention HTTP/1.1\r\nHost: x\r\n"
                            "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
                            "{\"query\": [[1, 2, 3";
@@ -315,7 +303,7 @@ TEST(disconnects)
                          "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
                     blen, body);
     for (int i = 0; i < 20; i++) { /* queued (batch delay 200 ms), then gone */
-        int fd = connect_port(proc.port);
+        int fd = attnd_connect_local(proc.port);
         CHECK(fd >= 0 && send(fd, req, (size_t)n, MSG_NOSIGNAL) == n);
         struct timespec ts = {0, 5 * 1000000L};
         nanosleep(&ts, NULL);

@@ -440,25 +440,11 @@ TEST(cors)
     free(out);
 }
 
-/* A TCP port free on 127.0.0.1 right now, or -1. */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
-}
-
 TEST(config_edges)
 {
     char model[300], port[16];
     snprintf(model, sizeof model, "demo=%s", demo());
-    snprintf(port, sizeof port, "%d", free_port());
+    snprintf(port, sizeof port, "%d", attnd_free_port());
     /* --listen PORT: that port on the default host */
     const char *print[] = {"--model", model, "--listen", port, "--max-body-bytes", "1536K",
                            "--cors-origin", "http://a.test", "--cors-origin", "*",

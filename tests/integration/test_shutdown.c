@@ -216,18 +216,6 @@ TEST(sigterm_drain)
 
 /* ------------------------------------------------------------ keep-alive at SIGTERM */
 
-static int raw_connect(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        fd = -1;
-    }
-    return fd;
-}
-
 /* Reads one response (headers + Content-Length body) into buf. Returns its
  * length, or -1 when the connection closed or went silent first. */
 static int read_one(int fd, char *buf, size_t cap, int timeout_ms)
@@ -271,7 +259,7 @@ TEST(drain_keepalive)
                      sizeof body - 1, body);
     int fds[K];
     for (int i = 0; i < K; i++) {
-        fds[i] = raw_connect(p.port);
+        fds[i] = attnd_connect_local(p.port);
         CHECK(fds[i] >= 0 && send(fds[i], ping, sizeof ping - 1, MSG_NOSIGNAL) > 0);
         CHECK(fds[i] >= 0 && read_one(fds[i], buf, sizeof buf, 2000) > 0); /* kept alive */
     }
