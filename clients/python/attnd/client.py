@@ -350,16 +350,9 @@ class Client:
                         ("attn_mask", attn_mask), ("position_ids", position_ids)):
             if v is not None:
                 body[name] = v
-        if is_causal:
-            body["is_causal"] = True
-        if window is not None:
-            body["window"] = window
-        if need_weights:
-            body["need_weights"] = True
-        if not average_attn_weights:
-            body["average_attn_weights"] = False
-        if timeout_ms is not None:
-            body["timeout_ms"] = timeout_ms
+        # /v1 takes the options as top-level members with the v2 parameters' names
+        body.update(self._v2_parameters(is_causal, window, need_weights, average_attn_weights,
+                                        timeout_ms))
         if id is not None:
             body["id"] = id
         path = "/v1/models/%s/attention" % _quote(model) if model is not None else "/v1/attention"
