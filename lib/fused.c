@@ -5,9 +5,13 @@
  * accumulator rescaled when the max grows), the tile's α·V by a second sgemm
  * (sgemv for a single row, the streamed token's MHA case). Each K/V tile is
  * read once per group of query heads. Scratch is one tile, never T x S.
+ * On a CPU with AVX2 and FMA, jobs whose masks are per key (no bool or float
+ * attn_mask) and whose d_v is a multiple of 8 run flash.c's micro-kernels
+ * instead; these BLAS tiles remain the portable path and the masks' path.
  */
 #include "forward.h"
 
+#include "flash.h"
 #include "kvcache.h"
 #include "mask.h"
 #include "softmax.h"
@@ -38,9 +42,12 @@ size_t attn__fused_scratch_floats(int r, int block_q, int block_k, int d_k, int 
     /* r <= h, r*block_q rows of r*block_q*block_k floats: the caller checks
      * that the total fits (plan_call multiplies with overflow checks). */
     size_t bq = (size_t)block_q, rows = (size_t)r * bq;
-    return round16(rows * (size_t)block_k) + round16(rows * (size_t)d_k) +
+    size_t blas = round16(rows * (size_t)block_k) + round16(rows * (size_t)d_k) +
            (r > 1 ? round16(rows * (size_t)d_v) : 0) + 2 * round16(rows) + 2 * round16(bq) +
            (gather ? round16((size_t)block_k * (size_t)d_k) + round16((size_t)block_k * (size_t)d_v) : 0);
+    /* the AVX2 path (flash.c) runs in the same scratch when the job allows it */
+    size_t flash = attn__flash_scratch_floats(r, block_q, block_k, d_k, d_v, gather);
+    return flash > blas ? flash : blas;
 }
 
 static fused_scratch carve(float *p, int r, int block_q, int block_k, int d_k, int d_v, int ldkt)
@@ -162,6 +169,10 @@ void attn__head_fused(const attn__fwd_ctx *ctx, const attn__head_job *job, float
 {
     const attn_layer *l = ctx->layer;
     const attn_seq *s = &ctx->seqs[job->seq];
+    if (attn__flash_applies(l, s)) { /* AVX2+FMA, per-key masks only */
+        attn__flash_job(ctx, job, scratch);
+        return;
+    }
     const int r = l->h / l->g, kvh = job->kv_head, h0 = kvh * r;
     const int t0 = job->t0, nt = job->nt, dk = l->d_k, dv = l->d_v, rows = r * nt;
     const fused_scratch f = carve(scratch, r, ctx->block_q, ctx->block_k, dk, dv, attn__kv_tile_ld(l, 0));

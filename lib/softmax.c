@@ -76,32 +76,12 @@ static void scale_sse(float *x, float a, int n)
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-/* The same Cephes polynomial eight lanes at a time with AVX2, compiled for AVX2
+/* The same Cephes polynomial eight lanes at a time with AVX2 (vexp.h), compiled for AVX2
  * by attribute (the build has no -march) and chosen at run time. Plain mul/add,
  * no FMA, in the same order: every exp rounds exactly as exp4's does; only the
  * order of the returned sum differs (8 partial sums instead of 4). */
-#include <immintrin.h>
+#include "vexp.h"
 #define ATTN__AVX2 __attribute__((target("avx2")))
-
-ATTN__AVX2 static inline __m256 exp8(__m256 x)
-{
-    const __m256 lo = _mm256_set1_ps(-87.33654f);
-    __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.37626f));
-    __m256i n = _mm256_cvtps_epi32(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)));
-    __m256 nf = _mm256_cvtepi32_ps(n);
-    __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(nf, _mm256_set1_ps(0.693359375f)));
-    r = _mm256_add_ps(r, _mm256_mul_ps(nf, _mm256_set1_ps(2.12194440e-4f)));
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
 
 /* Eight lanes at a time, the tail (< 8) by exp_sum_sse. */
 ATTN__AVX2 static float exp_sum_avx2(const float *x, float shift, float *y, int n)
@@ -109,7 +89,7 @@ ATTN__AVX2 static float exp_sum_avx2(const float *x, float shift, float *y, int 
     __m256 acc = _mm256_setzero_ps(), m = _mm256_set1_ps(shift);
     int j = 0;
     for (; j + 8 <= n; j += 8) {
-        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), m));
+        __m256 e = attn__exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), m));
         _mm256_storeu_ps(y + j, e);
         acc = _mm256_add_ps(acc, e);
     }

@@ -71,12 +71,13 @@ static attn_workspace *make_ws(attn_kernel k, int bq, int bk)
     return ws;
 }
 
-/* One random batch under mask combination `combo`, run three ways. */
-static void run_case(test_rng *r, int combo, tally *ty)
+/* One random batch under mask combination `combo`, run three ways; the
+ * layer is sh, or random when sh is NULL. */
+static void run_case(test_rng *r, int combo, const layer_shape *fixed, tally *ty)
 {
     static const int blocks[] = {1, 2, 3, 5, 8, 16, 64, 128, 256};
     const int nb = (int)(sizeof blocks / sizeof blocks[0]);
-    layer_shape sh = random_shape(r);
+    layer_shape sh = fixed ? *fixed : random_shape(r);
     attn_layer *l = make_layer(r, &sh);
     CHECK(l != NULL);
     if (!l) return;
@@ -263,7 +264,7 @@ TEST(mask_combinations)
     tally ty = {0};
     for (int combo = 0; combo < 96; combo++) {
         if ((combo >> 4) % 3 == 0 && (combo >> 4) / 3 == 1) continue; /* per-head needs a mask */
-        for (int k = 0; k < 3; k++) run_case(&r, combo, &ty);
+        for (int k = 0; k < 3; k++) run_case(&r, combo, NULL, &ty);
     }
     printf("%d random cases over 80 mask combinations: max |fused - ref| %.3g, max |fused - blas| "
            "%.3g (relative to max(1, |out|)); %d fully masked rows checked\n",
@@ -271,9 +272,31 @@ TEST(mask_combinations)
     CHECK(ty.rows_zero > 0);
 }
 
+/* The AVX2 path (flash.c: d_v a multiple of 8, per-key masks only) on the
+ * shapes its register blocks cut unevenly: d_k from 1 up (6-key blocks with
+ * a remainder), d_v 8 mod 16 (the 8-wide mixture tail), column counts
+ * r*nt that are not multiples of 16, tiles from 1 key up, head_dim 64/128. */
+TEST(flash_shapes)
+{
+    test_rng r = {20261201};
+    tally ty = {0};
+    static const int dvs[] = {8, 16, 24, 40, 64, 72, 128};
+    for (int k = 0; k < 48; k++) {
+        layer_shape sh = random_shape(&r);
+        sh.d_v = dvs[rng_int(&r, 0, 6)];
+        sh.d_k = rng_int(&r, 0, 2) ? sh.d_v : rng_int(&r, 1, 80);
+        if (!sh.out_proj) sh.e_out = sh.h * sh.d_v;
+        run_case(&r, k % 16, &sh, &ty); /* key padding, key_length, causal, window */
+    }
+    printf("%d flash-shaped cases: max |fused - ref| %.3g, max |fused - blas| %.3g\n", ty.cases, ty.vs_ref,
+           ty.vs_blas);
+    CHECK(ty.cases == 48);
+}
+
 int main(void)
 {
     RUN(mask_combinations);
+    RUN(flash_shapes);
     RUN(long_causal_window);
     RUN(fully_masked);
     RUN(scratch);

@@ -1,0 +1,410 @@
+/* flash.c — the fused kernel's AVX2+FMA path (see flash.h).
+ *
+ * One job: the C = r*nt stacked query rows (column hh*nt + t is query row
+ * t0 + t of head h0 + hh) are the columns, padded to cp = a multiple of 16.
+ * Q is packed once, scaled by 1/sqrt(d_k), into panels of 16 columns stored
+ * d-major (panel p, element [d][c] at qt + p*16*d_k + d*16 + c). Keys go by
+ * sub-tiles of kt rows (the score tile stays near 128 KiB, in L2):
+ *   scores   st (n, cp) = K_tile Qᵀ        6 keys x 16 queries per register block
+ *   masks    a key outside a column's [lo, hi), or padded, becomes -inf
+ *   softmax  per column: running max, exp, running sum, correction factor
+ *   mixture  o (cp, d_v) = o * corr + stᵀ V_tile    4 queries x 16 values per block
+ * then z = o / sum (0 for a column that saw no key). The score tile is stored
+ * by panels of 16 columns (st + p*kt*16 + j*16 + c) and V's tile is copied
+ * into strips of 16 values (vp + strip*kt*16 + j*16): both kernels then walk
+ * memory 64 contiguous bytes per key, where the batch's row strides (a power
+ * of two, E floats apart) would map every key of a column onto the same few
+ * L1 sets. Scratch never grows with T or S: one sub-tile of scores and of V,
+ * the packed queries and the mixtures.
+ */
+#include "flash.h"
+
+#include "kvcache.h"
+#include "mask.h"
+
+#include <math.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include "vexp.h"
+
+#ifndef FLASH_TILE_FLOATS
+#define FLASH_TILE_FLOATS 32768
+#endif
+#define FLASH_FN __attribute__((target("avx2,fma")))
+#define FLASH_INLINE __attribute__((target("avx2,fma"), always_inline)) static inline
+
+enum {
+    PANEL = 16,         /* query columns per packed panel and per register block */
+    KEY_BLOCK = 6,      /* keys per score register block */
+    PV_ROWS = 4,        /* query columns per mixture register block */
+    TILE_FLOATS = FLASH_TILE_FLOATS /* target size of the score tile, floats */
+};
+
+static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
+/* Keys per sub-tile for cp columns: the tile (kt, cp) near TILE_FLOATS. */
+static int tile_keys(int cp, int block_k)
+{
+    int kt = TILE_FLOATS / cp;
+    if (kt < 8) kt = 8;
+    return kt < block_k ? kt : block_k;
+}
+
+typedef struct flash_scratch {
+    float *qt;                 /* cp/16 panels of (d_k, 16): scaled queries, transposed */
+    float *st;                 /* cp/16 panels of (kt, 16): a sub-tile's scores, then exps */
+    float *vp;                 /* ceil(d_v/16) strips of (kt, 16): the sub-tile's V */
+    float *o;                  /* (cp, d_v): unnormalised mixtures */
+    float *mx, *sum, *corr, *shift, *tsum; /* (cp) per column */
+    int *lo, *hi;              /* (cp) each column's visible keys [lo, hi) */
+    float *kbuf, *vbuf;        /* (block_k, tile ld): a paged / compact cache's tile */
+} flash_scratch;
+
+size_t attn__flash_scratch_floats(int r, int block_q, int block_k, int d_k, int d_v, int gather)
+{
+    /* gather: d_k / d_v are the converted tiles' row strides (attn__kv_tile_ld) */
+    const size_t cmax = round_up((size_t)r * (size_t)block_q, PANEL);
+    size_t st = (size_t)TILE_FLOATS > 8 * cmax ? (size_t)TILE_FLOATS : 8 * cmax;
+    if ((size_t)block_k * cmax < st) st = (size_t)block_k * cmax;
+    const size_t kt = st / PANEL; /* the most keys a sub-tile has (cp >= 16) */
+    return cmax * (size_t)d_k + round_up(st, 16) + kt * round_up((size_t)d_v, PANEL) + cmax * (size_t)d_v + 7 * cmax +
+           (gather ? round_up((size_t)block_k * (size_t)d_k, 16) + round_up((size_t)block_k * (size_t)d_v, 16)
+                   : 0);
+}
+
+static flash_scratch carve(float *p, int cp, int kt, int d_k, int d_v, int ldkt, int block_k)
+{
+    flash_scratch f;
+    f.qt = p;
+    f.st = f.qt + (size_t)cp * (size_t)d_k;
+    f.vp = f.st + round_up((size_t)kt * (size_t)cp, 16);
+    f.o = f.vp + (size_t)kt * round_up((size_t)d_v, PANEL);
+    f.mx = f.o + (size_t)cp * (size_t)d_v;
+    f.sum = f.mx + cp;
+    f.corr = f.sum + cp;
+    f.shift = f.corr + cp;
+    f.tsum = f.shift + cp;
+    f.lo = (int *)(f.tsum + cp);
+    f.hi = f.lo + cp;
+    f.kbuf = (float *)(f.hi + cp);
+    f.vbuf = f.kbuf + round_up((size_t)block_k * (size_t)ldkt, 16);
+    return f;
+}
+
+int attn__flash_applies(const attn_layer *l, const attn_seq *s)
+{
+    return s->attn_mask_kind == ATTN_MASK_NONE && l->d_v % 8 == 0 && __builtin_cpu_supports("avx2") &&
+           __builtin_cpu_supports("fma");
+}
+
+/* ---- packing ------------------------------------------------------------ */
+
+static void pack_queries(const attn__fwd_ctx *ctx, const attn__head_job *job, int h0, int r, int cp,
+                         float *qt)
+{
+    const int dk = ctx->layer->d_k, nt = job->nt;
+    memset(qt, 0, (size_t)cp * (size_t)dk * sizeof *qt);
+    for (int c = 0; c < r * nt; c++) {
+        const int hh = c / nt, t = c % nt;
+        const float *q = ctx->q + (size_t)(job->q_row + job->t0 + t) * ctx->ldq + (size_t)(h0 + hh) * dk;
+        float *p = qt + (size_t)(c / PANEL) * PANEL * dk + c % PANEL;
+        for (int d = 0; d < dk; d++) p[(size_t)d * PANEL] = q[d] * ctx->scale;
+    }
+}
+
+/* ---- scores: st (n, cp) = K_tile (n, d_k) · Qᵀ ---------------------------- */
+
+#define SCORE_ROW(i)                                                                  \
+    a = _mm256_broadcast_ss(k + (size_t)(i) * ldk + d);                               \
+    c##i##0 = _mm256_fmadd_ps(a, b0, c##i##0);                                        \
+    c##i##1 = _mm256_fmadd_ps(a, b1, c##i##1)
+#define SCORE_STORE(i)                                                                \
+    _mm256_storeu_ps(st + (size_t)(i) * ldst, c##i##0);                               \
+    _mm256_storeu_ps(st + (size_t)(i) * ldst + 8, c##i##1)
+
+/* Six keys x one panel of 16 query columns, all d_k in registers. */
+FLASH_INLINE void score_6x16(const float *panel, const float *k, int ldk, int dk, float *st, int ldst)
+{
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, a;
+    for (int d = 0; d < dk; d++) {
+        const __m256 b0 = _mm256_loadu_ps(panel + (size_t)d * PANEL);
+        const __m256 b1 = _mm256_loadu_ps(panel + (size_t)d * PANEL + 8);
+        SCORE_ROW(0); SCORE_ROW(1); SCORE_ROW(2); SCORE_ROW(3); SCORE_ROW(4); SCORE_ROW(5);
+    }
+    SCORE_STORE(0); SCORE_STORE(1); SCORE_STORE(2); SCORE_STORE(3); SCORE_STORE(4); SCORE_STORE(5);
+}
+
+/* One key x one panel (the sub-tile's last n % 6 keys). */
+FLASH_INLINE void score_1x16(const float *panel, const float *k, int ldk, int dk, float *st, int ldst)
+{
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, a;
+    for (int d = 0; d < dk; d++) {
+        const __m256 b0 = _mm256_loadu_ps(panel + (size_t)d * PANEL);
+        const __m256 b1 = _mm256_loadu_ps(panel + (size_t)d * PANEL + 8);
+        SCORE_ROW(0);
+    }
+    SCORE_STORE(0);
+}
+
+FLASH_FN static void scores(const float *qt, const float *k, int ldk, int n, int kt, int cp, int dk, float *st)
+{
+    for (int p = 0; p < cp / PANEL; p++) {
+        const float *panel = qt + (size_t)p * PANEL * dk;
+        float *sp = st + (size_t)p * kt * PANEL;
+        int j = 0;
+        for (; j + KEY_BLOCK <= n; j += KEY_BLOCK)
+            score_6x16(panel, k + (size_t)j * ldk, ldk, dk, sp + (size_t)j * PANEL, PANEL);
+        for (; j < n; j++) score_1x16(panel, k + (size_t)j * ldk, ldk, dk, sp + (size_t)j * PANEL, PANEL);
+    }
+}
+
+/* ---- masks ---------------------------------------------------------------- */
+
+/* Keys s0..s0+n of the tile outside each column's [lo, hi) become -inf, and
+ * so does every padded key (key_padding_mask). */
+FLASH_FN static void mask_tile(const attn_seq *s, const flash_scratch *f, int s0, int n, int kt, int cp,
+                               int by_column)
+{
+    const __m256 neg = _mm256_set1_ps(-INFINITY);
+    const uint8_t *kpm = s->key_padding_mask;
+    for (int p = 0; p < cp / PANEL; p++) {
+        const int c0 = p * PANEL;
+        const __m256i lo0 = _mm256_loadu_si256((const __m256i *)(f->lo + c0));
+        const __m256i lo1 = _mm256_loadu_si256((const __m256i *)(f->lo + c0 + 8));
+        const __m256i hi0 = _mm256_loadu_si256((const __m256i *)(f->hi + c0));
+        const __m256i hi1 = _mm256_loadu_si256((const __m256i *)(f->hi + c0 + 8));
+        float *panel = f->st + (size_t)p * kt * PANEL;
+        for (int j = 0; j < n; j++) {
+            float *row = panel + (size_t)j * PANEL;
+            if (kpm != NULL && kpm[s0 + j]) {
+                _mm256_storeu_ps(row, neg);
+                _mm256_storeu_ps(row + 8, neg);
+                continue;
+            }
+            if (!by_column) continue;
+            const __m256i key = _mm256_set1_epi32(s0 + j);
+            const __m256i vis0 = _mm256_andnot_si256(_mm256_cmpgt_epi32(lo0, key), _mm256_cmpgt_epi32(hi0, key));
+            const __m256i vis1 = _mm256_andnot_si256(_mm256_cmpgt_epi32(lo1, key), _mm256_cmpgt_epi32(hi1, key));
+            _mm256_storeu_ps(row, _mm256_blendv_ps(neg, _mm256_loadu_ps(row), _mm256_castsi256_ps(vis0)));
+            _mm256_storeu_ps(row + 8, _mm256_blendv_ps(neg, _mm256_loadu_ps(row + 8), _mm256_castsi256_ps(vis1)));
+        }
+    }
+}
+
+/* ---- online softmax, eight columns per vector ------------------------------ */
+
+/* For eight columns with old running max `old` and new max m: the shift their
+ * exps use (0 for a column that has seen no key, so -inf - shift stays -inf,
+ * never NaN) and the factor corr = exp(old - shift) that rescales their sums
+ * and mixtures. */
+FLASH_INLINE void new_max(const flash_scratch *f, int c, __m256 m)
+{
+    const __m256 neg = _mm256_set1_ps(-INFINITY);
+    const __m256 old = _mm256_loadu_ps(f->mx + c);
+    const __m256 shift = _mm256_blendv_ps(m, _mm256_setzero_ps(), _mm256_cmp_ps(m, neg, _CMP_EQ_OQ));
+    _mm256_storeu_ps(f->mx + c, m);
+    _mm256_storeu_ps(f->shift + c, shift);
+    _mm256_storeu_ps(f->corr + c, attn__exp8(_mm256_sub_ps(old, shift)));
+}
+
+/* Per panel: the tile's column maxima folded into the running max (new_max),
+ * then st = exp(st - shift) in place and sum = sum * corr + the column sums. */
+FLASH_FN static void tile_softmax(const flash_scratch *f, int n, int kt, int cp)
+{
+    for (int p = 0; p < cp / PANEL; p++) {
+        const int c0 = p * PANEL;
+        float *panel = f->st + (size_t)p * kt * PANEL;
+        __m256 m0 = _mm256_loadu_ps(f->mx + c0), m1 = _mm256_loadu_ps(f->mx + c0 + 8);
+        for (int j = 0; j < n; j++) {
+            m0 = _mm256_max_ps(m0, _mm256_loadu_ps(panel + (size_t)j * PANEL));
+            m1 = _mm256_max_ps(m1, _mm256_loadu_ps(panel + (size_t)j * PANEL + 8));
+        }
+        new_max(f, c0, m0);
+        new_max(f, c0 + 8, m1);
+        const __m256 sh0 = _mm256_loadu_ps(f->shift + c0), sh1 = _mm256_loadu_ps(f->shift + c0 + 8);
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0;
+        for (int j = 0; j < n; j++) {
+            float *row = panel + (size_t)j * PANEL;
+            const __m256 e0 = attn__exp8(_mm256_sub_ps(_mm256_loadu_ps(row), sh0));
+            const __m256 e1 = attn__exp8(_mm256_sub_ps(_mm256_loadu_ps(row + 8), sh1));
+            _mm256_storeu_ps(row, e0);
+            _mm256_storeu_ps(row + 8, e1);
+            s0 = _mm256_add_ps(s0, e0);
+            s1 = _mm256_add_ps(s1, e1);
+        }
+        _mm256_storeu_ps(f->sum + c0, _mm256_fmadd_ps(_mm256_loadu_ps(f->sum + c0), _mm256_loadu_ps(f->corr + c0), s0));
+        _mm256_storeu_ps(f->sum + c0 + 8,
+                         _mm256_fmadd_ps(_mm256_loadu_ps(f->sum + c0 + 8), _mm256_loadu_ps(f->corr + c0 + 8), s1));
+    }
+}
+
+/* ---- mixture: o (cp, d_v) = o * corr + stᵀ · V_tile (n, d_v) ---------------- */
+
+/* V's n rows (stride ldv) into strips of 16 values, each (kt, 16); of the
+ * last, only 8 when d_v is 8 mod 16. */
+FLASH_FN static void pack_values(const float *v, int ldv, int n, int kt, int dv, float *vp)
+{
+    for (int c0 = 0; c0 < dv; c0 += PANEL) {
+        float *strip = vp + (size_t)(c0 / PANEL) * kt * PANEL;
+        const float *src = v + c0;
+        if (dv - c0 >= PANEL)
+            for (int j = 0; j < n; j++) {
+                _mm256_storeu_ps(strip + (size_t)j * PANEL, _mm256_loadu_ps(src + (size_t)j * ldv));
+                _mm256_storeu_ps(strip + (size_t)j * PANEL + 8, _mm256_loadu_ps(src + (size_t)j * ldv + 8));
+            }
+        else /* the last 8 values; pv_4xw reads only these */
+            for (int j = 0; j < n; j++)
+                _mm256_storeu_ps(strip + (size_t)j * PANEL, _mm256_loadu_ps(src + (size_t)j * ldv));
+    }
+}
+
+#define PV_ROW(i)                                                                     \
+    a = _mm256_broadcast_ss(p + (size_t)j * PANEL + (i));                             \
+    x##i##0 = _mm256_fmadd_ps(a, v0, x##i##0);                                        \
+    x##i##1 = _mm256_fmadd_ps(a, v1, x##i##1)
+#define PV_STORE(i)                                                                   \
+    a = _mm256_broadcast_ss(corr + (i));                                              \
+    _mm256_storeu_ps(o + (size_t)(i) * ldo,                                           \
+                     _mm256_fmadd_ps(_mm256_loadu_ps(o + (size_t)(i) * ldo), a, x##i##0)); \
+    if (w > 1)                                                                        \
+        _mm256_storeu_ps(o + (size_t)(i) * ldo + 8,                                   \
+                         _mm256_fmadd_ps(_mm256_loadu_ps(o + (size_t)(i) * ldo + 8), a, x##i##1))
+
+/* Four query columns (of a score panel p, rows 16 apart) x 8*w values (w = 2,
+ * or 1 for the last 8 of a d_v that is 8 mod 16; strip v, rows 16 apart),
+ * summed over the tile's n keys in registers. */
+FLASH_INLINE void pv_4xw(const float *p, const float *v, int n, const float *corr, float *o, int ldo, int w)
+{
+    __m256 x00 = _mm256_setzero_ps(), x01 = x00, x10 = x00, x11 = x00, x20 = x00, x21 = x00;
+    __m256 x30 = x00, x31 = x00, a;
+    for (int j = 0; j < n; j++) {
+        const __m256 v0 = _mm256_loadu_ps(v + (size_t)j * PANEL);
+        const __m256 v1 = w > 1 ? _mm256_loadu_ps(v + (size_t)j * PANEL + 8) : v0;
+        PV_ROW(0); PV_ROW(1); PV_ROW(2); PV_ROW(3);
+    }
+    PV_STORE(0); PV_STORE(1); PV_STORE(2); PV_STORE(3);
+}
+
+FLASH_FN static void mixture(const flash_scratch *f, int n, int kt, int cp, int dv)
+{
+    for (int c0 = 0; c0 < dv; c0 += PANEL) {
+        const float *strip = f->vp + (size_t)(c0 / PANEL) * kt * PANEL;
+        for (int i0 = 0; i0 < cp; i0 += PV_ROWS) {
+            const float *p = f->st + (size_t)(i0 / PANEL) * kt * PANEL + i0 % PANEL;
+            float *o = f->o + (size_t)i0 * dv + c0;
+            if (dv - c0 >= PANEL) pv_4xw(p, strip, n, f->corr + i0, o, dv, 2);
+            else pv_4xw(p, strip, n, f->corr + i0, o, dv, 1);
+        }
+    }
+}
+
+/* ---- the job --------------------------------------------------------------- */
+
+/* Each column's visible keys (padded columns see none) and the keys any row
+ * of the block may see, [*klo, *khi); *all_lo / *all_hi: the keys every row
+ * sees (a tile inside needs no per-column mask). */
+static void column_ranges(const attn_seq *s, const attn__head_job *job, int r, int cp, const flash_scratch *f,
+                          int *klo, int *khi, int *all_lo, int *all_hi)
+{
+    const int nt = job->nt;
+    *klo = s->s, *khi = 0, *all_lo = 0, *all_hi = s->s;
+    for (int t = 0; t < nt; t++) {
+        int lo, hi;
+        attn__mask_row_range(s, job->t0 + t, &lo, &hi);
+        for (int hh = 0; hh < r; hh++) f->lo[hh * nt + t] = lo, f->hi[hh * nt + t] = hi;
+        if (lo > *all_lo) *all_lo = lo;
+        if (hi < *all_hi) *all_hi = hi;
+        if (hi <= lo) continue;
+        if (lo < *klo) *klo = lo;
+        if (hi > *khi) *khi = hi;
+    }
+    for (int c = r * nt; c < cp; c++) f->lo[c] = f->hi[c] = 0;
+}
+
+/* 1 when some column sees a key of [s0, s0 + n). */
+static int tile_visible(const flash_scratch *f, int columns, int s0, int n)
+{
+    for (int c = 0; c < columns; c++) {
+        const int a = f->lo[c] > s0 ? f->lo[c] : s0, b = f->hi[c] < s0 + n ? f->hi[c] : s0 + n;
+        if (a < b) return 1;
+    }
+    return 0;
+}
+
+/* z rows = o / sum: column hh*nt + t goes to z row t, head hh's columns. */
+static void finish(const flash_scratch *f, const attn__head_job *job, int h0, int r, int dv, float *z0)
+{
+    const int nt = job->nt;
+    for (int c = 0; c < r * nt; c++) {
+        const int hh = c / nt, t = c % nt;
+        float *zr = z0 + (size_t)t * job->ldz + (size_t)(h0 + hh) * dv;
+        const float *orow = f->o + (size_t)c * dv;
+        if (f->sum[c] > 0.0f) {
+            const float inv = 1.0f / f->sum[c];
+            for (int k = 0; k < dv; k++) zr[k] = orow[k] * inv;
+        } else {
+            memset(zr, 0, (size_t)dv * sizeof *zr);
+        }
+    }
+}
+
+void attn__flash_job(const attn__fwd_ctx *ctx, const attn__head_job *job, float *scratch)
+{
+    const attn_layer *l = ctx->layer;
+    const attn_seq *s = &ctx->seqs[job->seq];
+    const int r = l->h / l->g, kvh = job->kv_head, h0 = kvh * r, dk = l->d_k, dv = l->d_v;
+    const int cp = (int)round_up((size_t)r * (size_t)job->nt, PANEL), kt = tile_keys(cp, ctx->block_k);
+    const flash_scratch f = carve(scratch, cp, kt, dk, dv, attn__kv_tile_ld(l, 0), ctx->block_k);
+    float *z0 = job->z + (size_t)job->t0 * job->ldz;
+    int klo, khi, all_lo, all_hi;
+    column_ranges(s, job, r, cp, &f, &klo, &khi, &all_lo, &all_hi);
+    for (int c = 0; c < cp; c++) f.mx[c] = -INFINITY, f.sum[c] = 0.0f;
+    if (khi <= klo) {
+        finish(&f, job, h0, r, dv, z0);
+        return;
+    }
+    pack_queries(ctx, job, h0, r, cp, f.qt); /* before z is written: z may alias q */
+    memset(f.o, 0, (size_t)cp * (size_t)dv * sizeof *f.o);
+    const int plain = attn__kv_is_plain(s);
+    attn__kv kv;
+    if (!plain) attn__kv_from_seq(l, s, &kv);
+    for (int s0 = klo; s0 < khi; s0 += kt) {
+        const int n = khi - s0 < kt ? khi - s0 : kt;
+        const int by_column = !(all_lo <= s0 && all_hi >= s0 + n);
+        if (by_column && !tile_visible(&f, r * job->nt, s0, n)) continue;
+        int ldk = ctx->ldk, ldv = ctx->ldv;
+        const float *k = plain ? job->k + (size_t)kvh * dk + (size_t)s0 * ctx->ldk
+                               : attn__kv_rows(l, &kv, 0, kvh, s0, n, f.kbuf, &ldk);
+        scores(f.qt, k, ldk, n, kt, cp, dk, f.st);
+        mask_tile(s, &f, s0, n, kt, cp, by_column);
+        tile_softmax(&f, n, kt, cp);
+        const float *v = plain ? job->v + (size_t)kvh * dv + (size_t)s0 * ctx->ldv
+                               : attn__kv_rows(l, &kv, 1, kvh, s0, n, f.vbuf, &ldv);
+        pack_values(v, ldv, n, kt, dv, f.vp);
+        mixture(&f, n, kt, cp, dv);
+    }
+    finish(&f, job, h0, r, dv, z0);
+}
+
+#else /* no AVX2 path in this build: attn__head_fused keeps its BLAS tiles */
+
+int attn__flash_applies(const attn_layer *l, const attn_seq *s)
+{
+    (void)l, (void)s;
+    return 0;
+}
+
+size_t attn__flash_scratch_floats(int r, int block_q, int block_k, int d_k, int d_v, int gather)
+{
+    (void)r, (void)block_q, (void)block_k, (void)d_k, (void)d_v, (void)gather;
+    return 0;
+}
+
+void attn__flash_job(const attn__fwd_ctx *ctx, const attn__head_job *job, float *scratch)
+{
+    (void)ctx, (void)job, (void)scratch;
+}
+
+#endif

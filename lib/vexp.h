@@ -1,0 +1,34 @@
+/* vexp.h — exp(x) eight float lanes at a time with AVX2: the Cephes
+ * single-precision polynomial (x = n ln2 + r, |r| <= ln2/2, exp(r) by degree 6,
+ * times 2^n through the exponent bits), plain mul/add so every lane rounds as
+ * softmax.c's SSE2 exp4 does. Shared by softmax.c and the fused kernel's AVX2
+ * path (flash.c); compiled for AVX2 by attribute (the build has no -march),
+ * callers choose it at run time. x <= 88.37; below -87.34 (and -inf) gives 0.
+ * x86-64 with GCC/Clang only: include it under
+ * `#if defined(__x86_64__) && defined(__GNUC__)`. Library-internal. */
+#ifndef ATTN_VEXP_H
+#define ATTN_VEXP_H
+
+#include <immintrin.h>
+
+__attribute__((target("avx2"), always_inline)) static inline __m256 attn__exp8(__m256 x)
+{
+    const __m256 lo = _mm256_set1_ps(-87.33654f);
+    __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.37626f));
+    __m256i n = _mm256_cvtps_epi32(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)));
+    __m256 nf = _mm256_cvtepi32_ps(n);
+    __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(nf, _mm256_set1_ps(0.693359375f)));
+    r = _mm256_add_ps(r, _mm256_mul_ps(nf, _mm256_set1_ps(2.12194440e-4f)));
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+#endif /* ATTN_VEXP_H */
