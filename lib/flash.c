@@ -123,8 +123,17 @@ static void pack_queries(const attn__fwd_ctx *ctx, const attn__head_job *job, in
     _mm256_storeu_ps(st + (size_t)(i) * ldst, c##i##0);                               \
     _mm256_storeu_ps(st + (size_t)(i) * ldst + 8, c##i##1)
 
-/* Six keys x one panel of 16 query columns, all d_k in registers. */
-FLASH_INLINE void score_6x16(const float *panel, const float *k, int ldk, int dk, float *st, int ldst)
+/* cmax[0..16) = max(cmax, a, b): the panel's running column max. */
+FLASH_INLINE void fold_max(float *cmax, __m256 a, __m256 b)
+{
+    _mm256_storeu_ps(cmax, _mm256_max_ps(_mm256_loadu_ps(cmax), a));
+    _mm256_storeu_ps(cmax + 8, _mm256_max_ps(_mm256_loadu_ps(cmax + 8), b));
+}
+
+/* Six keys x one panel of 16 query columns, all d_k in registers; cmax (16
+ * floats, or NULL) gathers the columns' maxima. */
+FLASH_INLINE void score_6x16(const float *panel, const float *k, int ldk, int dk, float *st, int ldst,
+                             float *cmax)
 {
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, a;
@@ -134,10 +143,14 @@ FLASH_INLINE void score_6x16(const float *panel, const float *k, int ldk, int dk
         SCORE_ROW(0); SCORE_ROW(1); SCORE_ROW(2); SCORE_ROW(3); SCORE_ROW(4); SCORE_ROW(5);
     }
     SCORE_STORE(0); SCORE_STORE(1); SCORE_STORE(2); SCORE_STORE(3); SCORE_STORE(4); SCORE_STORE(5);
+    if (cmax)
+        fold_max(cmax, _mm256_max_ps(_mm256_max_ps(_mm256_max_ps(c00, c10), _mm256_max_ps(c20, c30)), _mm256_max_ps(c40, c50)),
+                 _mm256_max_ps(_mm256_max_ps(_mm256_max_ps(c01, c11), _mm256_max_ps(c21, c31)), _mm256_max_ps(c41, c51)));
 }
 
 /* One key x one panel (the sub-tile's last n % 6 keys). */
-FLASH_INLINE void score_1x16(const float *panel, const float *k, int ldk, int dk, float *st, int ldst)
+FLASH_INLINE void score_1x16(const float *panel, const float *k, int ldk, int dk, float *st, int ldst,
+                             float *cmax)
 {
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, a;
     for (int d = 0; d < dk; d++) {
@@ -146,17 +159,25 @@ FLASH_INLINE void score_1x16(const float *panel, const float *k, int ldk, int dk
         SCORE_ROW(0);
     }
     SCORE_STORE(0);
+    if (cmax) fold_max(cmax, c00, c01);
 }
 
-FLASH_FN static void scores(const float *qt, const float *k, int ldk, int n, int kt, int cp, int dk, float *st)
+/* cmax (cp floats) or NULL: max-folds every column's scores (a tile no mask
+ * touches: then its maxima come free with the scores). */
+FLASH_FN static void scores(const float *qt, const float *k, int ldk, int n, int kt, int cp, int dk, float *st,
+                            float *cmax)
 {
     for (int p = 0; p < cp / PANEL; p++) {
         const float *panel = qt + (size_t)p * PANEL * dk;
-        float *sp = st + (size_t)p * kt * PANEL;
+        float *sp = st + (size_t)p * kt * PANEL, *pm = cmax ? cmax + (size_t)p * PANEL : NULL;
         int j = 0;
-        for (; j + KEY_BLOCK <= n; j += KEY_BLOCK)
-            score_6x16(panel, k + (size_t)j * ldk, ldk, dk, sp + (size_t)j * PANEL, PANEL);
-        for (; j < n; j++) score_1x16(panel, k + (size_t)j * ldk, ldk, dk, sp + (size_t)j * PANEL, PANEL);
+        if (pm)
+            for (; j + KEY_BLOCK <= n; j += KEY_BLOCK)
+                score_6x16(panel, k + (size_t)j * ldk, ldk, dk, sp + (size_t)j * PANEL, PANEL, pm);
+        else
+            for (; j + KEY_BLOCK <= n; j += KEY_BLOCK)
+                score_6x16(panel, k + (size_t)j * ldk, ldk, dk, sp + (size_t)j * PANEL, PANEL, NULL);
+        for (; j < n; j++) score_1x16(panel, k + (size_t)j * ldk, ldk, dk, sp + (size_t)j * PANEL, PANEL, pm);
     }
 }
 
@@ -209,15 +230,17 @@ FLASH_INLINE void new_max(const flash_scratch *f, int c, __m256 m)
     _mm256_storeu_ps(f->corr + c, attn__exp8(_mm256_sub_ps(old, shift)));
 }
 
-/* Per panel: the tile's column maxima folded into the running max (new_max),
- * then st = exp(st - shift) in place and sum = sum * corr + the column sums. */
-FLASH_FN static void tile_softmax(const flash_scratch *f, int n, int kt, int cp)
+/* Per panel: the tile's column maxima folded into the running max (new_max;
+ * have_max: scores already left them in shift), then st = exp(st - shift) in
+ * place and sum = sum * corr + the column sums. */
+FLASH_FN static void tile_softmax(const flash_scratch *f, int n, int kt, int cp, int have_max)
 {
     for (int p = 0; p < cp / PANEL; p++) {
         const int c0 = p * PANEL;
         float *panel = f->st + (size_t)p * kt * PANEL;
-        __m256 m0 = _mm256_loadu_ps(f->mx + c0), m1 = _mm256_loadu_ps(f->mx + c0 + 8);
-        for (int j = 0; j < n; j++) {
+        const float *m = have_max ? f->shift : f->mx;
+        __m256 m0 = _mm256_loadu_ps(m + c0), m1 = _mm256_loadu_ps(m + c0 + 8);
+        for (int j = 0; j < n && !have_max; j++) {
             m0 = _mm256_max_ps(m0, _mm256_loadu_ps(panel + (size_t)j * PANEL));
             m1 = _mm256_max_ps(m1, _mm256_loadu_ps(panel + (size_t)j * PANEL + 8));
         }
@@ -377,9 +400,11 @@ void attn__flash_job(const attn__fwd_ctx *ctx, const attn__head_job *job, float 
         int ldk = ctx->ldk, ldv = ctx->ldv;
         const float *k = plain ? job->k + (size_t)kvh * dk + (size_t)s0 * ctx->ldk
                                : attn__kv_rows(l, &kv, 0, kvh, s0, n, f.kbuf, &ldk);
-        scores(f.qt, k, ldk, n, kt, cp, dk, f.st);
-        mask_tile(s, &f, s0, n, kt, cp, by_column);
-        tile_softmax(&f, n, kt, cp);
+        const int masked = by_column || s->key_padding_mask != NULL;
+        if (!masked) memcpy(f.shift, f.mx, (size_t)cp * sizeof *f.shift);
+        scores(f.qt, k, ldk, n, kt, cp, dk, f.st, masked ? NULL : f.shift);
+        if (masked) mask_tile(s, &f, s0, n, kt, cp, by_column);
+        tile_softmax(&f, n, kt, cp, !masked);
         const float *v = plain ? job->v + (size_t)kvh * dv + (size_t)s0 * ctx->ldv
                                : attn__kv_rows(l, &kv, 1, kvh, s0, n, f.vbuf, &ldv);
         pack_values(v, ldv, n, kt, dv, f.vp);
