@@ -8,6 +8,9 @@
 
 #include <float.h>
 #include <limits.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -210,19 +213,51 @@ static attn_status check_rope(const attn_layer *l, const attn_seq *s, int i, att
     return ATTN_OK;
 }
 
+/* Largest |m[i]| of n entries, and 1 if all are finite: four lanes at a time
+ * with SSE2 (every x86-64 has it), no branch per entry. */
+static int max_abs_finite(const float *m, size_t n, float *best)
+{
+    size_t i = 0;
+    float b = 0.0f;
+    int ok = 1;
+#if defined(__SSE2__)
+    const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff)), lim = _mm_set1_ps(FLT_MAX);
+    __m128 mx = _mm_setzero_ps(), fin = _mm_castsi128_ps(_mm_set1_epi32(-1));
+    for (; i + 4 <= n; i += 4) {
+        const __m128 a = _mm_and_ps(_mm_loadu_ps(m + i), abs_mask);
+        fin = _mm_and_ps(fin, _mm_cmple_ps(a, lim)); /* false for NaN and inf */
+        mx = _mm_max_ps(mx, a);
+    }
+    float lanes[4];
+    _mm_storeu_ps(lanes, mx);
+    ok = _mm_movemask_ps(fin) == 0xf;
+    b = fmaxf(fmaxf(lanes[0], lanes[1]), fmaxf(lanes[2], lanes[3]));
+#endif
+    for (; i < n; i++) {
+        const float a = fabsf(m[i]);
+        ok &= a <= FLT_MAX;
+        if (a > b) b = a;
+    }
+    *best = b;
+    return ok;
+}
+
 /* Scans a (rows, cols) matrix: returns 1 and sets *maxabs if all finite, else
  * returns 0 with *bad the flat index of the first non-finite value. */
 static int scan(const float *m, size_t rows, size_t cols, double *maxabs, size_t *bad)
 {
-    float best = 0.0f;
     size_t n = rows * cols; /* validated not to overflow by check_shape */
-    for (size_t i = 0; i < n; i++) {
-        float a = fabsf(m[i]);
-        if (!(a <= FLT_MAX)) { *bad = i; return 0; }
-        if (a > best) best = a;
+    float best;
+    if (max_abs_finite(m, n, &best)) {
+        *maxabs = best;
+        return 1;
     }
-    *maxabs = best;
-    return 1;
+    for (size_t i = 0; i < n; i++) /* rare: find the culprit for the message */
+        if (!(fabsf(m[i]) <= FLT_MAX)) {
+            *bad = i;
+            return 0;
+        }
+    return 0; /* not reached: max_abs_finite saw a non-finite value */
 }
 
 static attn_status scan_input(const float *m, int rows, int cols, int i, const char *field,
