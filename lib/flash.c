@@ -9,7 +9,9 @@
  *   masks    a key outside a column's [lo, hi), or padded, becomes -inf
  *   softmax  per column: running max, exp, running sum, correction factor
  *   mixture  o (cp, d_v) = o * corr + stᵀ V_tile    4 queries x 16 values per block
- * then z = o / sum (0 for a column that saw no key). The score tile is stored
+ * K's tile is copied to contiguous rows and the next tile's K and V rows are
+ * prefetched into L2 while this one computes. Then z = o / sum (0 for a
+ * column that saw no key). The score tile is stored
  * by panels of 16 columns (st + p*kt*16 + j*16 + c) and V's tile is copied
  * into strips of 16 values (vp + strip*kt*16 + j*16): both kernels then walk
  * memory 64 contiguous bytes per key, where the batch's row strides (a power
@@ -55,6 +57,7 @@ typedef struct flash_scratch {
     float *qt;                 /* cp/16 panels of (d_k, 16): scaled queries, transposed */
     float *st;                 /* cp/16 panels of (kt, 16): a sub-tile's scores, then exps */
     float *vp;                 /* ceil(d_v/16) strips of (kt, 16): the sub-tile's V */
+    float *kp;                 /* (kt, d_k): the sub-tile's K, rows contiguous */
     float *o;                  /* (cp, d_v): unnormalised mixtures */
     float *mx, *sum, *corr, *shift, *tsum; /* (cp) per column */
     int *lo, *hi;              /* (cp) each column's visible keys [lo, hi) */
@@ -67,19 +70,22 @@ size_t attn__flash_scratch_floats(int r, int block_q, int block_k, int d_k, int 
     const size_t cmax = round_up((size_t)r * (size_t)block_q, PANEL);
     size_t st = (size_t)TILE_FLOATS > 8 * cmax ? (size_t)TILE_FLOATS : 8 * cmax;
     if ((size_t)block_k * cmax < st) st = (size_t)block_k * cmax;
-    const size_t kt = st / PANEL; /* the most keys a sub-tile has (cp >= 16) */
-    return cmax * (size_t)d_k + round_up(st, 16) + kt * round_up((size_t)d_v, PANEL) + cmax * (size_t)d_v + 7 * cmax +
+    const size_t kt = (size_t)tile_keys(PANEL, block_k); /* the most keys a sub-tile has (cp >= 16) */
+    return cmax * (size_t)d_k + round_up(st, 16) + kt * round_up((size_t)d_v, PANEL) + round_up(kt * (size_t)d_k, 16) +
+           cmax * (size_t)d_v + 7 * cmax +
            (gather ? round_up((size_t)block_k * (size_t)d_k, 16) + round_up((size_t)block_k * (size_t)d_v, 16)
                    : 0);
 }
 
-static flash_scratch carve(float *p, int cp, int kt, int d_k, int d_v, int ldkt, int block_k)
+static flash_scratch carve(float *p, int cp, int block_k, int d_k, int d_v, int ldkt)
 {
     flash_scratch f;
     f.qt = p;
     f.st = f.qt + (size_t)cp * (size_t)d_k;
-    f.vp = f.st + round_up((size_t)kt * (size_t)cp, 16);
-    f.o = f.vp + (size_t)kt * round_up((size_t)d_v, PANEL);
+    const size_t kt = (size_t)tile_keys(cp, block_k), ktmax = (size_t)tile_keys(PANEL, block_k);
+    f.vp = f.st + round_up(kt * (size_t)cp, 16);
+    f.kp = f.vp + ktmax * round_up((size_t)d_v, PANEL);
+    f.o = f.kp + round_up(ktmax * (size_t)d_k, 16);
     f.mx = f.o + (size_t)cp * (size_t)d_v;
     f.sum = f.mx + cp;
     f.corr = f.sum + cp;
@@ -111,6 +117,28 @@ static void pack_queries(const attn__fwd_ctx *ctx, const attn__head_job *job, in
         float *p = qt + (size_t)(c / PANEL) * PANEL * dk + c % PANEL;
         for (int d = 0; d < dk; d++) p[(size_t)d * PANEL] = q[d] * ctx->scale;
     }
+}
+
+/* The n rows of a K tile (stride ldk) into kp, d_k floats apart. */
+FLASH_FN static void pack_keys(const float *k, int ldk, int n, int dk, float *kp)
+{
+    for (int j = 0; j < n; j++) {
+        const float *src = k + (size_t)j * ldk;
+        float *dst = kp + (size_t)j * dk;
+        int d = 0;
+        for (; d + 8 <= dk; d += 8) _mm256_storeu_ps(dst + d, _mm256_loadu_ps(src + d));
+        for (; d < dk; d++) dst[d] = src[d];
+    }
+}
+
+/* Asks for rows [0, n) of a matrix (stride ld, `width` floats each) to be
+ * brought into cache: the next tile's K and V while this one is computed
+ * (a long sequence's K and V live in DRAM, a row every ld floats, which the
+ * hardware prefetchers do not follow). */
+static void prefetch_rows(const float *p, int ld, int n, int width)
+{
+    for (int j = 0; j < n; j++)
+        for (int c = 0; c < width; c += 16) _mm_prefetch((const char *)(p + (size_t)j * ld + c), _MM_HINT_T1);
 }
 
 /* ---- scores: st (n, cp) = K_tile (n, d_k) · Qᵀ ---------------------------- */
@@ -379,7 +407,7 @@ void attn__flash_job(const attn__fwd_ctx *ctx, const attn__head_job *job, float 
     const attn_seq *s = &ctx->seqs[job->seq];
     const int r = l->h / l->g, kvh = job->kv_head, h0 = kvh * r, dk = l->d_k, dv = l->d_v;
     const int cp = (int)round_up((size_t)r * (size_t)job->nt, PANEL), kt = tile_keys(cp, ctx->block_k);
-    const flash_scratch f = carve(scratch, cp, kt, dk, dv, attn__kv_tile_ld(l, 0), ctx->block_k);
+    const flash_scratch f = carve(scratch, cp, ctx->block_k, dk, dv, attn__kv_tile_ld(l, 0));
     float *z0 = job->z + (size_t)job->t0 * job->ldz;
     int klo, khi, all_lo, all_hi;
     column_ranges(s, job, r, cp, &f, &klo, &khi, &all_lo, &all_hi);
@@ -402,7 +430,13 @@ void attn__flash_job(const attn__fwd_ctx *ctx, const attn__head_job *job, float 
                                : attn__kv_rows(l, &kv, 0, kvh, s0, n, f.kbuf, &ldk);
         const int masked = by_column || s->key_padding_mask != NULL;
         if (!masked) memcpy(f.shift, f.mx, (size_t)cp * sizeof *f.shift);
-        scores(f.qt, k, ldk, n, kt, cp, dk, f.st, masked ? NULL : f.shift);
+        pack_keys(k, ldk, n, dk, f.kp);
+        if (plain && s0 + kt < khi) { /* the next tile's rows, while this one computes */
+            const int n2 = khi - s0 - kt < kt ? khi - s0 - kt : kt;
+            prefetch_rows(k + (size_t)kt * ldk, ldk, n2, dk);
+            prefetch_rows(job->v + (size_t)kvh * dv + (size_t)(s0 + kt) * ctx->ldv, ctx->ldv, n2, dv);
+        }
+        scores(f.qt, f.kp, dk, n, kt, cp, dk, f.st, masked ? NULL : f.shift);
         if (masked) mask_tile(s, &f, s0, n, kt, cp, by_column);
         tile_softmax(&f, n, kt, cp, !masked);
         const float *v = plain ? job->v + (size_t)kvh * dv + (size_t)s0 * ctx->ldv
