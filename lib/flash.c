@@ -255,7 +255,7 @@ FLASH_INLINE void new_max(const flash_scratch *f, int c, __m256 m)
     const __m256 shift = _mm256_blendv_ps(m, _mm256_setzero_ps(), _mm256_cmp_ps(m, neg, _CMP_EQ_OQ));
     _mm256_storeu_ps(f->mx + c, m);
     _mm256_storeu_ps(f->shift + c, shift);
-    _mm256_storeu_ps(f->corr + c, attn__exp8(_mm256_sub_ps(old, shift)));
+    _mm256_storeu_ps(f->corr + c, attn__exp8_fma(_mm256_sub_ps(old, shift)));
 }
 
 /* Per panel: the tile's column maxima folded into the running max (new_max;
@@ -278,8 +278,8 @@ FLASH_FN static void tile_softmax(const flash_scratch *f, int n, int kt, int cp,
         __m256 s0 = _mm256_setzero_ps(), s1 = s0;
         for (int j = 0; j < n; j++) {
             float *row = panel + (size_t)j * PANEL;
-            const __m256 e0 = attn__exp8(_mm256_sub_ps(_mm256_loadu_ps(row), sh0));
-            const __m256 e1 = attn__exp8(_mm256_sub_ps(_mm256_loadu_ps(row + 8), sh1));
+            const __m256 e0 = attn__exp8_fma(_mm256_sub_ps(_mm256_loadu_ps(row), sh0));
+            const __m256 e1 = attn__exp8_fma(_mm256_sub_ps(_mm256_loadu_ps(row + 8), sh1));
             _mm256_storeu_ps(row, e0);
             _mm256_storeu_ps(row + 8, e1);
             s0 = _mm256_add_ps(s0, e0);
