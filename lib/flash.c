@@ -109,14 +109,16 @@ int attn__flash_applies(const attn_layer *l, const attn_seq *s)
 static void pack_queries(const attn__fwd_ctx *ctx, const attn__head_job *job, int h0, int r, int cp,
                          float *qt)
 {
-    const int dk = ctx->layer->d_k, nt = job->nt;
-    memset(qt, 0, (size_t)cp * (size_t)dk * sizeof *qt);
-    for (int c = 0; c < r * nt; c++) {
-        const int hh = c / nt, t = c % nt;
-        const float *q = ctx->q + (size_t)(job->q_row + job->t0 + t) * ctx->ldq + (size_t)(h0 + hh) * dk;
-        float *p = qt + (size_t)(c / PANEL) * PANEL * dk + c % PANEL;
-        for (int d = 0; d < dk; d++) p[(size_t)d * PANEL] = q[d] * ctx->scale;
-    }
+    const int dk = ctx->layer->d_k, nt = job->nt, columns = r * nt;
+    const float scale = ctx->scale;
+    if (columns < cp) /* the last panel's padded columns score 0 */
+        memset(qt + (size_t)(columns / PANEL) * PANEL * dk, 0, (size_t)PANEL * dk * sizeof *qt);
+    for (int hh = 0, c = 0; hh < r; hh++)
+        for (int t = 0; t < nt; t++, c++) {
+            const float *q = ctx->q + (size_t)(job->q_row + job->t0 + t) * ctx->ldq + (size_t)(h0 + hh) * dk;
+            float *p = qt + (size_t)(c / PANEL) * PANEL * dk + c % PANEL;
+            for (int d = 0; d < dk; d++) p[(size_t)d * PANEL] = q[d] * scale;
+        }
 }
 
 /* The n rows of a K tile (stride ldk) into kp, d_k floats apart. */
@@ -384,8 +386,9 @@ static int tile_visible(const flash_scratch *f, int columns, int s0, int n)
     return 0;
 }
 
-/* z rows = o / sum: column hh*nt + t goes to z row t, head hh's columns. */
-static void finish(const flash_scratch *f, const attn__head_job *job, int h0, int r, int dv, float *z0)
+/* z rows = o / sum: column hh*nt + t goes to z row t, head hh's columns
+ * (d_v is a multiple of 8). */
+FLASH_FN static void finish(const flash_scratch *f, const attn__head_job *job, int h0, int r, int dv, float *z0)
 {
     const int nt = job->nt;
     for (int c = 0; c < r * nt; c++) {
@@ -393,8 +396,8 @@ static void finish(const flash_scratch *f, const attn__head_job *job, int h0, in
         float *zr = z0 + (size_t)t * job->ldz + (size_t)(h0 + hh) * dv;
         const float *orow = f->o + (size_t)c * dv;
         if (f->sum[c] > 0.0f) {
-            const float inv = 1.0f / f->sum[c];
-            for (int k = 0; k < dv; k++) zr[k] = orow[k] * inv;
+            const __m256 inv = _mm256_set1_ps(1.0f / f->sum[c]);
+            for (int k = 0; k < dv; k += 8) _mm256_storeu_ps(zr + k, _mm256_mul_ps(_mm256_loadu_ps(orow + k), inv));
         } else {
             memset(zr, 0, (size_t)dv * sizeof *zr);
         }
