@@ -195,9 +195,9 @@ static int bench_shape(shape s, double budget, const char *dir, FILE *tsv, shape
         seqs[i].output = out + (size_t)i * s.t * e;
     }
     /* pool: 2 threads, OpenBLAS 1 | caller only, OpenBLAS 2 | materialised, pool */
-    fwd_arg fa = {in.layer, seqs, s.b, fused, 1, {0, 0}};
-    fwd_arg fb = {in.layer, seqs, s.b, single, THREADS, {0, 0}};
-    fwd_arg fn = {in.layer, seqs, s.b, naive, 1, {0, 0}};
+    fwd_arg fa = {in.layer, seqs, s.b, fused, 1, {0}};
+    fwd_arg fb = {in.layer, seqs, s.b, single, THREADS, {0}};
+    fwd_arg fn = {in.layer, seqs, s.b, naive, 1, {0}};
     double t_f = time_forward(&fa, budget);
     if (dir) save_output(dir, s, out, rows * e);
     double t_b = time_forward(&fb, budget / 2);
@@ -259,7 +259,7 @@ static int long_context(const shape_result *at8k)
         return 1;
     }
     attn_seq seq = {.t = s.t, .s = s.t, .query = in.x, .output = out};
-    fwd_arg fa = {in.layer, &seq, 1, ws, 1, {0, 0}};
+    fwd_arg fa = {in.layer, &seq, 1, ws, 1, {0}};
     const double t0 = now_s();
     const int failed = run_forward(&fa);
     const double secs = now_s() - t0;
