@@ -372,8 +372,10 @@ typedef struct attn_forward_stats {
                               whole plan (projections, packed inputs, head
                               concat, kernel scratch, job list); the caller's
                               outputs, weights and KV caches are not scratch */
-    /* Appended in 0.5: 1 when the call ran the streamed (long-context) plan,
-     * 0 for the ordinary one; see attn_workspace_options.max_scratch_bytes. */
+    /* Appended in 0.5: 1 when a sequence of the call ran the streamed
+     * (long-context) plan, 0 when all ran the ordinary one; see
+     * attn_workspace_options.max_scratch_bytes. peak_scratch is then the
+     * largest piece's. */
     int streamed;
 } attn_forward_stats;
 
@@ -443,26 +445,29 @@ typedef struct attn_workspace_options {
     int block_k; /* fused tile columns (keys), 0 = default (256); 1..65536 */
     /* Appended in 0.5: the scratch bound, in bytes, of one attn_forward call
      * on this workspace; 0 = the default, 64 MiB (64 << 20); SIZE_MAX = no
-     * bound (always the ordinary plan). The ordinary plan projects Q, K and V
-     * of the whole batch at once (about (T * (h*d_k + h*d_v) + S * (g*d_k +
-     * g*d_v)) floats per sequence). When that plan would need more than this
-     * bound, the call runs the streamed plan instead: each sequence in turn,
-     * one KV head j at a time, projects K_j and V_j (S x d_k and S x d_v,
-     * RoPE applied to K_j), then the h/g query heads of j in chunks of query
-     * rows: the chunk's Q (RoPE), the fused kernel, and the chunk's share of
-     * the output projection added into the caller's output (out += Z_chunk
-     * W_O[:, those heads' columns]^T, b_O added by the first group). The
-     * chunk is as many rows (a multiple of block_q) as fit the bound, at
-     * least min(T, block_q); below that floor (K_j + V_j + kernel scratch +
-     * one block) the call still runs and peak_scratch reports what it used,
-     * which then exceeds the bound. Results equal the ordinary plan's to
-     * float rounding (~1e-6 relative: the output projection sums per KV
-     * head), not bit for bit. Only a batch whose every sequence can stream
-     * does: no KV cache (cache_k NULL), no weights returned, no per-head
-     * attn_mask (attn_mask_per_head = 1), and a workspace whose kernel is not
-     * MATERIALIZED; any other batch keeps the ordinary plan whatever its
-     * size (stats.streamed says which ran). A (T, S) attn_mask, key padding,
-     * key_length, causal, window, RoPE positions and cross-attention stream. */
+     * bound (one ordinary plan for the whole batch, as before 0.5). The
+     * ordinary plan projects Q, K and V of the whole batch at once (about
+     * (T * (h*d_k + h*d_v) + S * (g*d_k + g*d_v)) floats per sequence, plus
+     * packed inputs for batches). When that would need more than the bound,
+     * the batch runs in pieces, consecutive sequences in order: as many as
+     * fit the bound run the ordinary plan together; a sequence that alone
+     * exceeds it runs the streamed plan: one KV head j at a time, K_j and V_j
+     * (S x d_k and S x d_v, RoPE applied to K_j), then the h/g query heads of
+     * j in chunks of query rows: the chunk's Q (RoPE), the fused kernel, and
+     * the chunk's share of the output projection added into the caller's
+     * output (out += Z_chunk W_O[:, those heads' columns]^T, b_O added by the
+     * first KV head). A chunk is as many rows (a multiple of block_q) as fit
+     * the bound, at least min(T, block_q); below that floor (K_j + V_j +
+     * kernel scratch + one block) the call still runs and peak_scratch says
+     * what it used, then above the bound. Streamed results equal the
+     * ordinary plan's to float rounding (~1e-6 relative: the output
+     * projection sums per KV head), not bit for bit. A sequence streams only
+     * when it has no KV cache (cache_k NULL), asks for no weights, has no
+     * per-head attn_mask (attn_mask_per_head = 1) and the workspace's kernel
+     * is not MATERIALIZED; any other sequence beyond the bound runs the
+     * ordinary plan alone, above the bound (stats.peak_scratch says so). A
+     * (T, S) attn_mask, key padding, key_length, causal, window, RoPE
+     * positions and cross-attention all stream. */
     size_t max_scratch_bytes;
 } attn_workspace_options;
 

@@ -627,13 +627,6 @@ static int seq_streams(const attn_workspace *ws, const attn_seq *s)
            !(s->attn_mask_kind != ATTN_MASK_NONE && s->attn_mask_per_head);
 }
 
-static int batch_streams(const attn_workspace *ws, const attn_seq *seqs, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (!seq_streams(ws, &seqs[i])) return 0;
-    return 1;
-}
-
 /* The layout for chunks of `chunk` rows over keys of up to max_s rows;
  * returns 0 on size_t overflow. Z shares Q's buffer when d_k == d_v (the
  * fused kernel copies its Q block first); without W_O the kernel writes the
@@ -840,25 +833,72 @@ static void run_ordinary(const attn_layer *layer, const attn_seq *seqs, int n_se
     project_out(layer, seqs, n_seqs, w, plan, base);
 }
 
-/* Plans the call (streamed when the ordinary plan exceeds the bound and the
- * batch may stream), reserves its scratch, runs it; *bytes, *streamed: what
- * it used. Nothing after the reservation can fail. */
+/* A run of consecutive sequences of the call, planned: ordinary, or (one
+ * sequence) streamed. */
+typedef struct call_piece {
+    int n, streamed;
+    fwd_plan plan;
+    stream_plan sp;
+    size_t bytes;
+} call_piece;
+
+static int prefix_fits(const attn_layer *l, const attn_seq *seqs, int n, const attn_workspace *ws,
+                       fwd_plan *plan)
+{
+    return plan_call(l, seqs, n, ws, plan, NULL) == ATTN_OK && plan->bytes <= ws->opt.max_scratch_bytes;
+}
+
+/* The next piece from seqs[0] (n sequences left): all of them when their
+ * ordinary plan fits the bound (the usual case: one plan), else the longest
+ * prefix that fits (binary search; plan bytes grow with the batch, and a
+ * prefix found is checked, so a bump only makes pieces shorter), else the
+ * first sequence alone: streamed when it may stream, otherwise ordinary above
+ * the bound. Deterministic: planning the call twice gives the same pieces. */
+static attn_status plan_piece(const attn_layer *l, const attn_seq *seqs, int n, const attn_workspace *ws,
+                              call_piece *pc, attn_error *err)
+{
+    *pc = (call_piece){.n = n};
+    if (!prefix_fits(l, seqs, n, ws, &pc->plan)) {
+        int lo = 0, hi = n; /* prefix lo fits (0 trivially), hi does not */
+        while (hi - lo > 1) {
+            const int mid = lo + (hi - lo) / 2;
+            if (prefix_fits(l, seqs, mid, ws, &pc->plan)) lo = mid;
+            else hi = mid;
+        }
+        pc->n = lo > 0 ? lo : 1;
+        attn_status st = plan_call(l, seqs, pc->n, ws, &pc->plan, err);
+        if (st != ATTN_OK) return st;
+        pc->streamed = pc->plan.bytes > ws->opt.max_scratch_bytes && seq_streams(ws, &seqs[0]);
+        if (pc->streamed && (st = plan_stream(l, seqs, 1, ws, &pc->plan, &pc->sp, err))) return st;
+    }
+    pc->bytes = pc->streamed ? pc->sp.bytes : pc->plan.bytes;
+    return ATTN_OK;
+}
+
+static void run_piece(const attn_layer *l, const attn_seq *seqs, attn_workspace *w, const call_piece *pc)
+{
+    if (pc->streamed) stream_seq(l, &seqs[0], w, &pc->sp, w->buf);
+    else run_ordinary(l, seqs, pc->n, w, &pc->plan);
+}
+
+/* Plans the call in pieces (plan_piece), reserves the largest, runs them in
+ * order; *bytes: the largest piece's scratch, *streamed: whether a piece
+ * streamed. Nothing after the reservation can fail. */
 static attn_status plan_and_run(const attn_layer *layer, const attn_seq *seqs, int n_seqs,
                                 attn_workspace *w, size_t *bytes, int *streamed, attn_error *err)
 {
-    fwd_plan plan;
-    stream_plan sp;
-    attn_status st = plan_call(layer, seqs, n_seqs, w, &plan, err);
-    if (st != ATTN_OK) return st;
-    *streamed = plan.bytes > w->opt.max_scratch_bytes && batch_streams(w, seqs, n_seqs);
-    if (*streamed && (st = plan_stream(layer, seqs, n_seqs, w, &plan, &sp, err))) return st;
-    *bytes = *streamed ? sp.bytes : plan.bytes;
-    if ((st = attn__ws_reserve(w, *bytes, err))) return st;
-    if (!*streamed) {
-        run_ordinary(layer, seqs, n_seqs, w, &plan);
-        return ATTN_OK;
+    call_piece pc;
+    attn_status st;
+    for (int i = 0; i < n_seqs; i += pc.n) {
+        if ((st = plan_piece(layer, seqs + i, n_seqs - i, w, &pc, err))) return st;
+        if (pc.bytes > *bytes) *bytes = pc.bytes;
+        *streamed |= pc.streamed;
     }
-    for (int i = 0; i < n_seqs; i++) stream_seq(layer, &seqs[i], w, &sp, w->buf);
+    if ((st = attn__ws_reserve(w, *bytes, err))) return st;
+    for (int i = 0; i < n_seqs; i += pc.n) {
+        if ((st = plan_piece(layer, seqs + i, n_seqs - i, w, &pc, err))) return st; /* as above: OK */
+        run_piece(layer, seqs + i, w, &pc);
+    }
     return ATTN_OK;
 }
 

@@ -5,8 +5,9 @@
  * bool and float masks, biases, W_O present and absent, d_k != d_v, self and
  * cross attention, ragged batches, one and two threads, chunks of one block
  * and of several; a bound between the floor and the ordinary plan is kept;
- * batches that cannot stream (weights, per-head masks, KV caches, the
- * materialised kernel) keep the ordinary plan; the default bound (64 MiB)
+ * sequences that cannot stream (weights, per-head masks, KV caches, the
+ * materialised kernel) keep the ordinary plan, in a piece of their own; a
+ * batch above the bound runs in pieces that fit; the default bound (64 MiB)
  * streams a call whose ordinary plan is 128 MiB and stays within it.
  */
 #include "attn.h"
@@ -222,16 +223,18 @@ TEST_WITH(bound_between_floor_and_ordinary, test_rng *r)
 }
 
 /* Sequences the streamed plan does not take keep the ordinary plan, even
- * under a 1-byte bound, and so does a batch holding one of them. */
+ * under a 1-byte bound; in a batch with a plain sequence they run as pieces
+ * of their own, the plain one streams, and both equal the unbounded call. */
 TEST_WITH(unstreamable_keep_ordinary, test_rng *r)
 {
     gqa_shape sh = {.h = 4, .g = 2, .d_k = 4, .d_v = 4, .e = 8, .e_out = 8, .bias = 1, .out_proj = 1};
     attn_layer *l = gqa_layer(r, &sh);
-    const int T = 6;
-    float *x = rand_floats(r, (size_t)2 * T * 8, 1.0f), out[2 * 6 * 8], w[4 * 6 * 6];
-    float ck[8 * 8], cv[8 * 8];
-    uint8_t hm[4 * 6 * 6] = {0};
-    attn_workspace *tiny = bound_ws(1, 2, 2, 1), *mat = NULL;
+    enum { T = 6, E = 8, N_OUT = 2 * T * E };
+    float *x = rand_floats(r, (size_t)2 * T * E, 1.0f), out[N_OUT], ref[N_OUT], w[4 * T * T], wr[4 * T * T];
+    float ck[8 * 8], cv[8 * 8], ckr[8 * 8], cvr[8 * 8];
+    uint8_t hm[4 * T * T] = {0};
+    hm[5] = hm[40] = 1;
+    attn_workspace *tiny = bound_ws(1, 2, 2, 1), *none = bound_ws(1, 2, 2, SIZE_MAX), *mat = NULL;
     attn_workspace_options mo = {.kernel = ATTN_KERNEL_MATERIALIZED, .max_scratch_bytes = 1};
     CHECK_INT_EQ(attn_workspace_create(&mo, &mat, NULL), ATTN_OK);
     const attn_seq plain = {.t = T, .s = T, .query = x, .output = out};
@@ -247,16 +250,61 @@ TEST_WITH(unstreamable_keep_ordinary, test_rng *r)
     const char *names[4] = {"weights", "per-head mask", "KV cache", "materialised kernel"};
     for (int i = 0; i < 4; i++) {
         attn_seq batch[2] = {cases[i], plain};
-        batch[1].query = x + T * 8;
-        batch[1].output = out + T * 8;
+        batch[1].query = x + T * E;
+        batch[1].output = out + T * E;
         attn_workspace *ws = i == 3 ? mat : tiny;
         CHECK_MSG(forward(l, batch, 1, ws, names[i]).streamed == 0, "%s streamed", names[i]);
-        CHECK_MSG(forward(l, batch, 2, ws, names[i]).streamed == 0, "batch with %s streamed", names[i]);
+        CHECK_MSG(forward(l, batch, 2, ws, names[i]).streamed == (i != 3), "batch with %s", names[i]);
+        attn_seq rb[2] = {batch[0], batch[1]};
+        rb[0].output = ref;
+        rb[1].output = ref + T * E;
+        rb[0].weights = i == 0 ? wr : NULL;
+        rb[0].cache_k = i == 2 ? ckr : NULL;
+        rb[0].cache_v = i == 2 ? cvr : NULL;
+        forward(l, rb, 2, i == 3 ? NULL : none, names[i]);
+        const double d = max_abs_diff(out, ref, N_OUT), dw = i == 0 ? max_abs_diff(w, wr, 4 * T * T) : 0;
+        CHECK_MSG(d <= 1e-5 * (max_abs(ref, N_OUT) + 1.0) && dw <= 1e-6, "%s: diff %.3g, weights %.3g",
+                  names[i], d, dw);
     }
-    CHECK(forward(l, (attn_seq[]){plain}, 1, tiny, "plain").streamed == 1);
     free(x);
     attn_workspace_free(tiny);
+    attn_workspace_free(none);
     attn_workspace_free(mat);
+    attn_layer_free(l);
+}
+
+/* Six sequences whose ordinary plan is three times the bound run as pieces
+ * of the ordinary plan (none streams: each piece fits), within the bound,
+ * equal to the unbounded call. */
+TEST_WITH(batch_split_into_pieces, test_rng *r)
+{
+    gqa_shape sh = {.h = 4, .g = 4, .d_k = 8, .d_v = 8, .e = 32, .e_out = 32, .bias = 1, .out_proj = 1};
+    attn_layer *l = gqa_layer(r, &sh);
+    attn_layer_info li;
+    attn_layer_get_info(l, &li);
+    enum { N = 6, T = 40 };
+    long_case cs[N];
+    attn_seq seqs[N];
+    for (int i = 0; i < N; i++) {
+        memset(&cs[i], 0, sizeof cs[i]);
+        cs[i].x = rand_floats(r, (size_t)T * sh.e, 1.0f);
+        cs[i].out = malloc((size_t)T * sh.e_out * sizeof(float));
+        cs[i].ref = malloc((size_t)T * sh.e_out * sizeof(float));
+        seqs[i] = (attn_seq){.t = T, .s = T, .query = cs[i].x, .is_causal = i % 2, .output = cs[i].ref};
+    }
+    attn_workspace *none = bound_ws(1, 0, 0, SIZE_MAX);
+    const attn_forward_stats so = forward(l, seqs, N, none, "unbounded");
+    const size_t bound = so.peak_scratch / 3;
+    attn_workspace *third = bound_ws(1, 0, 0, bound);
+    for (int i = 0; i < N; i++) seqs[i].output = cs[i].out;
+    const attn_forward_stats sp = forward(l, seqs, N, third, "a third");
+    CHECK_INT_EQ(sp.streamed, 0);
+    CHECK_MSG(sp.peak_scratch <= bound && sp.peak_scratch > 0, "peak %zu, bound %zu", sp.peak_scratch, bound);
+    CHECK(sp.flops == so.flops);
+    check_outputs(cs, N, &li, "pieces");
+    for (int i = 0; i < N; i++) long_case_free(&cs[i]);
+    attn_workspace_free(none);
+    attn_workspace_free(third);
     attn_layer_free(l);
 }
 
@@ -320,6 +368,7 @@ int main(void)
     RUN_WITH(streamed_equals_ordinary, &r);
     RUN_WITH(bound_between_floor_and_ordinary, &r);
     RUN_WITH(unstreamable_keep_ordinary, &r);
+    RUN_WITH(batch_split_into_pieces, &r);
     RUN(option_defaults);
     RUN_WITH(default_bound_streams, &r);
     printf("worst streamed vs ordinary difference: %.3g of the 1e-5 tolerance\n", worst);
