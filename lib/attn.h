@@ -451,17 +451,18 @@ typedef struct attn_workspace_options {
      * packed inputs for batches). When that would need more than the bound,
      * the batch runs in pieces, consecutive sequences in order: as many as
      * fit the bound run the ordinary plan together; a sequence that alone
-     * exceeds it runs the streamed plan: one KV head j at a time, K_j and V_j
-     * (S x d_k and S x d_v, RoPE applied to K_j), then the h/g query heads of
-     * j in chunks of query rows: the chunk's Q (RoPE), the fused kernel, and
-     * the chunk's share of the output projection added into the caller's
+     * exceeds it runs the streamed plan: passes over n KV heads at a time (as
+     * many as fit the bound, at least one), each projecting their K and V
+     * (S x n*d_k and S x n*d_v, RoPE applied to K), then their n*h/g query
+     * heads in chunks of query rows: the chunk's Q (RoPE), the fused kernel,
+     * and the chunk's share of the output projection added into the caller's
      * output (out += Z_chunk W_O[:, those heads' columns]^T, b_O added by the
-     * first KV head). A chunk is as many rows (a multiple of block_q) as fit
-     * the bound, at least min(T, block_q); below that floor (K_j + V_j +
-     * kernel scratch + one block) the call still runs and peak_scratch says
-     * what it used, then above the bound. Streamed results equal the
+     * first pass). A chunk is as many rows (a multiple of block_q) as fit the
+     * bound, at least min(T, block_q); below that floor (one KV head's K and
+     * V + kernel scratch + one block) the call still runs and peak_scratch
+     * says what it used, then above the bound. Streamed results equal the
      * ordinary plan's to float rounding (~1e-6 relative: the output
-     * projection sums per KV head), not bit for bit. A sequence streams only
+     * projection sums per pass), not bit for bit. A sequence streams only
      * when it has no KV cache (cache_k NULL), asks for no weights, has no
      * per-head attn_mask (attn_mask_per_head = 1) and the workspace's kernel
      * is not MATERIALIZED; any other sequence beyond the bound runs the

@@ -603,13 +603,16 @@ static void project_out(const attn_layer *l, const attn_seq *seqs, int n,
 
 /* ------------------------------------------------------------------------
  * The streamed plan (long contexts; attn.h, max_scratch_bytes): per sequence,
- * per KV head j, K_j and V_j of all S keys, then the group's query heads in
- * chunks of rows, each chunk's output projection added into the output. The
- * kernels see each chunk as a one-KV-head problem: the group's columns only
- * (kv_head 0, Q (chunk, r*d_k), K_j (S, d_k), V_j (S, d_v), Z (chunk, r*d_v)),
- * and a view of the sequence whose rows are the chunk's (chunk_view). */
+ * passes over `heads` KV heads at a time (as many as the bound allows, the
+ * last pass may have fewer): their K and V for all S keys, then their query
+ * heads in chunks of rows, each chunk's share of the output projection added
+ * into the output. The kernels see a pass as a layer of its own heads only:
+ * kv_head counts from the pass's first KV head, Q (chunk, nh*r*d_k), K (S,
+ * nh*d_k), V (S, nh*d_v), Z (chunk, nh*r*d_v), and the rows are a view of
+ * the sequence (chunk_view). */
 
 typedef struct stream_plan {
+    int heads;            /* KV heads per pass */
     int chunk;            /* query rows per chunk, a multiple of block_q or all of T */
     int block_q, block_k;
     int n_workers;
@@ -618,103 +621,105 @@ typedef struct stream_plan {
     size_t bytes;
 } stream_plan;
 
+/* One pass: KV heads [j0, j0 + nh), query heads [j0*r, (j0 + nh)*r). */
+typedef struct kv_pass { int j0, nh; } kv_pass;
+
 /* Whether a sequence may stream: no KV cache, fused kernel (no weights), no
- * per-head attn_mask (its planes are (h, T, S): a chunk view cannot offset
- * them). */
+ * per-head attn_mask (its planes are (h, T, S) and the kernels index them by
+ * the pass's head numbers). */
 static int seq_streams(const attn_workspace *ws, const attn_seq *s)
 {
     return seq_fused(ws, s) && s->cache_k == NULL &&
            !(s->attn_mask_kind != ATTN_MASK_NONE && s->attn_mask_per_head);
 }
 
-/* The layout for chunks of `chunk` rows over keys of up to max_s rows;
- * returns 0 on size_t overflow. Z shares Q's buffer when d_k == d_v (the
- * fused kernel copies its Q block first); without W_O the kernel writes the
- * caller's output. */
+/* The layout for passes of sp->heads KV heads and chunks of sp->chunk rows
+ * over keys of up to max_s rows; returns 0 on size_t overflow. Z shares Q's
+ * buffer when d_k == d_v (the fused kernel copies its Q block first); without
+ * W_O the kernel writes the caller's output. */
 static int stream_layout(const attn_layer *l, int max_s, stream_plan *sp)
 {
-    const size_t f = sizeof(float), r = (size_t)(l->h / l->g), rows = (size_t)sp->chunk;
-    const size_t jobs = (size_t)ceil_div(sp->chunk, sp->block_q);
+    const size_t f = sizeof(float), nh = (size_t)sp->heads, qh = nh * (size_t)(l->h / l->g);
+    const size_t rows = (size_t)sp->chunk, jobs = nh * (size_t)ceil_div(sp->chunk, sp->block_q);
     size_t t = 0, scratch = 0;
     int ok = attn__mul_size(sp->worker_floats, (size_t)sp->n_workers, &scratch);
-    ok &= attn__ws_plan(&t, (size_t)max_s, (size_t)l->d_k * f, &sp->off_k);
-    ok &= attn__ws_plan(&t, (size_t)max_s, (size_t)l->d_v * f, &sp->off_v);
-    ok &= attn__ws_plan(&t, rows, r * (size_t)l->d_k * f, &sp->off_q);
+    ok &= attn__ws_plan(&t, (size_t)max_s, nh * (size_t)l->d_k * f, &sp->off_k);
+    ok &= attn__ws_plan(&t, (size_t)max_s, nh * (size_t)l->d_v * f, &sp->off_v);
+    ok &= attn__ws_plan(&t, rows, qh * (size_t)l->d_k * f, &sp->off_q);
     sp->off_z = sp->off_q;
-    if (l->w_o && l->d_k != l->d_v) ok &= attn__ws_plan(&t, rows, r * (size_t)l->d_v * f, &sp->off_z);
+    if (l->w_o && l->d_k != l->d_v) ok &= attn__ws_plan(&t, rows, qh * (size_t)l->d_v * f, &sp->off_z);
     ok &= attn__ws_plan(&t, scratch, f, &sp->off_scratch);
     ok &= attn__ws_plan(&t, jobs, sizeof(attn__head_job), &sp->off_jobs);
     sp->bytes = t;
     return ok;
 }
 
-/* The largest chunk (a multiple of block_q, at most the longest T, at least
- * min(T, block_q)) whose layout fits ws's bound. */
-static attn_status plan_stream(const attn_layer *l, const attn_seq *seqs, int n,
-                               const attn_workspace *ws, const fwd_plan *ordinary, stream_plan *sp,
-                               attn_error *err)
+/* The widest pass whose layout fits the bound with chunks of one block (one
+ * KV head when none does), then the largest chunk (a multiple of block_q, at
+ * most T) that still fits. */
+static attn_status plan_stream(const attn_layer *l, const attn_seq *s, const attn_workspace *ws,
+                               const fwd_plan *ordinary, stream_plan *sp, attn_error *err)
 {
-    int max_t = 1, max_s = 1;
-    for (int i = 0; i < n; i++) {
-        if (seqs[i].t > max_t) max_t = seqs[i].t;
-        if (seqs[i].s > max_s) max_s = seqs[i].s;
-    }
-    *sp = (stream_plan){.n_workers = ordinary->n_workers};
-    sp->block_q = ws->opt.block_q < max_t ? ws->opt.block_q : max_t;
-    sp->block_k = ws->opt.block_k < max_s ? ws->opt.block_k : max_s;
+    *sp = (stream_plan){.heads = l->g, .n_workers = ordinary->n_workers};
+    sp->block_q = ws->opt.block_q < s->t ? ws->opt.block_q : s->t;
+    sp->block_k = ws->opt.block_k < s->s ? ws->opt.block_k : s->s;
     size_t need = attn__fused_scratch_floats(l->h / l->g, sp->block_q, sp->block_k, l->d_k, l->d_v, 0);
     if (l->rope.style != ATTN_ROPE_NONE && (size_t)l->rope.rotary_dim > need) need = (size_t)l->rope.rotary_dim;
     sp->worker_floats = (need + 15) / 16 * 16;
+    const size_t bound = ws->opt.max_scratch_bytes;
     sp->chunk = sp->block_q;
-    if (!stream_layout(l, max_s, sp))
-        return attn__set_error(err, ATTN_ERR_LIMIT, "scratch size of the streamed plan overflows");
-    const size_t bound = ws->opt.max_scratch_bytes, floor_bytes = sp->bytes;
-    const size_t per_row = (size_t)(l->h / l->g) * (size_t)(l->d_k + l->d_v) * sizeof(float);
-    if (floor_bytes >= bound || sp->chunk == max_t) return ATTN_OK;
-    size_t more = (bound - floor_bytes) / per_row / (size_t)sp->block_q * (size_t)sp->block_q;
-    size_t chunk = (size_t)sp->chunk + more;
-    sp->chunk = chunk < (size_t)max_t ? (int)chunk : max_t;
-    int ok = stream_layout(l, max_s, sp);
-    while (ok && sp->bytes > bound && sp->chunk > sp->block_q) { /* jobs and alignment: a block less */
-        sp->chunk = (sp->chunk - 1) / sp->block_q * sp->block_q;
-        ok = stream_layout(l, max_s, sp);
+    int ok = stream_layout(l, s->s, sp);
+    while (sp->heads > 1 && (!ok || sp->bytes > bound)) {
+        sp->heads--;
+        ok = stream_layout(l, s->s, sp);
+    }
+    if (ok && sp->bytes < bound && sp->chunk < s->t) {
+        const size_t per_row = (size_t)sp->heads * (l->h / l->g) * (size_t)(l->d_k + l->d_v) * sizeof(float);
+        const size_t more = (bound - sp->bytes) / per_row / (size_t)sp->block_q * (size_t)sp->block_q;
+        sp->chunk = more < (size_t)(s->t - sp->chunk) ? sp->chunk + (int)more : s->t;
+        ok = stream_layout(l, s->s, sp);
+        while (ok && sp->bytes > bound && sp->chunk > sp->block_q) { /* jobs, alignment: a block less */
+            sp->chunk = (sp->chunk - 1) / sp->block_q * sp->block_q;
+            ok = stream_layout(l, s->s, sp);
+        }
     }
     if (!ok) return attn__set_error(err, ATTN_ERR_LIMIT, "scratch size of the streamed plan overflows");
     return ATTN_OK;
 }
 
-/* K_j = X_k W_k[j]ᵀ + b_k[j] and V_j likewise (d_k / d_v rows of the weights
- * from row j*d), for the S keys of s; then RoPE on K_j. */
-static void stream_project_kv(const attn_layer *l, const attn_seq *s, int j, const attn_workspace *ws,
+/* K = X_k W_kᵀ + b_k and V likewise for the pass's KV heads (their d_k / d_v
+ * rows of the weights are contiguous), the S keys of s; then RoPE on K. */
+static void stream_project_kv(const attn_layer *l, const attn_seq *s, kv_pass ps, const attn_workspace *ws,
                               const stream_plan *sp, char *base)
 {
     const float *xk = keys_from_query(s) ? s->query : s->key, *xv = keys_from_query(s) ? s->query : s->value;
-    const size_t dk = (size_t)l->d_k, dv = (size_t)l->d_v;
+    const size_t k0 = (size_t)ps.j0 * l->d_k, v0 = (size_t)ps.j0 * l->d_v;
+    const int wk = ps.nh * l->d_k, wv = ps.nh * l->d_v;
     float *k = (float *)(base + sp->off_k), *v = (float *)(base + sp->off_v);
     linear_batch lb = {.n_ops = 2};
-    lb.op[0] = (linear_op){xk, l->w_k + j * dk * l->e_k, l->b_k ? l->b_k + j * dk : NULL, (size_t)s->s,
-                           l->e_k, l->d_k, l->d_k, k, 0, 0};
-    lb.op[1] = (linear_op){xv, l->w_v + j * dv * l->e_v, l->b_v ? l->b_v + j * dv : NULL, (size_t)s->s,
-                           l->e_v, l->d_v, l->d_v, v, 0, 0};
+    lb.op[0] = (linear_op){xk, l->w_k + k0 * l->e_k, l->b_k ? l->b_k + k0 : NULL, (size_t)s->s, l->e_k, wk, wk,
+                           k, 0, 0};
+    lb.op[1] = (linear_op){xv, l->w_v + v0 * l->e_v, l->b_v ? l->b_v + v0 : NULL, (size_t)s->s, l->e_v, wv, wv,
+                           v, 0, 0};
     run_linears(&lb, ws, sp->n_workers);
-    rope_run rr = {l, s, 0, NULL, k, 0, 1, (float *)(base + sp->off_scratch), sp->worker_floats,
+    rope_run rr = {l, s, 0, NULL, k, 0, ps.nh, (float *)(base + sp->off_scratch), sp->worker_floats,
                    (size_t)s->s, (size_t)s->s};
     run_rope(&rr, ws, sp->n_workers);
 }
 
-/* Q rows [c0, c0 + nc) of group j's r query heads (columns h0*d_k .. of Q),
+/* Q rows [c0, c0 + nc) of the pass's query heads (columns j0*r*d_k .. of Q),
  * rotated at their positions. */
-static void stream_project_q(const attn_layer *l, const attn_seq *s, int j, int c0, int nc,
+static void stream_project_q(const attn_layer *l, const attn_seq *s, kv_pass ps, int c0, int nc,
                              const attn_workspace *ws, const stream_plan *sp, char *base)
 {
-    const int r = l->h / l->g;
-    const size_t col = (size_t)j * r * l->d_k;
+    const int qh = ps.nh * (l->h / l->g), width = qh * l->d_k;
+    const size_t col = (size_t)ps.j0 * (l->h / l->g) * l->d_k;
     float *q = (float *)(base + sp->off_q);
     linear_batch lb = {.n_ops = 1};
     lb.op[0] = (linear_op){s->query + (size_t)c0 * l->e_q, l->w_q + col * l->e_q, l->b_q ? l->b_q + col : NULL,
-                           (size_t)nc, l->e_q, r * l->d_k, r * l->d_k, q, 0, 0};
+                           (size_t)nc, l->e_q, width, width, q, 0, 0};
     run_linears(&lb, ws, sp->n_workers);
-    rope_run rr = {l, s, (size_t)c0, q, NULL, r, 0, (float *)(base + sp->off_scratch), sp->worker_floats,
+    rope_run rr = {l, s, (size_t)c0, q, NULL, qh, 0, (float *)(base + sp->off_scratch), sp->worker_floats,
                    (size_t)nc, (size_t)nc};
     run_rope(&rr, ws, sp->n_workers);
 }
@@ -724,8 +729,8 @@ static void stream_project_q(const attn_layer *l, const attn_seq *s, int j, int 
  * cache of c0 rows means to the masks (attn__mask_query_pos: cache_len + t;
  * top-left causal and windows count from the same place), and a (T, S)
  * attn_mask starts at the chunk's first row. The kernels read keys and values
- * from the jobs (cache_k / cache_v point at K_j / V_j, contiguous float32:
- * attn__kv_is_plain), never from the view; it has no output or weights. */
+ * from the jobs (cache_k / cache_v point at the pass's K / V, contiguous
+ * float32: attn__kv_is_plain), never from the view; it has no output. */
 static attn_seq chunk_view(const attn_seq *s, int c0, int nc, float *k, float *v)
 {
     attn_seq view = *s;
@@ -743,68 +748,71 @@ static attn_seq chunk_view(const attn_seq *s, int c0, int nc, float *k, float *v
     return view;
 }
 
-/* One fused job per block_q rows of the chunk (all r heads of the group). */
-static int make_chunk_jobs(const attn_layer *l, const attn_seq *view, const stream_plan *sp,
+/* One fused job per (KV head of the pass, block_q rows of the chunk). */
+static int make_chunk_jobs(const attn_layer *l, const attn_seq *view, const stream_plan *sp, int nh,
                            const float *k, const float *v, float *z, int ldz, attn__head_job *jobs)
 {
     const int r = l->h / l->g;
     int n = 0;
-    for (int t0 = 0; t0 < view->t; t0 += sp->block_q, n++) {
-        const int nt = view->t - t0 < sp->block_q ? view->t - t0 : sp->block_q;
-        int last = attn__mask_query_pos(view, t0 + nt - 1) + 1;
-        int keys = view->is_causal && last < view->s ? last : view->s;
-        jobs[n] = (attn__head_job){.kernel = attn__head_fused, .seq = 0, .kv_head = 0, .n_kv_heads = 1,
-                                   .t0 = t0, .nt = nt, .q_row = 0, .k = k, .v = v, .z = z, .ldz = ldz,
-                                   .cost = (double)nt * keys * r};
-    }
+    for (int kvh = 0; kvh < nh; kvh++)
+        for (int t0 = 0; t0 < view->t; t0 += sp->block_q, n++) {
+            const int nt = view->t - t0 < sp->block_q ? view->t - t0 : sp->block_q;
+            const int last = attn__mask_query_pos(view, t0 + nt - 1) + 1;
+            const int keys = view->is_causal && last < view->s ? last : view->s;
+            jobs[n] = (attn__head_job){.kernel = attn__head_fused, .seq = 0, .kv_head = kvh, .n_kv_heads = 1,
+                                       .t0 = t0, .nt = nt, .q_row = 0, .k = k, .v = v, .z = z, .ldz = ldz,
+                                       .cost = (double)nt * keys * r};
+        }
     return n;
 }
 
-/* The group's heads over rows [c0, c0 + nc): into Z (W_O) or straight into
- * the group's columns of the caller's output. */
-static void stream_heads(const attn_layer *l, const attn_seq *s, int j, int c0, int nc,
+/* The pass's heads over rows [c0, c0 + nc): into Z (W_O) or straight into
+ * their columns of the caller's output. */
+static void stream_heads(const attn_layer *l, const attn_seq *s, kv_pass ps, int c0, int nc,
                          const attn_workspace *ws, const stream_plan *sp, char *base)
 {
-    const int r = l->h / l->g;
+    const int qh = ps.nh * (l->h / l->g);
     float *k = (float *)(base + sp->off_k), *v = (float *)(base + sp->off_v);
-    float *z = l->w_o ? (float *)(base + sp->off_z) : s->output + (size_t)c0 * l->v_dim + (size_t)j * r * l->d_v;
-    const int ldz = l->w_o ? r * l->d_v : l->v_dim;
+    float *z = l->w_o ? (float *)(base + sp->off_z)
+                      : s->output + (size_t)c0 * l->v_dim + (size_t)ps.j0 * (l->h / l->g) * l->d_v;
+    const int ldz = l->w_o ? qh * l->d_v : l->v_dim;
     const attn_seq view = chunk_view(s, c0, nc, k, v);
     attn__fwd_ctx ctx = {
-        .layer = l, .seqs = &view, .q = (const float *)(base + sp->off_q), .ldq = r * l->d_k,
-        .ldk = l->d_k, .ldv = l->d_v, .scale = (float)(1.0 / sqrt((double)l->d_k)),
+        .layer = l, .seqs = &view, .q = (const float *)(base + sp->off_q), .ldq = qh * l->d_k,
+        .ldk = ps.nh * l->d_k, .ldv = ps.nh * l->d_v, .scale = (float)(1.0 / sqrt((double)l->d_k)),
         .block_q = sp->block_q, .block_k = sp->block_k,
     };
     attn__head_job *jobs = (attn__head_job *)(base + sp->off_jobs);
-    const int n_jobs = make_chunk_jobs(l, &view, sp, k, v, z, ldz, jobs);
+    const int n_jobs = make_chunk_jobs(l, &view, sp, ps.nh, k, v, z, ldz, jobs);
     heads_run hr = {&ctx, jobs, (float *)(base + sp->off_scratch), sp->worker_floats};
     run_job_list(&hr, jobs, n_jobs, ws, sp->n_workers);
 }
 
-/* out[c0 .. c0 + nc) (+)= Z_chunk W_O[:, group j's columns]ᵀ: the first group
- * starts from b_O (or zero), later ones add to it. */
-static void stream_project_out(const attn_layer *l, const attn_seq *s, int j, int c0, int nc,
+/* out[c0 .. c0 + nc) (+)= Z_chunk W_O[:, the pass's columns]ᵀ: the first
+ * pass starts from b_O (or zero), later ones add to it. */
+static void stream_project_out(const attn_layer *l, const attn_seq *s, kv_pass ps, int c0, int nc,
                                const attn_workspace *ws, const stream_plan *sp, char *base)
 {
     if (l->w_o == NULL) return; /* the heads wrote the output */
     const int r = l->h / l->g;
     linear_batch lb = {.n_ops = 1};
-    lb.op[0] = (linear_op){(const float *)(base + sp->off_z), l->w_o + (size_t)j * r * l->d_v,
-                           j == 0 ? l->b_o : NULL, (size_t)nc, r * l->d_v, l->e_out, l->e_out,
-                           s->output + (size_t)c0 * l->e_out, l->v_dim, j > 0};
+    lb.op[0] = (linear_op){(const float *)(base + sp->off_z), l->w_o + (size_t)ps.j0 * r * l->d_v,
+                           ps.j0 == 0 ? l->b_o : NULL, (size_t)nc, ps.nh * r * l->d_v, l->e_out, l->e_out,
+                           s->output + (size_t)c0 * l->e_out, l->v_dim, ps.j0 > 0};
     run_linears(&lb, ws, sp->n_workers);
 }
 
 static void stream_seq(const attn_layer *l, const attn_seq *s, const attn_workspace *ws,
                        const stream_plan *sp, char *base)
 {
-    for (int j = 0; j < l->g; j++) {
-        stream_project_kv(l, s, j, ws, sp, base);
+    for (int j0 = 0; j0 < l->g; j0 += sp->heads) {
+        const kv_pass ps = {j0, l->g - j0 < sp->heads ? l->g - j0 : sp->heads};
+        stream_project_kv(l, s, ps, ws, sp, base);
         for (int c0 = 0; c0 < s->t; c0 += sp->chunk) {
             const int nc = s->t - c0 < sp->chunk ? s->t - c0 : sp->chunk;
-            stream_project_q(l, s, j, c0, nc, ws, sp, base);
-            stream_heads(l, s, j, c0, nc, ws, sp, base);
-            stream_project_out(l, s, j, c0, nc, ws, sp, base);
+            stream_project_q(l, s, ps, c0, nc, ws, sp, base);
+            stream_heads(l, s, ps, c0, nc, ws, sp, base);
+            stream_project_out(l, s, ps, c0, nc, ws, sp, base);
         }
     }
 }
@@ -869,7 +877,7 @@ static attn_status plan_piece(const attn_layer *l, const attn_seq *seqs, int n, 
         attn_status st = plan_call(l, seqs, pc->n, ws, &pc->plan, err);
         if (st != ATTN_OK) return st;
         pc->streamed = pc->plan.bytes > ws->opt.max_scratch_bytes && seq_streams(ws, &seqs[0]);
-        if (pc->streamed && (st = plan_stream(l, seqs, 1, ws, &pc->plan, &pc->sp, err))) return st;
+        if (pc->streamed && (st = plan_stream(l, &seqs[0], ws, &pc->plan, &pc->sp, err))) return st;
     }
     pc->bytes = pc->streamed ? pc->sp.bytes : pc->plan.bytes;
     return ATTN_OK;

@@ -129,8 +129,27 @@ static void check_outputs(const long_case *cs, int n, const attn_layer_info *li,
     }
 }
 
+/* A lone sequence under a bound halfway between the streamed floor and the
+ * ordinary plan: wider passes (several KV heads, the last one narrower when
+ * they do not divide g) and longer chunks, still within the bound, still
+ * equal. */
+static void mid_bound_case(const attn_layer *l, long_case *c, const attn_layer_info *li, size_t floor_bytes,
+                           size_t ordinary, const attn_workspace_options *o, const char *what)
+{
+    if (floor_bytes >= ordinary) return; /* tiny shapes: streaming cannot save anything */
+    const size_t bound = floor_bytes + (ordinary - floor_bytes) / 2;
+    attn_workspace *mid = bound_ws(o->n_threads, o->block_q, o->block_k, bound);
+    for (size_t i = 0; i < (size_t)c->seq.t * li->embed_out; i++) c->out[i] = 12345.0f;
+    const attn_forward_stats st = forward(l, &c->seq, 1, mid, what);
+    CHECK_MSG(st.streamed == 1 && st.peak_scratch <= bound, "%s: streamed %d, peak %zu > bound %zu", what,
+              st.streamed, st.peak_scratch, bound);
+    check_outputs(c, 1, li, what);
+    attn_workspace_free(mid);
+}
+
 /* One random batch of 1..3 sequences: streamed (bound 1 byte: chunks of one
- * block) and ordinary (no bound) agree. */
+ * block, passes of one KV head) and ordinary (no bound) agree; a lone
+ * sequence also under a middle bound. */
 static void batch_case(test_rng *r, const attn_layer *l, attn_workspace *tiny, attn_workspace *none,
                        const char *what)
 {
@@ -151,6 +170,9 @@ static void batch_case(test_rng *r, const attn_layer *l, attn_workspace *tiny, a
     CHECK_INT_EQ(so.streamed, 0);
     CHECK(so.flops == st.flops);
     check_outputs(cs, n, &li, what);
+    attn_workspace_options o;
+    attn_workspace_get_options(tiny, &o);
+    if (n == 1) mid_bound_case(l, &cs[0], &li, st.peak_scratch, so.peak_scratch, &o, what);
     for (int i = 0; i < n; i++) long_case_free(&cs[i]);
 }
 
@@ -219,6 +241,44 @@ TEST_WITH(bound_between_floor_and_ordinary, test_rng *r)
     attn_workspace_free(floor_ws);
     attn_workspace_free(mid);
     attn_workspace_free(mid1);
+    attn_layer_free(l);
+}
+
+/* g = 3 KV heads (h = 6) under bounds that fit one and two KV heads per
+ * pass (three: the ordinary plan itself fits): passes of 1+1+1 and 2+1 heads
+ * (their scratch says so) equal the ordinary plan. */
+TEST_WITH(passes_of_several_kv_heads, test_rng *r)
+{
+    gqa_shape sh = {.h = 6, .g = 3, .d_k = 8, .d_v = 6, .e = 24, .e_out = 20, .bias = 1, .out_proj = 1};
+    attn_layer *l = gqa_layer(r, &sh);
+    attn_layer_info li;
+    attn_layer_get_info(l, &li);
+    enum { T = 50 };
+    long_case c = {0};
+    c.x = rand_floats(r, (size_t)T * sh.e, 1.0f);
+    c.out = malloc((size_t)T * sh.e_out * sizeof(float));
+    c.ref = malloc((size_t)T * sh.e_out * sizeof(float));
+    c.seq = (attn_seq){.t = T, .s = T, .query = c.x, .is_causal = 1, .window = 9, .output = c.ref};
+    attn_workspace *none = bound_ws(1, T, 16, SIZE_MAX);
+    forward(l, &c.seq, 1, none, "ordinary");
+    c.seq.output = c.out;
+    /* block_q = T: one chunk of all rows, so only the pass width can grow. A
+     * pass of n KV heads: K, V, Q and Z (d_k != d_v) of T rows; the kernel's
+     * scratch (r = 2, 50 x 16 tile) is 3352 floats. */
+    const size_t kernel = 3352 * sizeof(float);
+    for (int n = 1; n <= 2; n++) {
+        const size_t pass = (size_t)n * T * (8 + 6 + 2 * (8 + 6)) * sizeof(float);
+        /* + 1500 for n jobs and alignment: one more head's 8400 bytes do not fit */
+        attn_workspace *ws = bound_ws(1, T, 16, pass + kernel + 1500);
+        const attn_forward_stats st = forward(l, &c.seq, 1, ws, "passes");
+        CHECK(st.streamed == 1 && st.peak_scratch <= pass + kernel + 1500);
+        CHECK_MSG(st.peak_scratch >= pass + kernel, "n=%d: %zu < %zu: fewer heads per pass", n,
+                  st.peak_scratch, pass + kernel);
+        check_outputs(&c, 1, &li, "passes");
+        attn_workspace_free(ws);
+    }
+    long_case_free(&c);
+    attn_workspace_free(none);
     attn_layer_free(l);
 }
 
@@ -367,6 +427,7 @@ int main(void)
     test_rng r = {0x3c6ef372fe94f82bull};
     RUN_WITH(streamed_equals_ordinary, &r);
     RUN_WITH(bound_between_floor_and_ordinary, &r);
+    RUN_WITH(passes_of_several_kv_heads, &r);
     RUN_WITH(unstreamable_keep_ordinary, &r);
     RUN_WITH(batch_split_into_pieces, &r);
     RUN(option_defaults);
