@@ -98,6 +98,24 @@ static void long_case_init(long_case *c, test_rng *r, const attn_layer_info *li,
     }
 }
 
+/* A self-attention case of t rows (no masks) for a layer of widths e -> e_out;
+ * its output is ref. */
+static void self_case_init(long_case *c, test_rng *r, int t, int e, int e_out)
+{
+    memset(c, 0, sizeof *c);
+    c->x = rand_floats(r, (size_t)t * e, 1.0f);
+    c->out = malloc((size_t)t * e_out * sizeof(float));
+    c->ref = malloc((size_t)t * e_out * sizeof(float));
+    c->seq = (attn_seq){.t = t, .s = t, .query = c->x, .output = c->ref};
+}
+
+static attn_layer *layer_and_info(test_rng *r, const gqa_shape *sh, attn_layer_info *li)
+{
+    attn_layer *l = gqa_layer(r, sh);
+    if (l) attn_layer_get_info(l, li);
+    return l;
+}
+
 static void long_case_free(long_case *c)
 {
     free(c->x); free(c->kx); free(c->vx); free(c->out); free(c->ref);
@@ -204,15 +222,12 @@ TEST_WITH(bound_between_floor_and_ordinary, test_rng *r)
 {
     gqa_shape sh = {.h = 8, .g = 2, .d_k = 16, .d_v = 16, .e = 64, .e_out = 64, .bias = 1, .out_proj = 1,
                     .rope = {.style = ATTN_ROPE_HALF}};
-    attn_layer *l = gqa_layer(r, &sh);
     attn_layer_info li;
-    attn_layer_get_info(l, &li);
+    attn_layer *l = layer_and_info(r, &sh, &li);
     const int T = 700;
-    long_case c = {0};
-    c.x = rand_floats(r, (size_t)T * sh.e, 1.0f);
-    c.out = malloc((size_t)T * sh.e_out * sizeof(float));
-    c.ref = malloc((size_t)T * sh.e_out * sizeof(float));
-    c.seq = (attn_seq){.t = T, .s = T, .query = c.x, .is_causal = 1, .output = c.ref};
+    long_case c;
+    self_case_init(&c, r, T, sh.e, sh.e_out);
+    c.seq.is_causal = 1;
     attn_workspace *none = bound_ws(2, 32, 64, SIZE_MAX), *floor_ws = bound_ws(2, 32, 64, 1);
     const attn_forward_stats so = forward(l, &c.seq, 1, none, "ordinary");
     c.seq.output = c.out;
@@ -250,15 +265,13 @@ TEST_WITH(bound_between_floor_and_ordinary, test_rng *r)
 TEST_WITH(passes_of_several_kv_heads, test_rng *r)
 {
     gqa_shape sh = {.h = 6, .g = 3, .d_k = 8, .d_v = 6, .e = 24, .e_out = 20, .bias = 1, .out_proj = 1};
-    attn_layer *l = gqa_layer(r, &sh);
     attn_layer_info li;
-    attn_layer_get_info(l, &li);
+    attn_layer *l = layer_and_info(r, &sh, &li);
     enum { T = 50 };
-    long_case c = {0};
-    c.x = rand_floats(r, (size_t)T * sh.e, 1.0f);
-    c.out = malloc((size_t)T * sh.e_out * sizeof(float));
-    c.ref = malloc((size_t)T * sh.e_out * sizeof(float));
-    c.seq = (attn_seq){.t = T, .s = T, .query = c.x, .is_causal = 1, .window = 9, .output = c.ref};
+    long_case c;
+    self_case_init(&c, r, T, sh.e, sh.e_out);
+    c.seq.is_causal = 1;
+    c.seq.window = 9;
     attn_workspace *none = bound_ws(1, T, 16, SIZE_MAX);
     forward(l, &c.seq, 1, none, "ordinary");
     c.seq.output = c.out;
@@ -339,18 +352,15 @@ TEST_WITH(unstreamable_keep_ordinary, test_rng *r)
 TEST_WITH(batch_split_into_pieces, test_rng *r)
 {
     gqa_shape sh = {.h = 4, .g = 4, .d_k = 8, .d_v = 8, .e = 32, .e_out = 32, .bias = 1, .out_proj = 1};
-    attn_layer *l = gqa_layer(r, &sh);
     attn_layer_info li;
-    attn_layer_get_info(l, &li);
+    attn_layer *l = layer_and_info(r, &sh, &li);
     enum { N = 6, T = 40 };
     long_case cs[N];
     attn_seq seqs[N];
     for (int i = 0; i < N; i++) {
-        memset(&cs[i], 0, sizeof cs[i]);
-        cs[i].x = rand_floats(r, (size_t)T * sh.e, 1.0f);
-        cs[i].out = malloc((size_t)T * sh.e_out * sizeof(float));
-        cs[i].ref = malloc((size_t)T * sh.e_out * sizeof(float));
-        seqs[i] = (attn_seq){.t = T, .s = T, .query = cs[i].x, .is_causal = i % 2, .output = cs[i].ref};
+        self_case_init(&cs[i], r, T, sh.e, sh.e_out);
+        cs[i].seq.is_causal = i % 2;
+        seqs[i] = cs[i].seq;
     }
     attn_workspace *none = bound_ws(1, 0, 0, SIZE_MAX);
     const attn_forward_stats so = forward(l, seqs, N, none, "unbounded");
@@ -391,9 +401,8 @@ TEST(option_defaults)
 TEST_WITH(default_bound_streams, test_rng *r)
 {
     gqa_shape sh = {.h = 4, .g = 4, .d_k = 4, .d_v = 4, .e = 4, .e_out = 4, .bias = 1, .out_proj = 1};
-    attn_layer *l = gqa_layer(r, &sh);
     attn_layer_info li;
-    attn_layer_get_info(l, &li);
+    attn_layer *l = layer_and_info(r, &sh, &li);
     const int S = 1 << 20;
     long_case c = {0};
     c.x = rand_floats(r, 2 * 4, 1.0f);
