@@ -674,7 +674,9 @@ static attn_status plan_stream(const attn_layer *l, const attn_seq *s, const att
         ok = stream_layout(l, s->s, sp);
     }
     if (ok && sp->bytes < bound && sp->chunk < s->t) {
-        const size_t per_row = (size_t)sp->heads * (l->h / l->g) * (size_t)(l->d_k + l->d_v) * sizeof(float);
+        const int z_own = l->w_o && l->d_k != l->d_v; /* else Z is Q's buffer, or the output */
+        const size_t per_row =
+            (size_t)sp->heads * (l->h / l->g) * (size_t)(l->d_k + (z_own ? l->d_v : 0)) * sizeof(float);
         const size_t more = (bound - sp->bytes) / per_row / (size_t)sp->block_q * (size_t)sp->block_q;
         sp->chunk = more < (size_t)(s->t - sp->chunk) ? sp->chunk + (int)more : s->t;
         ok = stream_layout(l, s->s, sp);
