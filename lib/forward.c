@@ -3,8 +3,11 @@
  * their positions (RoPE layers), store appended rows into KV caches, run the
  * head jobs (fused or materialised kernel, one per KV head and query block;
  * on the calling thread or the workspace's pool), then apply W_O with one
- * GEMM. Numerics follow torch.nn.MultiheadAttention and, for GQA and RoPE,
- * Hugging Face's Llama attention. Also attn_project_kv, the same K/V
+ * GEMM. A call whose plan would exceed the workspace's scratch bound runs in
+ * pieces of sequences that fit, and a sequence too long for any runs the
+ * streamed plan (passes over a few KV heads, query rows in chunks, W_O added
+ * per pass). Numerics follow torch.nn.MultiheadAttention and, for GQA and
+ * RoPE, Hugging Face's Llama attention. Also attn_project_kv, the same K/V
  * projection on its own.
  */
 #include "forward.h"
@@ -364,7 +367,7 @@ static void project_qkv(const attn_layer *l, const attn_seq *seqs, const attn_wo
  * every sequence's keys are its queries (kv_rows == t), so K row r of the
  * batch belongs to query row r. Buffer row r is row row0 + r of the batch;
  * q and k hold q_heads / k_heads heads per row (either may be NULL: the
- * streamed plan rotates one KV head's K, or a chunk of one group's Q). Rows
+ * streamed plan rotates a pass's K, or a chunk of a pass's Q). Rows
  * are split into chunks over the pool; each row's result depends on that row
  * only, so threads change no bit. */
 typedef struct rope_run {
@@ -634,7 +637,8 @@ static int seq_streams(const attn_workspace *ws, const attn_seq *s)
 }
 
 /* The layout for passes of sp->heads KV heads and chunks of sp->chunk rows
- * over keys of up to max_s rows; returns 0 on size_t overflow. Z shares Q's
+ * over keys of up to max_s rows; returns 0 on size_t overflow (or more than
+ * INT_MAX jobs in a chunk). Z shares Q's
  * buffer when d_k == d_v (the fused kernel copies its Q block first); without
  * W_O the kernel writes the caller's output. */
 static int stream_layout(const attn_layer *l, int max_s, stream_plan *sp)
@@ -651,7 +655,7 @@ static int stream_layout(const attn_layer *l, int max_s, stream_plan *sp)
     ok &= attn__ws_plan(&t, scratch, f, &sp->off_scratch);
     ok &= attn__ws_plan(&t, jobs, sizeof(attn__head_job), &sp->off_jobs);
     sp->bytes = t;
-    return ok;
+    return ok && jobs <= INT_MAX;
 }
 
 /* The widest pass whose layout fits the bound with chunks of one block (one
