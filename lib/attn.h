@@ -370,12 +370,12 @@ typedef struct attn_forward_stats {
     uint64_t flops;        /* floating point operations performed (approx)   */
     size_t peak_scratch;   /* bytes of workspace scratch the call needed: the
                               whole plan (projections, packed inputs, head
-                              concat, kernel scratch, job list); the caller's
+                              concat, kernel scratch, job list; a call run in
+                              pieces: the largest piece's); the caller's
                               outputs, weights and KV caches are not scratch */
     /* Appended in 0.5: 1 when a sequence of the call ran the streamed
      * (long-context) plan, 0 when all ran the ordinary one; see
-     * attn_workspace_options.max_scratch_bytes. peak_scratch is then the
-     * largest piece's. */
+     * attn_workspace_options.max_scratch_bytes. */
     int streamed;
 } attn_forward_stats;
 
