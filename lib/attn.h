@@ -368,7 +368,15 @@ typedef struct attn_seq {
 /* Counters filled by attn_forward (optional). */
 typedef struct attn_forward_stats {
     uint64_t flops;        /* floating point operations performed (approx)   */
-    size_t peak_scratch;   /* bytes of scratch the call needed               */
+    size_t peak_scratch;   /* bytes of workspace scratch the call needed: the
+                              whole plan (projections, packed inputs, head
+                              concat, kernel scratch, job list; a call run in
+                              pieces: the largest piece's); the caller's
+                              outputs, weights and KV caches are not scratch */
+    /* Appended in 0.5: 1 when a sequence of the call ran the streamed
+     * (long-context) plan, 0 when all ran the ordinary one; see
+     * attn_workspace_options.max_scratch_bytes. */
+    int streamed;
 } attn_forward_stats;
 
 /* Opaque scratch (and optionally a worker pool), one per thread: created with
@@ -435,6 +443,33 @@ typedef struct attn_workspace_options {
     attn_kernel kernel;
     int block_q; /* fused tile rows (queries), 0 = default (128); 1..4096 */
     int block_k; /* fused tile columns (keys), 0 = default (256); 1..65536 */
+    /* Appended in 0.5: the scratch bound, in bytes, of one attn_forward call
+     * on this workspace; 0 = the default, 64 MiB (64 << 20); SIZE_MAX = no
+     * bound (one ordinary plan for the whole batch, as before 0.5). The
+     * ordinary plan projects Q, K and V of the whole batch at once (about
+     * (T * (h*d_k + h*d_v) + S * (g*d_k + g*d_v)) floats per sequence, plus
+     * packed inputs for batches). When that would need more than the bound,
+     * the batch runs in pieces, consecutive sequences in order: as many as
+     * fit the bound run the ordinary plan together; a sequence that alone
+     * exceeds it runs the streamed plan: passes over n KV heads at a time (as
+     * many as fit the bound, at least one), each projecting their K and V
+     * (S x n*d_k and S x n*d_v, RoPE applied to K), then their n*h/g query
+     * heads in chunks of query rows: the chunk's Q (RoPE), the fused kernel,
+     * and the chunk's share of the output projection added into the caller's
+     * output (out += Z_chunk W_O[:, those heads' columns]^T, b_O added by the
+     * first pass). A chunk is as many rows (a multiple of block_q) as fit the
+     * bound, at least min(T, block_q); below that floor (one KV head's K and
+     * V + kernel scratch + one block) the call still runs and peak_scratch
+     * says what it used, then above the bound. Streamed results equal the
+     * ordinary plan's to float rounding (~1e-6 relative: the output
+     * projection sums per pass), not bit for bit. A sequence streams only
+     * when it has no KV cache (cache_k NULL), asks for no weights, has no
+     * per-head attn_mask (attn_mask_per_head = 1) and the workspace's kernel
+     * is not MATERIALIZED; any other sequence beyond the bound runs the
+     * ordinary plan alone, above the bound (stats.peak_scratch says so). A
+     * (T, S) attn_mask, key padding, key_length, causal, window, RoPE
+     * positions and cross-attention all stream. */
+    size_t max_scratch_bytes;
 } attn_workspace_options;
 
 /* Creates a workspace as opts says (opts NULL = all defaults: one thread). It

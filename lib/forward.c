@@ -3,8 +3,11 @@
  * their positions (RoPE layers), store appended rows into KV caches, run the
  * head jobs (fused or materialised kernel, one per KV head and query block;
  * on the calling thread or the workspace's pool), then apply W_O with one
- * GEMM. Numerics follow torch.nn.MultiheadAttention and, for GQA and RoPE,
- * Hugging Face's Llama attention. Also attn_project_kv, the same K/V
+ * GEMM. A call whose plan would exceed the workspace's scratch bound runs in
+ * pieces of sequences that fit, and a sequence too long for any runs the
+ * streamed plan (passes over a few KV heads, query rows in chunks, W_O added
+ * per pass). Numerics follow torch.nn.MultiheadAttention and, for GQA and
+ * RoPE, Hugging Face's Llama attention. Also attn_project_kv, the same K/V
  * projection on its own.
  */
 #include "forward.h"
@@ -197,17 +200,23 @@ static attn_status plan_call(const attn_layer *l, const attn_seq *seqs, int n,
 }
 
 /* y (rows, n_out; row stride ldy) = x (rows, n_in) Wᵀ + b, W: (n_out, n_in),
- * b: (n_out) or NULL. Like torch's addmm: the bias is C's starting value. */
+ * b: (n_out) or NULL. Like torch's addmm: the bias is C's starting value.
+ * ldw: W's row stride (0 = n_in; the streamed plan's slice of W_O's columns);
+ * add = 1: y += x Wᵀ (y's values are C's starting value, b must be NULL). */
 typedef struct linear_op {
     const float *x, *w, *b;
     size_t rows;
     int n_in, n_out, ldy;
     float *y;
+    int ldw, add;
 } linear_op;
 
 /* 1 when op has few rows in all (a decode batch): skinny.c computes it, split
- * over output columns, reading W once. */
-static int linear_skinny(const linear_op *op) { return op->rows >= 1 && op->rows <= ATTN__SKINNY_MAX; }
+ * over output columns, reading W once. Only for whole, overwriting W. */
+static int linear_skinny(const linear_op *op)
+{
+    return op->rows >= 1 && op->rows <= ATTN__SKINNY_MAX && op->ldw == 0 && !op->add;
+}
 
 /* Columns [o0, o1) of a skinny op. */
 static void linear_cols(const linear_op *op, int o0, int o1)
@@ -217,7 +226,7 @@ static void linear_cols(const linear_op *op, int o0, int o1)
 
 static void linear_rows(const linear_op *op, size_t r0, size_t nr)
 {
-    float beta = 0.0f;
+    float beta = op->add ? 1.0f : 0.0f;
     float *y = op->y + r0 * (size_t)op->ldy;
     if (linear_skinny(op)) { /* never a chunk of a longer op: whole ops only */
         linear_cols(op, 0, op->n_out);
@@ -229,7 +238,8 @@ static void linear_rows(const linear_op *op, size_t r0, size_t nr)
         beta = 1.0f;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, op->n_out, op->n_in, 1.0f,
-                op->x + r0 * (size_t)op->n_in, op->n_in, op->w, op->n_in, beta, y, op->ldy);
+                op->x + r0 * (size_t)op->n_in, op->n_in, op->w, op->ldw ? op->ldw : op->n_in, beta, y,
+                op->ldy);
 }
 
 /* Row chunks of a threaded projection start at multiples of this: 192 is a
@@ -269,16 +279,16 @@ static void linear_task(void *arg, int task, int worker)
  * micro-kernel, in the same place of its register tile, as one whole-matrix
  * GEMM does, so results are bit-identical to the single-threaded call
  * (test_threads checks it). */
-static void run_linears(linear_batch *lb, const attn_workspace *ws, const fwd_plan *p)
+static void run_linears(linear_batch *lb, const attn_workspace *ws, int n_workers)
 {
-    if (p->n_workers == 1) {
+    if (n_workers == 1) {
         for (int i = 0; i < lb->n_ops; i++)
             if (lb->op[i].rows > 0) linear_rows(&lb->op[i], 0, lb->op[i].rows);
         return;
     }
     int tasks = 0;
     for (int i = 0; i < lb->n_ops; i++) {
-        size_t rows = lb->op[i].rows, want = 4 * (size_t)p->n_workers;
+        size_t rows = lb->op[i].rows, want = 4 * (size_t)n_workers;
         if (rows == 0) { /* K/V of a batch of fixed caches only */
             lb->per[i] = ROW_ALIGN;
             lb->chunks[i] = 0;
@@ -343,24 +353,29 @@ static void project_qkv(const attn_layer *l, const attn_seq *seqs, const attn_wo
     }
     linear_batch lb = {.n_ops = 3};
     lb.op[0] = (linear_op){xq, l->w_q, l->b_q, p->n_q, l->e_q, l->qk_dim, l->qk_dim,
-                           (float *)(base + p->off_q)};
+                           (float *)(base + p->off_q), 0, 0};
     lb.op[1] = (linear_op){xk, l->w_k, l->b_k, p->n_kv, l->e_k, l->kv_k_dim, l->kv_k_dim,
-                           (float *)(base + p->off_k)};
+                           (float *)(base + p->off_k), 0, 0};
     lb.op[2] = (linear_op){xv, l->w_v, l->b_v, p->n_kv, l->e_v, l->kv_v_dim, l->kv_v_dim,
-                           (float *)(base + p->off_v)};
-    run_linears(&lb, ws, p);
+                           (float *)(base + p->off_v), 0, 0};
+    run_linears(&lb, ws, p->n_workers);
 }
 
-/* RoPE: every query row's h heads and the matching key row's g heads rotated
- * at the row's position (position_ids[i], or attn__mask_query_pos: i, or
+/* RoPE: every query row's heads and the matching key row's heads rotated at
+ * the row's position (position_ids[i], or attn__mask_query_pos: i, or
  * cache_len + i when appending). Validation guarantees that on a rotary layer
  * every sequence's keys are its queries (kv_rows == t), so K row r of the
- * batch belongs to query row r. Rows are split into chunks over the pool;
- * each row's result depends on that row only, so threads change no bit. */
+ * batch belongs to query row r. Buffer row r is row row0 + r of the batch;
+ * q and k hold q_heads / k_heads heads per row (either may be NULL: the
+ * streamed plan rotates a pass's K, or a chunk of a pass's Q). Rows
+ * are split into chunks over the pool; each row's result depends on that row
+ * only, so threads change no bit. */
 typedef struct rope_run {
     const attn_layer *l;
     const attn_seq *seqs;
+    size_t row0;
     float *q, *k;
+    int q_heads, k_heads;
     float *scratch;        /* per worker: worker_floats >= rotary_dim */
     size_t worker_floats;
     size_t n_rows, per;    /* rows in all; rows per task */
@@ -369,19 +384,22 @@ typedef struct rope_run {
 static void rope_rows(const rope_run *rr, size_t r0, size_t r1, float *cs)
 {
     const attn_layer *l = rr->l;
-    const int half = l->rope.rotary_dim / 2;
+    const int half = l->rope.rotary_dim / 2, dk = l->d_k;
     size_t start = 0;
     int i = 0;
-    while (start + (size_t)rr->seqs[i].t <= r0) start += (size_t)rr->seqs[i++].t;
+    while (start + (size_t)rr->seqs[i].t <= rr->row0 + r0) start += (size_t)rr->seqs[i++].t;
     for (size_t r = r0; r < r1; r++) {
-        while (r >= start + (size_t)rr->seqs[i].t) start += (size_t)rr->seqs[i++].t;
+        while (rr->row0 + r >= start + (size_t)rr->seqs[i].t) start += (size_t)rr->seqs[i++].t;
         const attn_seq *s = &rr->seqs[i];
-        const int j = (int)(r - start);
+        const int j = (int)(rr->row0 + r - start);
         const int64_t pos = s->position_ids ? s->position_ids[j] : (int64_t)attn__mask_query_pos(s, j);
         attn__rope_cos_sin(l->inv_freq, half, pos, cs);
-        attn__rope_rotate(l->rope.style, l->rope.rotary_dim, cs, rr->q + r * (size_t)l->qk_dim, l->h, l->d_k);
-        attn__rope_rotate(l->rope.style, l->rope.rotary_dim, cs, rr->k + r * (size_t)l->kv_k_dim, l->g,
-                          l->d_k);
+        if (rr->q)
+            attn__rope_rotate(l->rope.style, l->rope.rotary_dim, cs, rr->q + r * (size_t)rr->q_heads * dk,
+                              rr->q_heads, dk);
+        if (rr->k)
+            attn__rope_rotate(l->rope.style, l->rope.rotary_dim, cs, rr->k + r * (size_t)rr->k_heads * dk,
+                              rr->k_heads, dk);
     }
 }
 
@@ -392,19 +410,25 @@ static void rope_task(void *arg, int task, int worker)
     rope_rows(rr, r0, r1, rr->scratch + (size_t)worker * rr->worker_floats);
 }
 
+/* Runs rr's rows on the calling thread or in about 4 chunks per worker. */
+static void run_rope(rope_run *rr, const attn_workspace *ws, int n_workers)
+{
+    if (rr->l->rope.style == ATTN_ROPE_NONE) return;
+    if (n_workers == 1 || rr->n_rows < 2) {
+        rope_rows(rr, 0, rr->n_rows, rr->scratch);
+        return;
+    }
+    const size_t want = 4 * (size_t)n_workers;
+    rr->per = (rr->n_rows + want - 1) / want;
+    attn__pool_run(ws->pool, (int)((rr->n_rows + rr->per - 1) / rr->per), rope_task, rr);
+}
+
 static void apply_rope(const attn_layer *l, const attn_seq *seqs, const attn_workspace *ws,
                        const fwd_plan *p, char *base)
 {
-    if (l->rope.style == ATTN_ROPE_NONE) return;
-    rope_run rr = {l, seqs, (float *)(base + p->off_q), (float *)(base + p->off_k),
+    rope_run rr = {l, seqs, 0, (float *)(base + p->off_q), (float *)(base + p->off_k), l->h, l->g,
                    (float *)(base + p->off_scratch), p->worker_floats, p->n_q, p->n_q};
-    if (p->n_workers == 1 || p->n_q < 2) {
-        rope_rows(&rr, 0, p->n_q, rr.scratch);
-        return;
-    }
-    const size_t want = 4 * (size_t)p->n_workers;
-    rr.per = (p->n_q + want - 1) / want;
-    attn__pool_run(ws->pool, (int)((p->n_q + rr.per - 1) / rr.per), rope_task, &rr);
+    run_rope(&rr, ws, p->n_workers);
 }
 
 /* Copies each appending sequence's projected K/V rows to rows [cache_len,
@@ -530,8 +554,20 @@ static void head_task(void *arg, int task, int worker)
     run_job(hr->ctx, &hr->jobs[task], hr->scratch + (size_t)worker * hr->worker_floats);
 }
 
-/* Runs every job: in order on the calling thread, or over the pool (largest
- * first). Each job's result does not depend on which thread ran it. */
+/* Runs n_jobs jobs: in order on the calling thread, or over the pool
+ * (largest first). Each job's result does not depend on which thread ran it. */
+static void run_job_list(heads_run *hr, attn__head_job *jobs, int n_jobs, const attn_workspace *ws,
+                         int n_workers)
+{
+    if (n_workers == 1) {
+        for (int j = 0; j < n_jobs; j++) run_job(hr->ctx, &jobs[j], hr->scratch);
+        return;
+    }
+    qsort(jobs, (size_t)n_jobs, sizeof *jobs, by_cost_desc);
+    attn__pool_run(ws->pool, n_jobs, head_task, hr);
+}
+
+/* Every job of the call, then the decode merge and the weights' mean. */
 static void run_heads(const attn__fwd_ctx *ctx, attn__head_job *jobs, const attn_workspace *ws,
                       const fwd_plan *p, char *base, int n_seqs)
 {
@@ -540,12 +576,7 @@ static void run_heads(const attn__fwd_ctx *ctx, attn__head_job *jobs, const attn
         if (ctx->seqs[i].weights_mode == ATTN_WEIGHTS_AVERAGE)
             memset(ctx->seqs[i].weights, 0, weights_len(l, &ctx->seqs[i]) * sizeof(float));
     heads_run hr = {ctx, jobs, (float *)(base + p->off_scratch), p->worker_floats};
-    if (p->n_workers == 1) {
-        for (int j = 0; j < p->n_jobs; j++) run_job(ctx, &jobs[j], hr.scratch);
-    } else {
-        qsort(jobs, (size_t)p->n_jobs, sizeof *jobs, by_cost_desc);
-        attn__pool_run(ws->pool, p->n_jobs, head_task, &hr);
-    }
+    run_job_list(&hr, jobs, p->n_jobs, ws, p->n_workers);
     attn__decode_merge(ctx, jobs, p->n_jobs);
     for (int i = 0; i < n_seqs; i++) {
         if (ctx->seqs[i].weights_mode != ATTN_WEIGHTS_AVERAGE) continue;
@@ -563,8 +594,8 @@ static void project_out(const attn_layer *l, const attn_seq *seqs, int n,
     const float *z = (const float *)(base + p->off_z);
     float *o = p->out_scratch ? (float *)(base + p->off_out) : seqs[0].output;
     linear_batch lb = {.n_ops = 1};
-    lb.op[0] = (linear_op){z, l->w_o, l->b_o, p->n_q, l->v_dim, l->e_out, l->e_out, o};
-    run_linears(&lb, ws, p);
+    lb.op[0] = (linear_op){z, l->w_o, l->b_o, p->n_q, l->v_dim, l->e_out, l->e_out, o, 0, 0};
+    run_linears(&lb, ws, p->n_workers);
     if (!p->out_scratch) return;
     for (int i = 0; i < n; i++) {
         size_t len = (size_t)seqs[i].t * (size_t)l->e_out;
@@ -573,13 +604,325 @@ static void project_out(const attn_layer *l, const attn_seq *seqs, int n,
     }
 }
 
+/* ------------------------------------------------------------------------
+ * The streamed plan (long contexts; attn.h, max_scratch_bytes): per sequence,
+ * passes over `heads` KV heads at a time (as many as the bound allows, the
+ * last pass may have fewer): their K and V for all S keys, then their query
+ * heads in chunks of rows, each chunk's share of the output projection added
+ * into the output. The kernels see a pass as a layer of its own heads only:
+ * kv_head counts from the pass's first KV head, Q (chunk, nh*r*d_k), K (S,
+ * nh*d_k), V (S, nh*d_v), Z (chunk, nh*r*d_v), and the rows are a view of
+ * the sequence (chunk_view). */
+
+typedef struct stream_plan {
+    int heads;            /* KV heads per pass */
+    int chunk;            /* query rows per chunk, a multiple of block_q or all of T */
+    int block_q, block_k;
+    int n_workers;
+    size_t worker_floats; /* fused-kernel scratch (and a row's cos/sin) per worker */
+    size_t off_k, off_v, off_q, off_z, off_scratch, off_jobs;
+    size_t bytes;
+} stream_plan;
+
+/* One pass: KV heads [j0, j0 + nh), query heads [j0*r, (j0 + nh)*r). */
+typedef struct kv_pass { int j0, nh; } kv_pass;
+
+/* Whether a sequence may stream: no KV cache, fused kernel (no weights), no
+ * per-head attn_mask (its planes are (h, T, S) and the kernels index them by
+ * the pass's head numbers). */
+static int seq_streams(const attn_workspace *ws, const attn_seq *s)
+{
+    return seq_fused(ws, s) && s->cache_k == NULL &&
+           !(s->attn_mask_kind != ATTN_MASK_NONE && s->attn_mask_per_head);
+}
+
+/* The layout for passes of sp->heads KV heads and chunks of sp->chunk rows
+ * over keys of up to max_s rows; returns 0 on size_t overflow (or more than
+ * INT_MAX jobs in a chunk). Z shares Q's
+ * buffer when d_k == d_v (the fused kernel copies its Q block first); without
+ * W_O the kernel writes the caller's output. */
+static int stream_layout(const attn_layer *l, int max_s, stream_plan *sp)
+{
+    const size_t f = sizeof(float), nh = (size_t)sp->heads, qh = nh * (size_t)(l->h / l->g);
+    const size_t rows = (size_t)sp->chunk, jobs = nh * (size_t)ceil_div(sp->chunk, sp->block_q);
+    size_t t = 0, scratch = 0;
+    int ok = attn__mul_size(sp->worker_floats, (size_t)sp->n_workers, &scratch);
+    ok &= attn__ws_plan(&t, (size_t)max_s, nh * (size_t)l->d_k * f, &sp->off_k);
+    ok &= attn__ws_plan(&t, (size_t)max_s, nh * (size_t)l->d_v * f, &sp->off_v);
+    ok &= attn__ws_plan(&t, rows, qh * (size_t)l->d_k * f, &sp->off_q);
+    sp->off_z = sp->off_q;
+    if (l->w_o && l->d_k != l->d_v) ok &= attn__ws_plan(&t, rows, qh * (size_t)l->d_v * f, &sp->off_z);
+    ok &= attn__ws_plan(&t, scratch, f, &sp->off_scratch);
+    ok &= attn__ws_plan(&t, jobs, sizeof(attn__head_job), &sp->off_jobs);
+    sp->bytes = t;
+    return ok && jobs <= INT_MAX;
+}
+
+/* The widest pass whose layout fits the bound with chunks of one block (one
+ * KV head when none does), then the largest chunk (a multiple of block_q, at
+ * most T) that still fits. */
+static attn_status plan_stream(const attn_layer *l, const attn_seq *s, const attn_workspace *ws,
+                               const fwd_plan *ordinary, stream_plan *sp, attn_error *err)
+{
+    *sp = (stream_plan){.heads = l->g, .n_workers = ordinary->n_workers};
+    sp->block_q = ws->opt.block_q < s->t ? ws->opt.block_q : s->t;
+    sp->block_k = ws->opt.block_k < s->s ? ws->opt.block_k : s->s;
+    size_t need = attn__fused_scratch_floats(l->h / l->g, sp->block_q, sp->block_k, l->d_k, l->d_v, 0);
+    if (l->rope.style != ATTN_ROPE_NONE && (size_t)l->rope.rotary_dim > need) need = (size_t)l->rope.rotary_dim;
+    sp->worker_floats = (need + 15) / 16 * 16;
+    const size_t bound = ws->opt.max_scratch_bytes;
+    sp->chunk = sp->block_q;
+    int ok = stream_layout(l, s->s, sp);
+    while (sp->heads > 1 && (!ok || sp->bytes > bound)) {
+        sp->heads--;
+        ok = stream_layout(l, s->s, sp);
+    }
+    if (ok && sp->bytes < bound && sp->chunk < s->t) {
+        const int z_own = l->w_o && l->d_k != l->d_v; /* else Z is Q's buffer, or the output */
+        const size_t per_row =
+            (size_t)sp->heads * (l->h / l->g) * (size_t)(l->d_k + (z_own ? l->d_v : 0)) * sizeof(float);
+        const size_t more = (bound - sp->bytes) / per_row / (size_t)sp->block_q * (size_t)sp->block_q;
+        sp->chunk = more < (size_t)(s->t - sp->chunk) ? sp->chunk + (int)more : s->t;
+        ok = stream_layout(l, s->s, sp);
+        while (ok && sp->bytes > bound && sp->chunk > sp->block_q) { /* jobs, alignment: a block less */
+            sp->chunk = (sp->chunk - 1) / sp->block_q * sp->block_q;
+            ok = stream_layout(l, s->s, sp);
+        }
+    }
+    if (!ok) return attn__set_error(err, ATTN_ERR_LIMIT, "scratch size of the streamed plan overflows");
+    return ATTN_OK;
+}
+
+/* K = X_k W_kᵀ + b_k and V likewise for the pass's KV heads (their d_k / d_v
+ * rows of the weights are contiguous), the S keys of s; then RoPE on K. */
+static void stream_project_kv(const attn_layer *l, const attn_seq *s, kv_pass ps, const attn_workspace *ws,
+                              const stream_plan *sp, char *base)
+{
+    const float *xk = keys_from_query(s) ? s->query : s->key, *xv = keys_from_query(s) ? s->query : s->value;
+    const size_t k0 = (size_t)ps.j0 * l->d_k, v0 = (size_t)ps.j0 * l->d_v;
+    const int wk = ps.nh * l->d_k, wv = ps.nh * l->d_v;
+    float *k = (float *)(base + sp->off_k), *v = (float *)(base + sp->off_v);
+    linear_batch lb = {.n_ops = 2};
+    lb.op[0] = (linear_op){xk, l->w_k + k0 * l->e_k, l->b_k ? l->b_k + k0 : NULL, (size_t)s->s, l->e_k, wk, wk,
+                           k, 0, 0};
+    lb.op[1] = (linear_op){xv, l->w_v + v0 * l->e_v, l->b_v ? l->b_v + v0 : NULL, (size_t)s->s, l->e_v, wv, wv,
+                           v, 0, 0};
+    run_linears(&lb, ws, sp->n_workers);
+    rope_run rr = {l, s, 0, NULL, k, 0, ps.nh, (float *)(base + sp->off_scratch), sp->worker_floats,
+                   (size_t)s->s, (size_t)s->s};
+    run_rope(&rr, ws, sp->n_workers);
+}
+
+/* Q rows [c0, c0 + nc) of the pass's query heads (columns j0*r*d_k .. of Q),
+ * rotated at their positions. */
+static void stream_project_q(const attn_layer *l, const attn_seq *s, kv_pass ps, int c0, int nc,
+                             const attn_workspace *ws, const stream_plan *sp, char *base)
+{
+    const int qh = ps.nh * (l->h / l->g), width = qh * l->d_k;
+    const size_t col = (size_t)ps.j0 * (l->h / l->g) * l->d_k;
+    float *q = (float *)(base + sp->off_q);
+    linear_batch lb = {.n_ops = 1};
+    lb.op[0] = (linear_op){s->query + (size_t)c0 * l->e_q, l->w_q + col * l->e_q, l->b_q ? l->b_q + col : NULL,
+                           (size_t)nc, l->e_q, width, width, q, 0, 0};
+    run_linears(&lb, ws, sp->n_workers);
+    rope_run rr = {l, s, (size_t)c0, q, NULL, qh, 0, (float *)(base + sp->off_scratch), sp->worker_floats,
+                   (size_t)nc, (size_t)nc};
+    run_rope(&rr, ws, sp->n_workers);
+}
+
+/* Rows [c0, c0 + nc) of s as a sequence of their own, for the kernels: they
+ * stand at positions c0.. among the S keys, which is what an append to a KV
+ * cache of c0 rows means to the masks (attn__mask_query_pos: cache_len + t;
+ * top-left causal and windows count from the same place), and a (T, S)
+ * attn_mask starts at the chunk's first row. The kernels read keys and values
+ * from the jobs (cache_k / cache_v point at the pass's K / V, contiguous
+ * float32: attn__kv_is_plain), never from the view; it has no output. */
+static attn_seq chunk_view(const attn_seq *s, int c0, int nc, float *k, float *v)
+{
+    attn_seq view = *s;
+    view.t = nc;
+    view.cache_k = k;
+    view.cache_v = v;
+    view.cache_len = c0;
+    view.cache_append = 1;
+    view.position_ids = NULL;
+    view.output = NULL;
+    if (s->attn_mask_kind != ATTN_MASK_NONE) {
+        const size_t elem = s->attn_mask_kind == ATTN_MASK_BOOL ? sizeof(uint8_t) : sizeof(float);
+        view.attn_mask = (const char *)s->attn_mask + (size_t)c0 * (size_t)s->s * elem;
+    }
+    return view;
+}
+
+/* One fused job per (KV head of the pass, block_q rows of the chunk). */
+static int make_chunk_jobs(const attn_layer *l, const attn_seq *view, const stream_plan *sp, int nh,
+                           const float *k, const float *v, float *z, int ldz, attn__head_job *jobs)
+{
+    const int r = l->h / l->g;
+    int n = 0;
+    for (int kvh = 0; kvh < nh; kvh++)
+        for (int t0 = 0; t0 < view->t; t0 += sp->block_q, n++) {
+            const int nt = view->t - t0 < sp->block_q ? view->t - t0 : sp->block_q;
+            const int last = attn__mask_query_pos(view, t0 + nt - 1) + 1;
+            const int keys = view->is_causal && last < view->s ? last : view->s;
+            jobs[n] = (attn__head_job){.kernel = attn__head_fused, .seq = 0, .kv_head = kvh, .n_kv_heads = 1,
+                                       .t0 = t0, .nt = nt, .q_row = 0, .k = k, .v = v, .z = z, .ldz = ldz,
+                                       .cost = (double)nt * keys * r};
+        }
+    return n;
+}
+
+/* The pass's heads over rows [c0, c0 + nc): into Z (W_O) or straight into
+ * their columns of the caller's output. */
+static void stream_heads(const attn_layer *l, const attn_seq *s, kv_pass ps, int c0, int nc,
+                         const attn_workspace *ws, const stream_plan *sp, char *base)
+{
+    const int qh = ps.nh * (l->h / l->g);
+    float *k = (float *)(base + sp->off_k), *v = (float *)(base + sp->off_v);
+    float *z = l->w_o ? (float *)(base + sp->off_z)
+                      : s->output + (size_t)c0 * l->v_dim + (size_t)ps.j0 * (l->h / l->g) * l->d_v;
+    const int ldz = l->w_o ? qh * l->d_v : l->v_dim;
+    const attn_seq view = chunk_view(s, c0, nc, k, v);
+    attn__fwd_ctx ctx = {
+        .layer = l, .seqs = &view, .q = (const float *)(base + sp->off_q), .ldq = qh * l->d_k,
+        .ldk = ps.nh * l->d_k, .ldv = ps.nh * l->d_v, .scale = (float)(1.0 / sqrt((double)l->d_k)),
+        .block_q = sp->block_q, .block_k = sp->block_k,
+    };
+    attn__head_job *jobs = (attn__head_job *)(base + sp->off_jobs);
+    const int n_jobs = make_chunk_jobs(l, &view, sp, ps.nh, k, v, z, ldz, jobs);
+    heads_run hr = {&ctx, jobs, (float *)(base + sp->off_scratch), sp->worker_floats};
+    run_job_list(&hr, jobs, n_jobs, ws, sp->n_workers);
+}
+
+/* out[c0 .. c0 + nc) (+)= Z_chunk W_O[:, the pass's columns]ᵀ: the first
+ * pass starts from b_O (or zero), later ones add to it. */
+static void stream_project_out(const attn_layer *l, const attn_seq *s, kv_pass ps, int c0, int nc,
+                               const attn_workspace *ws, const stream_plan *sp, char *base)
+{
+    if (l->w_o == NULL) return; /* the heads wrote the output */
+    const int r = l->h / l->g;
+    linear_batch lb = {.n_ops = 1};
+    lb.op[0] = (linear_op){(const float *)(base + sp->off_z), l->w_o + (size_t)ps.j0 * r * l->d_v,
+                           ps.j0 == 0 ? l->b_o : NULL, (size_t)nc, ps.nh * r * l->d_v, l->e_out, l->e_out,
+                           s->output + (size_t)c0 * l->e_out, l->v_dim, ps.j0 > 0};
+    run_linears(&lb, ws, sp->n_workers);
+}
+
+static void stream_seq(const attn_layer *l, const attn_seq *s, const attn_workspace *ws,
+                       const stream_plan *sp, char *base)
+{
+    for (int j0 = 0; j0 < l->g; j0 += sp->heads) {
+        const kv_pass ps = {j0, l->g - j0 < sp->heads ? l->g - j0 : sp->heads};
+        stream_project_kv(l, s, ps, ws, sp, base);
+        for (int c0 = 0; c0 < s->t; c0 += sp->chunk) {
+            const int nc = s->t - c0 < sp->chunk ? s->t - c0 : sp->chunk;
+            stream_project_q(l, s, ps, c0, nc, ws, sp, base);
+            stream_heads(l, s, ps, c0, nc, ws, sp, base);
+            stream_project_out(l, s, ps, c0, nc, ws, sp, base);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+
+/* The ordinary plan, planned: pack, project, rotate, store, heads, W_O. */
+static void run_ordinary(const attn_layer *layer, const attn_seq *seqs, int n_seqs, attn_workspace *w,
+                         const fwd_plan *plan)
+{
+    char *base = w->buf;
+    pack_inputs(layer, seqs, n_seqs, plan, base);
+    project_qkv(layer, seqs, w, plan, base);
+    apply_rope(layer, seqs, w, plan, base);
+    store_cache_rows(layer, seqs, n_seqs, plan, base);
+    attn__fwd_ctx ctx = {
+        .layer = layer, .seqs = seqs,
+        .q = (const float *)(base + plan->off_q), .ldq = layer->qk_dim,
+        .ldk = layer->kv_k_dim, .ldv = layer->kv_v_dim,
+        .scale = (float)(1.0 / sqrt((double)layer->d_k)),
+        .block_q = plan->block_q, .block_k = plan->block_k,
+    };
+    attn__head_job *jobs = (attn__head_job *)(base + plan->off_jobs);
+    make_jobs(layer, seqs, n_seqs, w, plan, base, jobs);
+    run_heads(&ctx, jobs, w, plan, base, n_seqs);
+    project_out(layer, seqs, n_seqs, w, plan, base);
+}
+
+/* A run of consecutive sequences of the call, planned: ordinary, or (one
+ * sequence) streamed. */
+typedef struct call_piece {
+    int n, streamed;
+    fwd_plan plan;
+    stream_plan sp;
+    size_t bytes;
+} call_piece;
+
+static int prefix_fits(const attn_layer *l, const attn_seq *seqs, int n, const attn_workspace *ws,
+                       fwd_plan *plan)
+{
+    return plan_call(l, seqs, n, ws, plan, NULL) == ATTN_OK && plan->bytes <= ws->opt.max_scratch_bytes;
+}
+
+/* The next piece from seqs[0] (n sequences left): all of them when their
+ * ordinary plan fits the bound (the usual case: one plan), else the longest
+ * prefix that fits (binary search; plan bytes grow with the batch, and a
+ * prefix found is checked, so a bump only makes pieces shorter), else the
+ * first sequence alone: streamed when it may stream, otherwise ordinary above
+ * the bound. Deterministic: planning the call twice gives the same pieces. */
+static attn_status plan_piece(const attn_layer *l, const attn_seq *seqs, int n, const attn_workspace *ws,
+                              call_piece *pc, attn_error *err)
+{
+    *pc = (call_piece){.n = n};
+    if (!prefix_fits(l, seqs, n, ws, &pc->plan)) {
+        int lo = 0, hi = n; /* prefix lo fits (0 trivially), hi does not */
+        while (hi - lo > 1) {
+            const int mid = lo + (hi - lo) / 2;
+            if (prefix_fits(l, seqs, mid, ws, &pc->plan)) lo = mid;
+            else hi = mid;
+        }
+        pc->n = lo > 0 ? lo : 1;
+        attn_status st = plan_call(l, seqs, pc->n, ws, &pc->plan, err);
+        if (st != ATTN_OK) return st;
+        pc->streamed = pc->plan.bytes > ws->opt.max_scratch_bytes && seq_streams(ws, &seqs[0]);
+        if (pc->streamed && (st = plan_stream(l, &seqs[0], ws, &pc->plan, &pc->sp, err))) return st;
+    }
+    pc->bytes = pc->streamed ? pc->sp.bytes : pc->plan.bytes;
+    return ATTN_OK;
+}
+
+static void run_piece(const attn_layer *l, const attn_seq *seqs, attn_workspace *w, const call_piece *pc)
+{
+    if (pc->streamed) stream_seq(l, &seqs[0], w, &pc->sp, w->buf);
+    else run_ordinary(l, seqs, pc->n, w, &pc->plan);
+}
+
+/* Plans the call in pieces (plan_piece), reserves the largest, runs them in
+ * order; *bytes: the largest piece's scratch, *streamed: whether a piece
+ * streamed. Nothing after the reservation can fail. */
+static attn_status plan_and_run(const attn_layer *layer, const attn_seq *seqs, int n_seqs,
+                                attn_workspace *w, size_t *bytes, int *streamed, attn_error *err)
+{
+    call_piece pc;
+    attn_status st;
+    for (int i = 0; i < n_seqs; i += pc.n) {
+        if ((st = plan_piece(layer, seqs + i, n_seqs - i, w, &pc, err))) return st;
+        if (pc.bytes > *bytes) *bytes = pc.bytes;
+        *streamed |= pc.streamed;
+    }
+    if ((st = attn__ws_reserve(w, *bytes, err))) return st;
+    for (int i = 0; i < n_seqs; i += pc.n) {
+        if ((st = plan_piece(layer, seqs + i, n_seqs - i, w, &pc, err))) return st; /* as above: OK */
+        run_piece(layer, seqs + i, w, &pc);
+    }
+    return ATTN_OK;
+}
+
 attn_status attn_forward(const attn_layer *layer, const attn_seq *seqs, int n_seqs,
                          attn_workspace *ws, attn_forward_stats *stats, attn_error *err)
 {
     attn_status st = attn__validate_forward(layer, seqs, n_seqs, err);
     if (st != ATTN_OK) return st;
     if (n_seqs == 0) {
-        if (stats != NULL) *stats = (attn_forward_stats){0, 0};
+        if (stats != NULL) *stats = (attn_forward_stats){0, 0, 0};
         return ATTN_OK;
     }
     attn_workspace local;
@@ -588,32 +931,17 @@ attn_status attn_forward(const attn_layer *layer, const attn_seq *seqs, int n_se
         attn__ws_init_local(&local);
         w = &local;
     }
-    fwd_plan plan;
-    if ((st = plan_call(layer, seqs, n_seqs, w, &plan, err))) goto done;
-    if ((st = attn__ws_reserve(w, plan.bytes, err))) goto done;
-    char *base = w->buf;
-
-    pack_inputs(layer, seqs, n_seqs, &plan, base);
-    project_qkv(layer, seqs, w, &plan, base);
-    apply_rope(layer, seqs, w, &plan, base);
-    store_cache_rows(layer, seqs, n_seqs, &plan, base);
-    attn__fwd_ctx ctx = {
-        .layer = layer, .seqs = seqs,
-        .q = (const float *)(base + plan.off_q), .ldq = layer->qk_dim,
-        .ldk = layer->kv_k_dim, .ldv = layer->kv_v_dim,
-        .scale = (float)(1.0 / sqrt((double)layer->d_k)),
-        .block_q = plan.block_q, .block_k = plan.block_k,
-    };
-    attn__head_job *jobs = (attn__head_job *)(base + plan.off_jobs);
-    make_jobs(layer, seqs, n_seqs, w, &plan, base, jobs);
-    run_heads(&ctx, jobs, w, &plan, base, n_seqs);
-    project_out(layer, seqs, n_seqs, w, &plan, base);
-    if (stats != NULL) {
-        stats->flops = count_flops(layer, seqs, n_seqs, plan.n_q, plan.n_kv);
-        stats->peak_scratch = plan.bytes;
+    size_t bytes = 0;
+    int streamed = 0;
+    st = plan_and_run(layer, seqs, n_seqs, w, &bytes, &streamed, err);
+    if (st == ATTN_OK && stats != NULL) {
+        size_t n_q = 0, n_kv = 0;
+        for (int i = 0; i < n_seqs; i++) {
+            n_q += (size_t)seqs[i].t;
+            n_kv += (size_t)kv_rows(&seqs[i]);
+        }
+        *stats = (attn_forward_stats){count_flops(layer, seqs, n_seqs, n_q, n_kv), bytes, streamed};
     }
-
-done:
     if (w == &local) free(local.buf);
     return st;
 }
@@ -713,8 +1041,8 @@ attn_status attn_project_kv(const attn_layer *layer, const float *key, const flo
     if (st != ATTN_OK) return st;
     /* The very GEMMs attn_forward runs for a lone cross-attention sequence. */
     const attn_layer *l = layer;
-    linear_op k = {key, l->w_k, l->b_k, (size_t)s, l->e_k, l->kv_k_dim, l->kv_k_dim, k_out};
-    linear_op v = {value, l->w_v, l->b_v, (size_t)s, l->e_v, l->kv_v_dim, l->kv_v_dim, v_out};
+    linear_op k = {key, l->w_k, l->b_k, (size_t)s, l->e_k, l->kv_k_dim, l->kv_k_dim, k_out, 0, 0};
+    linear_op v = {value, l->w_v, l->b_v, (size_t)s, l->e_v, l->kv_v_dim, l->kv_v_dim, v_out, 0, 0};
     linear_rows(&k, 0, k.rows);
     linear_rows(&v, 0, v.rows);
     return ATTN_OK;

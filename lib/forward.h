@@ -32,6 +32,17 @@ typedef struct attn__fwd_ctx {
     int block_q, block_k; /* fused tile: query rows per job, keys per tile */
 } attn__fwd_ctx;
 
+/* The streamed plan (forward.c, long contexts) hands the fused kernel one
+ * pass of a few KV heads at a time as if the layer had only those: kv_head
+ * counts from the pass's first KV head, ctx->q / k / v / z hold only the
+ * pass's columns (ldq, ldk, ldv, ldz their widths), and ctx->seqs is a view
+ * of a chunk of query rows: t = the chunk's rows, cache_k / cache_v = the
+ * pass's K / V (contiguous float32, so attn__kv_is_plain), cache_len = the
+ * chunk's first row with cache_append = 1 (attn__mask_query_pos places the
+ * rows), a (T, S) attn_mask advanced to that row, never a per-head one. So
+ * the fused kernel must read K/V through job->k / job->v, masks and
+ * positions through mask.h on its sequence, and use kv_head only as a head
+ * offset into q, k, v and z (and the mask plane). */
 typedef struct attn__head_job attn__head_job;
 
 /* A head kernel computes softmax(mask(Q_i K_jᵀ * scale)) V_j for the r query

@@ -214,6 +214,7 @@ attn_status attn__forward_reference(const attn_layer *layer, const attn_seq *seq
     if (stats) {
         stats->flops = 0;
         stats->peak_scratch = (nq + nk + nv + nz + max_s) * sizeof *buf;
+        stats->streamed = 0;
     }
     free(buf);
     return ATTN_OK;

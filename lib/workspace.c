@@ -17,6 +17,7 @@ static int resolve_options(attn_workspace_options *o, attn_error *err)
     if (o->n_threads == 0) o->n_threads = 1;
     if (o->block_q == 0) o->block_q = ATTN__BLOCK_Q_DEFAULT;
     if (o->block_k == 0) o->block_k = ATTN__BLOCK_K_DEFAULT;
+    if (o->max_scratch_bytes == 0) o->max_scratch_bytes = ATTN__MAX_SCRATCH_DEFAULT;
     if (o->n_threads < 1 || o->n_threads > 1024) {
         attn__set_error(err, ATTN_ERR_INVALID_ARG, "opts.n_threads = %d, must be -1 or 0..1024",
                         o->n_threads);

@@ -10,11 +10,12 @@
 
 #define ATTN__BLOCK_Q_DEFAULT 128
 #define ATTN__BLOCK_K_DEFAULT 256
+#define ATTN__MAX_SCRATCH_DEFAULT ((size_t)64 << 20) /* attn_workspace_options.max_scratch_bytes */
 
 struct attn_workspace {
     void *buf;   /* owned; 64-byte aligned; contents undefined between calls */
     size_t cap;  /* bytes available at buf */
-    attn_workspace_options opt; /* resolved: n_threads >= 1, blocks > 0 */
+    attn_workspace_options opt; /* resolved: n_threads >= 1, blocks > 0, max_scratch_bytes > 0 */
     attn__pool *pool;           /* owned; NULL when opt.n_threads == 1 */
 };
 

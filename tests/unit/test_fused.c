@@ -220,7 +220,7 @@ TEST(scratch)
     seq_case c;
     seq_case_init(&c, &r, &li, T, T, 0, ATTN_WEIGHTS_NONE);
     attn_workspace *fw = make_ws(ATTN_KERNEL_FUSED, 0, 0), *bw = make_ws(ATTN_KERNEL_MATERIALIZED, 0, 0);
-    attn_forward_stats fs = {0, 0}, bs = {0, 0};
+    attn_forward_stats fs = {0}, bs = {0};
     CHECK_INT_EQ(attn_forward(l, &c.seq, 1, fw, &fs, NULL), ATTN_OK);
     CHECK_INT_EQ(attn_forward(l, &c.seq, 1, bw, &bs, NULL), ATTN_OK);
     size_t scores = (size_t)T * T * sizeof(float);

@@ -562,7 +562,7 @@ TEST(workspace_reuse)
         seq_case_init(&a, &r, &li, sizes[k], sizes[k], 0, ATTN_WEIGHTS_PER_HEAD);
         seq_case_init(&b, &r, &li, sizes[k], sizes[k], 0, ATTN_WEIGHTS_PER_HEAD);
         memcpy(b.query, a.query, (size_t)sizes[k] * li.embed_q * sizeof(float));
-        attn_forward_stats st = {0, 0};
+        attn_forward_stats st = {0};
         CHECK_INT_EQ(attn_forward(l, &a.seq, 1, ws, &st, NULL), ATTN_OK);
         CHECK_INT_EQ(attn_forward(l, &b.seq, 1, NULL, NULL, NULL), ATTN_OK);
         CHECK(memcmp(a.output, b.output, (size_t)sizes[k] * li.embed_out * sizeof(float)) == 0);
