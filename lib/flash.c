@@ -64,9 +64,17 @@ typedef struct flash_scratch {
     float *kbuf, *vbuf;        /* (block_k, tile ld): a paged / compact cache's tile */
 } flash_scratch;
 
+static int cpu_has_avx2_fma(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+
+int attn__flash_applies(const attn_layer *l, const attn_seq *s)
+{
+    return s->attn_mask_kind == ATTN_MASK_NONE && l->d_v % 8 == 0 && cpu_has_avx2_fma();
+}
+
 size_t attn__flash_scratch_floats(int r, int block_q, int block_k, int d_k, int d_v, int gather)
 {
     /* gather: d_k / d_v are the converted tiles' row strides (attn__kv_tile_ld) */
+    if (d_v % 8 != 0 || !cpu_has_avx2_fma()) return 0; /* the path never runs */
     const size_t cmax = round_up((size_t)r * (size_t)block_q, PANEL);
     size_t st = (size_t)TILE_FLOATS > 8 * cmax ? (size_t)TILE_FLOATS : 8 * cmax;
     if ((size_t)block_k * cmax < st) st = (size_t)block_k * cmax;
@@ -98,11 +106,7 @@ static flash_scratch carve(float *p, int cp, int block_k, int d_k, int d_v, int 
     return f;
 }
 
-int attn__flash_applies(const attn_layer *l, const attn_seq *s)
-{
-    return s->attn_mask_kind == ATTN_MASK_NONE && l->d_v % 8 == 0 && __builtin_cpu_supports("avx2") &&
-           __builtin_cpu_supports("fma");
-}
+
 
 /* ---- packing ------------------------------------------------------------ */
 

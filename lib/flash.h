@@ -16,7 +16,8 @@
 int attn__flash_applies(const attn_layer *l, const attn_seq *s);
 
 /* Scratch floats attn__flash_job needs for any nt <= block_q (same arguments
- * as attn__fused_scratch_floats); 0 where the path is not compiled in. */
+ * as attn__fused_scratch_floats); 0 where the path cannot run (not compiled
+ * in, no AVX2+FMA, d_v not a multiple of 8). */
 size_t attn__flash_scratch_floats(int r, int block_q, int block_k, int d_k, int d_v, int gather);
 
 /* The job, as attn__head_fused computes it (same contract: z may alias q,
