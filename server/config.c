@@ -70,6 +70,9 @@ static const option options[] = {
      "every request's keys); a decode step's cost is reading its cache, not its one row"},
     {"max-queue-delay-us", NULL, NULL, OPT_I64, F(max_queue_delay_us), "0", 0, 60000000, "US",
      "longest a request waits for its batch to fill, in microseconds"},
+    {"max-stream-wait-us", NULL, NULL, OPT_I64, F(max_stream_wait_us), "2000", 0, 60000000, "US",
+     "longest a batch of session appends waits for the steps of the other streams active lately "
+     "(one batch then reads the weights for all of them), in microseconds; 0 = never"},
     {"max-queue", NULL, NULL, OPT_INT, F(max_queue), "256", 1, 1 << 24, "N",
      "requests waiting per model; beyond that: 503 queue_full"},
     {"max-body-bytes", NULL, NULL, OPT_SIZE, F(max_body_bytes), "64M", 1, BIG, "BYTES",

@@ -720,6 +720,7 @@ static int attach_cache(attnd_app *app, const attnd_model *m, attnd_session *s,
     q->is_causal = self;
     q->window = s->window;
     req->n_tokens = (size_t)t + (size_t)s->rows;
+    req->stream = (uint64_t)(uintptr_t)s; /* one session, one stream, while it lives */
     call->t = t;
     return 0;
 }

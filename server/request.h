@@ -69,6 +69,9 @@ struct attnd_request {
     size_t n_tokens;           /* sum over seqs of T (+ S for cross-attention)    */
     size_t bytes;              /* memory this request holds, for accounting       */
     char id[128];              /* optional client "id", echoed; "" when absent    */
+    uint64_t stream;           /* nonzero: a step of this stream (a session's
+                                  append); the scheduler batches the steps of
+                                  active streams together (scheduler.h)         */
 
     /* ---- result (filled by the scheduler / worker) ---- */
     attnd_outcome outcome;

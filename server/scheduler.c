@@ -21,6 +21,19 @@
  * with ATTND_DONE_TIMEOUT, never computed. No thread waits busily: the collector
  * sleeps on cv_queue until a submit or the oldest request's delay expires.
  *
+ * Streams. A session append carries its stream's key (attnd_request.stream).
+ * Closed-loop streams send their next step as soon as they have their answer,
+ * so the steps of N active streams arrive within a client round trip of each
+ * other, and two batches of N/2 read every weight twice where one batch of N
+ * reads them once. So a batch made only of stream steps, fewer than the
+ * streams active lately (distinct keys cut into batches within the last
+ * STREAM_WINDOW_NS, or three of the last batch's durations if longer), waits
+ * for the rest: while another batch of stream steps computes (its streams come
+ * back when it ends), then up to max_stream_wait_us after the later of its
+ * oldest step's arrival and that batch's end. Two half-batches so merge into
+ * one within a step; a lone stream never waits. Anything else in the batch, a
+ * full batch, or draining cuts it as before.
+ *
  * Every on_done, and the batch hook, runs with the mutex released.
  *
  * Cores. Each worker computes on its own thread, so under load W workers keep
@@ -31,6 +44,8 @@
  * for the rest of that batch.
  */
 #include "scheduler.h"
+
+#include "streams.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -45,6 +60,9 @@
 #define SCHED_MAX_WORKERS 256
 /* Likewise a batching delay beyond an hour (also keeps ns arithmetic far from overflow). */
 #define SCHED_MAX_DELAY_US INT64_C(3600000000)
+/* A stream counts as active for this long after its last step was cut into a
+ * batch (at least: three batch durations when batches take longer). */
+#define STREAM_WINDOW_NS INT64_C(100000000)
 
 /* A worker's private state: its thread, its scratch, and the growable array
  * into which it concatenates a batch's sequences (no malloc per batch once it
@@ -81,6 +99,10 @@ struct attnd_scheduler {
     int closing;             /* drain started: no submits, no delay (mu)      */
     int sync_ready;          /* mutexes and condvars initialised              */
 
+    attnd_streams streams;    /* streams whose steps were cut lately (mu)     */
+    int steps_computing;      /* stream steps inside running batches (mu)     */
+    int64_t steps_done_ns;    /* when the last batch holding steps ended (mu) */
+    _Atomic int64_t last_batch_ns; /* the last batch's compute time            */
     _Atomic int computing;    /* workers inside run_batch now                  */
     pthread_mutex_t drain_mu; /* serialises drain; guards joined              */
     int joined;
@@ -164,6 +186,28 @@ static void measure(const attnd_scheduler *s, attnd_request *req)
     req->kv_bytes = keys > SIZE_MAX / row_bytes ? SIZE_MAX : keys * row_bytes;
 }
 
+/* 1 when a batch of `count` stream steps should wait for more: more streams
+ * than that took steps lately (see "Streams" above). mu held. */
+static int awaits_streams(attnd_scheduler *s, int64_t now, int count)
+{
+    if (s->cfg.max_stream_wait_us == 0) return 0;
+    int64_t window = 3 * atomic_load(&s->last_batch_ns);
+    if (window < STREAM_WINDOW_NS) window = STREAM_WINDOW_NS;
+    return attnd_streams_active(&s->streams, now, window) > count;
+}
+
+/* When a waiting stream batch is cut anyway: never while other steps compute
+ * (INT64_MAX: the end of their batch signals), else max_stream_wait_us after
+ * the later of its oldest step and the end of the last batch of steps, or
+ * later if max_queue_delay_us says so. */
+static int64_t stream_ready_ns(const attnd_scheduler *s, int64_t delay_ready_ns)
+{
+    if (s->steps_computing > 0) return INT64_MAX;
+    int64_t from = s->queue.head->enqueued_ns > s->steps_done_ns ? s->queue.head->enqueued_ns : s->steps_done_ns;
+    int64_t t = from + s->cfg.max_stream_wait_us * 1000;
+    return t > delay_ready_ns ? t : delay_ready_ns;
+}
+
 /* Scans the queue once (mu held). Unlinks expired requests into *expired.
  * Returns 1 when the batch starting at the head should be cut now, and moves it
  * into *batch; returns 0 when it should wait, with *wake_ns set to when the
@@ -173,7 +217,7 @@ static int scan_queue(attnd_scheduler *s, int64_t now, req_list *batch, req_list
 {
     req_list *q = &s->queue;
     attnd_request *prev = NULL, *r = q->head, *last_in = NULL;
-    int count = 0, full = 0;
+    int count = 0, full = 0, steps = 0; /* steps: requests of a stream */
     size_t tokens = 0, rows = 0, kv_bytes = 0; /* rows, kv_bytes: below each budget */
 
     *wake_ns = 0;
@@ -197,6 +241,7 @@ static int scan_queue(attnd_scheduler *s, int64_t now, req_list *batch, req_list
         rows += r->rows;
         kv_bytes += r->kv_bytes;
         tokens += r->n_tokens;
+        steps += r->stream != 0;
         count++;
         last_in = r;
         prev = r;
@@ -209,8 +254,10 @@ static int scan_queue(attnd_scheduler *s, int64_t now, req_list *batch, req_list
         full = 1;
 
     int64_t ready_ns = q->head->enqueued_ns + s->cfg.max_queue_delay_us * 1000;
+    if (!full && !s->closing && steps == count && awaits_streams(s, now, count))
+        ready_ns = stream_ready_ns(s, ready_ns);
     if (!full && !s->closing && now < ready_ns) {
-        *wake_ns = ready_ns;
+        *wake_ns = ready_ns == INT64_MAX ? 0 : ready_ns; /* 0: until signalled */
         return 0;
     }
     /* Detach head..last_in: the prefix scanned above, now free of expired ones. */
@@ -223,6 +270,10 @@ static int scan_queue(attnd_scheduler *s, int64_t now, req_list *batch, req_list
     last_in->next = NULL;
     q->count -= count;
     q->tokens -= tokens;
+    for (attnd_request *b = batch->head; b; b = b->next) {
+        attnd_streams_seen(&s->streams, b->stream, now);
+        s->steps_computing += b->stream != 0;
+    }
     return 1;
 }
 
@@ -278,6 +329,20 @@ static void run_each_alone(sched_worker *w, attn_workspace *ws, req_list *batch)
                                    &r->lib_error));
 }
 
+/* The batch's stream steps are computed: a collector waiting for them to come
+ * back (stream_ready_ns) starts its wait now. */
+static void steps_finished(attnd_scheduler *s, const req_list *batch, int64_t end_ns)
+{
+    int steps = 0;
+    for (const attnd_request *r = batch->head; r; r = r->next) steps += r->stream != 0;
+    if (steps == 0) return;
+    pthread_mutex_lock(&s->mu);
+    s->steps_computing -= steps;
+    s->steps_done_ns = end_ns;
+    pthread_cond_signal(&s->cv_queue);
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* Runs one batch: concatenates the requests' sequences, one attn_forward,
  * fills every result field, calls the hook, then every on_done. */
 static void run_batch(sched_worker *w, req_list *batch)
@@ -314,7 +379,10 @@ static void run_batch(sched_worker *w, req_list *batch)
     }
     atomic_fetch_sub(&s->computing, 1);
 
-    int64_t compute_us = us_between(start, attnd_now_ns());
+    int64_t end = attnd_now_ns();
+    atomic_store(&s->last_batch_ns, end - start);
+    steps_finished(s, batch, end);
+    int64_t compute_us = us_between(start, end);
     for (attnd_request *r = batch->head; r; r = r->next) r->compute_us = compute_us;
     if (s->hook) s->hook(s->hook_ctx, batch->count, batch->tokens, compute_us);
     finish_all(batch);
@@ -371,6 +439,9 @@ static int check_config(const attnd_sched_config *c, char *err, size_t errlen)
     } else if (c->max_queue_delay_us < 0 || c->max_queue_delay_us > SCHED_MAX_DELAY_US) {
         field = "max_queue_delay_us"; rule = "between 0 and 3600000000 (one hour)";
         v = c->max_queue_delay_us;
+    } else if (c->max_stream_wait_us < 0 || c->max_stream_wait_us > SCHED_MAX_DELAY_US) {
+        field = "max_stream_wait_us"; rule = "between 0 and 3600000000 (one hour)";
+        v = c->max_stream_wait_us;
     } else if (c->max_queue < 1) {
         field = "max_queue"; rule = "at least 1"; v = c->max_queue;
     } else if (c->workers < 1 || c->workers > SCHED_MAX_WORKERS) {

@@ -4,7 +4,10 @@
  * max_batch_requests requests, max_batch_tokens positions to project or
  * max_batch_kv_bytes of keys and values to read (the two costs are counted
  * apart, so dozens of one-row decode steps over long caches make one batch), or
- * when its oldest request has waited max_queue_delay_us. Worker threads run each batch as ONE
+ * when its oldest request has waited max_queue_delay_us. A batch made only of
+ * stream steps (session appends) waits up to max_stream_wait_us while fewer
+ * steps are queued than streams took steps lately (scheduler.c, "Streams"):
+ * one batch then reads the weights for every stream. Worker threads run each batch as ONE
  * attn_forward over the concatenated (ragged) sequences of all its requests,
  * fill each request's result fields and call its on_done. Workers only do
  * maths: no JSON, no HTTP. A request whose deadline passed while queued is
@@ -27,6 +30,7 @@ typedef struct attnd_sched_config {
                                     of every sequence, cached or not); 0 = no
                                     limit                                     */
     int64_t max_queue_delay_us;  /* >= 0                                      */
+    int64_t max_stream_wait_us;  /* >= 0; 0 = stream steps never wait         */
     int max_queue;               /* requests waiting, >= 1; beyond -> FULL    */
     int workers;                 /* worker threads, >= 1                      */
 } attnd_sched_config;

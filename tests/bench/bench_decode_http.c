@@ -93,9 +93,13 @@ int main(void)
         return 1;
     }
     /* BENCH_DECODE_WORKERS=N gives every model N workers of its own (per-model setting). */
-    char workers[32] = "";
+    char workers[64] = "";
+    int wl = 0;
     if (env_int("BENCH_DECODE_WORKERS", 0) > 0)
-        snprintf(workers, sizeof workers, ",workers=%d", env_int("BENCH_DECODE_WORKERS", 0));
+        wl = snprintf(workers, sizeof workers, ",workers=%d", env_int("BENCH_DECODE_WORKERS", 0));
+    if (env_int("BENCH_DECODE_DELAY_US", -1) >= 0) /* BENCH_DECODE_DELAY_US: max_queue_delay_us likewise */
+        snprintf(workers + wl, sizeof workers - (size_t)wl, ",max_queue_delay_us=%d",
+                 env_int("BENCH_DECODE_DELAY_US", 0));
     char spec[N_DTYPES][1200];
     const char *args[4 * N_DTYPES + 16];
     int n = 0;

@@ -10,6 +10,7 @@
 #include "check.h"
 #include "request.h"
 #include "scheduler.h"
+#include "streams.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -756,6 +757,8 @@ TEST_WITH(config, const attn_layer *layer)
     expect_bad_config(layer, c, "max_batch_tokens");
     c = ok; c.max_queue_delay_us = -1;
     expect_bad_config(layer, c, "max_queue_delay_us");
+    c = ok; c.max_stream_wait_us = -1;
+    expect_bad_config(layer, c, "max_stream_wait_us");
     c = ok; c.max_queue = 0;
     expect_bad_config(layer, c, "max_queue");
     c = ok; c.workers = 0;
@@ -764,6 +767,113 @@ TEST_WITH(config, const attn_layer *layer)
     CHECK(s != NULL);
     attnd_scheduler_free(s); /* never used: drain of an idle scheduler */
     CHECK(attnd_scheduler_create(NULL, &ok, NULL, NULL, NULL, 0) == NULL);
+}
+
+/* The recent-stream counter: distinct keys within the window, refreshed by a
+ * new step, forgotten after it, 0 ignored, saturating rather than failing. */
+TEST(streams_counter)
+{
+    static attnd_streams t; /* 16 KiB: not on the stack */
+    attnd_streams_init(&t);
+    const int64_t ms = 1000000;
+    CHECK_INT_EQ(attnd_streams_active(&t, 0, 100 * ms), 0);
+    for (uint64_t k = 1; k <= 5; k++) attnd_streams_seen(&t, k * 64, 0); /* aligned, like pointers */
+    attnd_streams_seen(&t, 0, 0);
+    attnd_streams_seen(&t, 64, 10 * ms); /* the same stream again: still one */
+    CHECK_INT_EQ(attnd_streams_active(&t, 50 * ms, 100 * ms), 5);
+    CHECK_INT_EQ(attnd_streams_active(&t, 105 * ms, 100 * ms), 1); /* only 64, seen at 10 ms */
+    CHECK_INT_EQ(attnd_streams_active(&t, 105 * ms, 100 * ms), 1);
+    CHECK_INT_EQ(attnd_streams_active(&t, 300 * ms, 100 * ms), 0);
+    for (uint64_t k = 1; k <= 2 * ATTND_STREAMS_CAP; k++) attnd_streams_seen(&t, k, 400 * ms);
+    int n = attnd_streams_active(&t, 400 * ms, 100 * ms);
+    CHECK_MSG(n >= ATTND_STREAMS_CAP / 2 && n < ATTND_STREAMS_CAP, "saturated at %d", n);
+    attnd_streams_seen(&t, 1, 401 * ms); /* a known key still refreshes when full */
+    CHECK_INT_EQ(attnd_streams_active(&t, 450 * ms, 100 * ms), n);
+}
+
+/* Stream steps (attnd_request.stream): once four streams have taken a step,
+ * the next step of one waits for the other three and all four run as one
+ * batch; a step waits no longer than max_stream_wait_us when the others do
+ * not come; a lone stream and a request that is no step never wait. */
+static test_request *step(uint64_t *rng, uint64_t stream)
+{
+    test_request *tr = make_request(rng, 1, 1, 1, SEQ_SELF);
+    tr->req.stream = stream;
+    return tr;
+}
+
+static attnd_scheduler *make_stream_sched(const attn_layer *layer, int64_t wait_us, hook_log *h)
+{
+    attnd_sched_config cfg = {.max_batch_requests = 16, .max_batch_tokens = 1000, .max_queue = 64,
+                              .workers = 1, .max_stream_wait_us = wait_us};
+    char err[256] = "";
+    attnd_scheduler *s = attnd_scheduler_create(layer, &cfg, batch_hook, h, err, sizeof err);
+    CHECK_MSG(s != NULL, "attnd_scheduler_create: %s", err);
+    return s;
+}
+
+TEST_WITH(stream_steps_batch, const attn_layer *layer)
+{
+    enum { N = 4, WAIT_US = 300000 };
+    uint64_t rng = 23;
+    hook_log h;
+    hook_init(&h, 0);
+    reset_done();
+    attnd_scheduler *s = make_stream_sched(layer, WAIT_US, &h);
+    test_request *first[N], *next[N], *late[2];
+    for (int i = 0; i < N; i++) submit_ok(s, first[i] = step(&rng, 100 + (uint64_t)i));
+    CHECK_INT_EQ(wait_done(N), N); /* four streams have stepped */
+    submit_ok(s, next[0] = step(&rng, 100));
+    sleep_ms(20);
+    CHECK_INT_EQ(attnd_scheduler_queue_depth(s), 1); /* waiting for the other three */
+    for (int i = 1; i < N; i++) submit_ok(s, next[i] = step(&rng, 100 + (uint64_t)i));
+    CHECK_INT_EQ(wait_done(2 * N), 2 * N);
+    for (int i = 0; i < N; i++) CHECK_INT_EQ(next[i]->req.batch_size, N);
+    CHECK_MSG(next[0]->req.queue_us >= 20000 && next[0]->req.queue_us < WAIT_US,
+              "queue_us %lld", (long long)next[0]->req.queue_us);
+    /* Two of the four come back: they run after the wait, together. */
+    submit_ok(s, late[0] = step(&rng, 100));
+    submit_ok(s, late[1] = step(&rng, 101));
+    CHECK_INT_EQ(wait_done(2 * N + 2), 2 * N + 2);
+    CHECK_INT_EQ(late[0]->req.batch_size, 2);
+    CHECK_MSG(late[0]->req.queue_us >= WAIT_US, "queue_us %lld", (long long)late[0]->req.queue_us);
+    attnd_scheduler_free(s);
+    for (int i = 0; i < N; i++) {
+        CHECK(diff_vs_alone(layer, &next[i]->req) <= 1e-6);
+        test_request_free(first[i]);
+        test_request_free(next[i]);
+    }
+    test_request_free(late[0]);
+    test_request_free(late[1]);
+    hook_fini(&h);
+}
+
+TEST_WITH(lone_stream_never_waits, const attn_layer *layer)
+{
+    enum { STEPS = 5, WAIT_US = 2000000 };
+    uint64_t rng = 29;
+    hook_log h;
+    hook_init(&h, 0);
+    reset_done();
+    attnd_scheduler *s = make_stream_sched(layer, WAIT_US, &h);
+    test_request *st[STEPS], *plain[STEPS];
+    for (int i = 0; i < STEPS; i++) { /* one stream, step after step */
+        submit_ok(s, st[i] = step(&rng, 7));
+        CHECK_INT_EQ(wait_done(i + 1), i + 1);
+        CHECK_MSG(st[i]->req.queue_us < WAIT_US / 10, "step %d queue_us %lld", i, (long long)st[i]->req.queue_us);
+    }
+    for (int i = 0; i < STEPS; i++) { /* requests that are no step, with a stream active */
+        submit_ok(s, plain[i] = make_request(&rng, 1, 2, 4, SEQ_SELF));
+        CHECK_INT_EQ(wait_done(STEPS + i + 1), STEPS + i + 1);
+        CHECK_MSG(plain[i]->req.queue_us < WAIT_US / 10, "request %d queue_us %lld", i,
+                  (long long)plain[i]->req.queue_us);
+    }
+    attnd_scheduler_free(s);
+    for (int i = 0; i < STEPS; i++) {
+        test_request_free(st[i]);
+        test_request_free(plain[i]);
+    }
+    hook_fini(&h);
 }
 
 /* Mixed clients under four batching configurations. */
@@ -790,6 +900,9 @@ int main(void)
     RUN_WITH(drain, layer);
     RUN_WITH(second_worker_collects, layer);
     RUN_WITH(drain_races_submit, layer);
+    RUN(streams_counter);
+    RUN_WITH(stream_steps_batch, layer);
+    RUN_WITH(lone_stream_never_waits, layer);
     attn_layer_free(layer);
     return check_summary();
 }
