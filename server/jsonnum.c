@@ -189,35 +189,43 @@ static void shortest(uint32_t ieee_frac, uint32_t ieee_exp, uint32_t *digits, in
 
 /* Decimal digits of v: floor(log10(2) * bit length) estimates within one,
  * one comparison with the power of ten settles it (~6 instructions). */
+static const uint32_t POW10_U32[10] = {1u,      10u,      100u,      1000u,      10000u,
+                                       100000u, 1000000u, 10000000u, 100000000u, 1000000000u};
+
 static inline int decimal_length(uint32_t v)
 {
-    static const uint32_t POW10_U32[10] = {1u,      10u,      100u,      1000u,      10000u,
-                                           100000u, 1000000u, 10000000u, 100000000u, 1000000000u};
     const int bits = 32 - __builtin_clz(v | 1);
     const int n = (bits * 1233) >> 12; /* 1233 / 4096 ~ log10(2) */
     return n + (n < 10 && v >= POW10_U32[n]);
 }
 
-/* Writes the n decimal digits of v ending just before end. */
-static inline void write_digits(char *end, uint32_t v, int n)
+/* The 8 decimal digits of v < 10^8, zero-padded, as 8 ASCII bytes in memory
+ * order (SWAR: two 4-digit halves in 32-bit lanes, /100 by 10486 >> 20 in
+ * each, then four 2-digit lanes of 16 bits, /10 by 103 >> 10 in each; both
+ * multiplications are exact for the lane's range: < 10^4 and < 100). */
+static inline uint64_t eight_digits(uint32_t v)
 {
-    while (n >= 4) { /* four digits per step: one division by 10^4, two pair lookups */
-        const uint32_t c = v % 10000;
-        v /= 10000;
-        end -= 4;
-        memcpy(end + 2, DIGIT_PAIRS + 2 * (c % 100), 2);
-        memcpy(end, DIGIT_PAIRS + 2 * (c / 100), 2);
-        n -= 4;
-    }
-    while (n >= 2) {
-        uint32_t r = v % 100;
-        v /= 100;
-        end -= 2;
-        memcpy(end, DIGIT_PAIRS + 2 * r, 2);
-        n -= 2;
-    }
-    if (n == 1)
-        end[-1] = (char)('0' + v);
+    const uint64_t halves = (uint64_t)(v / 10000) | ((uint64_t)(v % 10000) << 32);
+    const uint64_t hundreds = ((halves * 10486u) >> 20) & 0x0000007f0000007fu;
+    const uint64_t pairs = hundreds | ((halves - hundreds * 100u) << 16);
+    const uint64_t tens = ((pairs * 103u) >> 10) & 0x000f000f000f000fu;
+    uint64_t ascii = (tens | ((pairs - tens * 10u) << 8)) | 0x3030303030303030u;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    ascii = __builtin_bswap64(ascii);
+#endif
+    return ascii;
+}
+
+/* The n significant digits of v (n = decimal_length(v) <= 9) left-aligned in
+ * dig[0..9), dig[n..16) '0': v * 10^(9-n) as one digit and eight_digits. */
+static inline void left_digits(uint32_t v, int n, char dig[16])
+{
+    const uint32_t v9 = v * POW10_U32[9 - n];
+    const uint32_t first = v9 / 100000000u;
+    const uint64_t rest = eight_digits(v9 - first * 100000000u);
+    dig[0] = (char)('0' + first);
+    memcpy(dig + 1, &rest, 8);
+    memcpy(dig + 9, "0000000", 7);
 }
 
 int attnd_json_print_float(float v, char *out)
@@ -243,57 +251,57 @@ int attnd_json_print_float(float v, char *out)
     shortest(ieee_frac, ieee_exp, &digits, &exp);
     const int n = decimal_length(digits);
     const int32_t sci = exp + n - 1; /* value = d.ddd * 10^sci */
+    char dig[16];
+    left_digits(digits, n, dig);
 
     const int sci_len = n + (n > 1) + 1 + (sci < 0) + (sci <= -10 || sci >= 10 ? 2 : 1);
     int fixed_len;
     if (exp >= 0)
-        fixed_len = n + exp;      /* digits, then exp zeros      */
+        fixed_len = n + exp;      /* digits, then exp (<= 4) zeros */
     else if (sci >= 0)
-        fixed_len = n + 1;        /* point inside the digits     */
+        fixed_len = n + 1;        /* point inside the digits       */
     else
-        fixed_len = n + 1 - sci;  /* "0." zeros digits           */
+        fixed_len = n + 1 - sci;  /* "0." (<= 2) zeros digits      */
 
-    char *p = out;
-    if (sign)
-        *p++ = '-';
+    /* Composed in text[] with fixed-size copies that may write past the end of
+     * the number (dig[] supplies '0' padding), then copied out whole. */
+    char text[40];
+    char *p = text;
+    *p = '-';
+    p += sign;
     if (fixed_len <= sci_len) {
         if (exp >= 0) {
-            write_digits(p + n, digits, n);
-            memset(p + n, '0', (size_t)exp);
+            memcpy(p, dig, 16); /* dig[n..] are the exp trailing zeros */
         } else if (sci >= 0) {
-            const int int_len = sci + 1;
-            write_digits(p + n + 1, digits, n);
-            memmove(p, p + 1, (size_t)int_len);
+            const int int_len = sci + 1; /* < n <= 9: the tail is <= 8 digits */
+            memcpy(p, dig, 16);
             p[int_len] = '.';
+            memcpy(p + int_len + 1, dig + int_len, 8);
         } else {
-            const int zeros = -sci - 1;
-            p[0] = '0';
-            p[1] = '.';
-            if (zeros)
-                memset(p + 2, '0', (size_t)zeros);
-            write_digits(p + 2 + zeros + n, digits, n);
+            memcpy(p, "0.00", 4);
+            memcpy(p + 1 - sci, dig, 16);
         }
+        memcpy(out, text, ATTND_FLOAT_TEXT_MAX);
         return (int)sign + fixed_len;
     }
     /* d[.ddd]e[-]x[x] */
-    write_digits(p + n + 1, digits, n);
-    p[0] = p[1];
-    if (n > 1)
-        p[1] = '.';
+    p[0] = dig[0];
+    p[1] = '.';
+    memcpy(p + 2, dig + 1, 8);
     char *q = p + n + (n > 1);
     *q++ = 'e';
     int32_t e = sci;
-    if (e < 0) {
-        *q++ = '-';
-        e = -e;
-    }
+    *q = '-';
+    q += e < 0;
+    e = e < 0 ? -e : e;
     if (e >= 10) {
         memcpy(q, DIGIT_PAIRS + 2 * e, 2);
         q += 2;
     } else {
         *q++ = (char)('0' + e);
     }
-    return (int)(q - out);
+    memcpy(out, text, ATTND_FLOAT_TEXT_MAX);
+    return (int)(q - text);
 }
 
 int attnd_json_double_to_float(double d, float *out)
@@ -392,9 +400,69 @@ static const char *scan_number(const char *s, const char *end, uint64_t *w, int 
 /* 10^0 .. 10^10: every one exact in float (5^10 < 2^24). */
 static const float POW10F[11] = {1e0f, 1e1f, 1e2f, 1e3f, 1e4f, 1e5f, 1e6f, 1e7f, 1e8f, 1e9f, 1e10f};
 
+/* 10^0 .. 10^8 as integers, for appending a run of digits to a significand. */
+static const uint64_t POW10_U64[9] = {1u,      10u,      100u,      1000u,     10000u,
+                                      100000u, 1000000u, 10000000u, 100000000u};
+
+/* 8 bytes from p as a little-endian word: byte 0 is p[0]. */
+static inline uint64_t load8(const char *p)
+{
+    uint64_t x;
+    memcpy(&x, p, sizeof x);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    x = __builtin_bswap64(x);
+#endif
+    return x;
+}
+
+/* How many of the 8 bytes of x (load8) are ASCII digits before the first
+ * non-digit. A byte is a digit iff its high nibble is 3 and adding 6 keeps
+ * it 3; a carry out of a non-digit byte only disturbs the bytes after it. */
+static inline int leading_digits8(uint64_t x)
+{
+    const uint64_t hi = 0xf0f0f0f0f0f0f0f0u, threes = 0x3030303030303030u;
+    const uint64_t nondigit = ((x & hi) ^ threes) | (((x + 0x0606060606060606u) & hi) ^ threes);
+    return nondigit ? __builtin_ctzll(nondigit) >> 3 : 8;
+}
+
+/* The value of 8 digit values (0..9, byte 0 the most significant digit):
+ * pairs, then quads, then the 8 digits, in three multiplications (Lemire). */
+static inline uint32_t digits8_value(uint64_t d)
+{
+    d = d * 10 + (d >> 8);
+    d = ((d & 0x000000ff000000ffu) * (100u + (1000000ull << 32)) +
+         ((d >> 16) & 0x000000ff000000ffu) * (1u + (10000ull << 32))) >> 32;
+    return (uint32_t)d;
+}
+
+/* The digits at p appended to *m (wrapping past 19 digits: the caller counts
+ * them): 8 bytes at a time while 8 are readable, then one by one. The first
+ * byte after them. */
+static inline const char *append_digits(const char *p, const char *end, uint64_t *m)
+{
+    uint64_t v = *m;
+    while (end - p >= 8) {
+        const uint64_t x = load8(p);
+        const int nd = leading_digits8(x);
+        if (nd > 0) /* the nd digits moved to the top: leading zero digits below */
+            v = v * POW10_U64[nd] +
+                digits8_value((x - 0x3030303030303030u) << (8 * (8 - nd)));
+        p += nd;
+        if (nd < 8) {
+            *m = v;
+            return p;
+        }
+    }
+    for (; p < end && (unsigned)(*p - '0') < 10; p++)
+        v = v * 10 + (uint64_t)(*p - '0');
+    *m = v;
+    return p;
+}
+
 /* The common shape, -?int(.frac)? with no exponent and at most 19 digits, as
  * *w * 10^-*nf: the end of the number, or NULL for anything else (scan_number
- * then decides). One tight loop per part, none of scan_number's bookkeeping. */
+ * then decides). The digit runs are read 8 bytes at a time (append_digits),
+ * none of scan_number's bookkeeping. */
 static inline __attribute__((always_inline)) const char *scan_simple(const char *s, const char *end,
                                                                      uint64_t *w, int *nf, int *neg)
 {
@@ -406,14 +474,12 @@ static inline __attribute__((always_inline)) const char *scan_simple(const char 
     if (p < end && *p == '0')
         p++;
     else
-        while (p < end && (unsigned)(*p - '0') < 10)
-            m = m * 10 + (uint64_t)(*p++ - '0');
+        p = append_digits(p, end, &m);
     if (p == first)
         return NULL;
     const char *int_end = p;
     if (p < end && *p == '.') {
-        for (p++; p < end && (unsigned)(*p - '0') < 10; p++)
-            m = m * 10 + (uint64_t)(*p - '0');
+        p = append_digits(p + 1, end, &m);
         if (p == int_end + 1)
             return NULL; /* "1." */
     }

@@ -238,6 +238,37 @@ TEST(parse_known)
     CHECK(attnd_json_parse_float(t, t + 4, &f) == NULL); /* "1.5e" */
 }
 
+/* The digit runs are read 8 bytes at a time: every prefix of texts with runs
+ * around 8 digits, each cut at the end of an exactly sized heap block (the
+ * sanitizer build catches a read past end), parses as strtof reads that
+ * prefix, or is refused where the prefix is no number ("-", "12.", "1e"). */
+TEST(parse_cut)
+{
+    static const char *const texts[] = {"-1234567.890123456", "12345678.12345678",
+                                        "0.1234567", "0.12345678", "0.123456789",
+                                        "123456789012345678", "-0.00000001234567e-3"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        const size_t n = strlen(texts[i]);
+        for (size_t len = 0; len <= n; len++) {
+            char *block = malloc(len ? len : 1);
+            memcpy(block, texts[i], len);
+            char prefix[32];
+            memcpy(prefix, texts[i], len);
+            prefix[len] = '\0';
+            const char last = len ? prefix[len - 1] : '-';
+            const int valid = last >= '0' && last <= '9';
+            float f = 0.0f;
+            const char *end = attnd_json_parse_float(block, block + len, &f);
+            if (valid)
+                CHECK_MSG(end == block + len && to_bits(f) == to_bits(strtof(prefix, NULL)),
+                          "\"%s\" parsed wrong", prefix);
+            else
+                CHECK_MSG(end == NULL, "\"%s\" accepted", prefix);
+            free(block);
+        }
+    }
+}
+
 /* Random texts of every shape against strtof. */
 TEST_WITH(parse_random, int n)
 {
@@ -389,6 +420,7 @@ int main(int argc, char **argv)
     RUN(edges);
     RUN_WITH(random, n_random);
     RUN(parse_known);
+    RUN(parse_cut);
     RUN_WITH(parse_random, n_random / 4);
     RUN_WITH(parse_plain, n_random / 4);
     RUN(nest);
