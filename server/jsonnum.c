@@ -68,7 +68,8 @@ static inline int multiple_of_pow5(uint32_t v, uint32_t p)
     return count >= p;
 }
 
-static inline int multiple_of_pow2(uint32_t v, uint32_t p) { return (v & ((1u << p) - 1)) == 0; }
+/* v (nonzero) is a multiple of 2^p: its trailing zero bits are >= p. */
+static inline int multiple_of_pow2(uint32_t v, uint32_t p) { return (uint32_t)__builtin_ctz(v) >= p; }
 
 /* (m * factor) >> shift, shift > 32, without a 128-bit type. */
 static inline uint32_t mul_shift(uint32_t m, uint64_t factor, int32_t shift)
@@ -254,14 +255,18 @@ int attnd_json_print_float(float v, char *out)
     char dig[16];
     left_digits(digits, n, dig);
 
-    const int sci_len = n + (n > 1) + 1 + (sci < 0) + (sci <= -10 || sci >= 10 ? 2 : 1);
-    int fixed_len;
-    if (exp >= 0)
-        fixed_len = n + exp;      /* digits, then exp (<= 4) zeros */
-    else if (sci >= 0)
-        fixed_len = n + 1;        /* point inside the digits       */
-    else
-        fixed_len = n + 1 - sci;  /* "0." (<= 2) zeros digits      */
+    /* Plain notation unless exponent notation is shorter ("d[.ddd]e[-]x[x]",
+     * n + (n > 1) + 2 + (sci < 0) + (|sci| >= 10) bytes; plain on a tie):
+     * digits.digits always; "0.", -sci - 1 zeros, digits while sci >= -3
+     * (-2 for one digit); digits and exp zeros while exp <= 2 + (n > 1) +
+     * (sci >= 10). */
+    int fixed_len = 0;
+    if (exp < 0 && sci >= 0)
+        fixed_len = n + 1;
+    else if (sci < 0 && sci >= -2 - (n > 1))
+        fixed_len = n + 1 - sci;
+    else if (exp >= 0 && exp <= 2 + (n > 1) + (sci >= 10))
+        fixed_len = n + exp;
 
     /* Composed in text[] with fixed-size copies that may write past the end of
      * the number (dig[] supplies '0' padding), then copied out whole. */
@@ -269,7 +274,7 @@ int attnd_json_print_float(float v, char *out)
     char *p = text;
     *p = '-';
     p += sign;
-    if (fixed_len <= sci_len) {
+    if (fixed_len) {
         if (exp >= 0) {
             memcpy(p, dig, 16); /* dig[n..] are the exp trailing zeros */
         } else if (sci >= 0) {
