@@ -420,13 +420,13 @@ static inline uint64_t load8(const char *p)
     return x;
 }
 
-/* How many of the 8 bytes of x (load8) are ASCII digits before the first
- * non-digit. A byte is a digit iff its high nibble is 3 and adding 6 keeps
- * it 3; a carry out of a non-digit byte only disturbs the bytes after it. */
-static inline int leading_digits8(uint64_t x)
+/* How many of the 8 bytes of d = load8 - '0' per byte are digit values
+ * (< 10) before the first that is not: a byte has its top bit set in d + 0x76
+ * or in d iff it is >= 10 or wrapped below '0'. A carry or borrow leaving a
+ * non-digit byte only disturbs the bytes after it. */
+static inline int leading_digits8(uint64_t d)
 {
-    const uint64_t hi = 0xf0f0f0f0f0f0f0f0u, threes = 0x3030303030303030u;
-    const uint64_t nondigit = ((x & hi) ^ threes) | (((x + 0x0606060606060606u) & hi) ^ threes);
+    const uint64_t nondigit = ((d + 0x7676767676767676u) | d) & 0x8080808080808080u;
     return nondigit ? __builtin_ctzll(nondigit) >> 3 : 8;
 }
 
@@ -447,11 +447,10 @@ static inline const char *append_digits(const char *p, const char *end, uint64_t
 {
     uint64_t v = *m;
     while (end - p >= 8) {
-        const uint64_t x = load8(p);
-        const int nd = leading_digits8(x);
+        const uint64_t d = load8(p) - 0x3030303030303030u;
+        const int nd = leading_digits8(d);
         if (nd > 0) /* the nd digits moved to the top: leading zero digits below */
-            v = v * POW10_U64[nd] +
-                digits8_value((x - 0x3030303030303030u) << (8 * (8 - nd)));
+            v = v * POW10_U64[nd] + digits8_value(d << (8 * (8 - nd)));
         p += nd;
         if (nd < 8) {
             *m = v;
@@ -483,13 +482,15 @@ static inline __attribute__((always_inline)) const char *scan_simple(const char 
     if (p == first)
         return NULL;
     const char *int_end = p;
+    int frac = 0;
     if (p < end && *p == '.') {
         p = append_digits(p + 1, end, &m);
-        if (p == int_end + 1)
+        frac = (int)(p - int_end - 1);
+        if (frac == 0)
             return NULL; /* "1." */
     }
-    *nf = p == int_end ? 0 : (int)(p - int_end - 1);
-    if ((p < end && (*p == 'e' || *p == 'E')) || (int_end - first) + *nf > 19)
+    *nf = frac;
+    if ((p < end && (*p | 0x20) == 'e') || (int_end - first) + frac > 19)
         return NULL; /* m may have wrapped: unused */
     *w = m;
     return p;
@@ -518,10 +519,15 @@ static __attribute__((noinline)) const char *parse_float_slow(const char *s, con
                                                                const char *p, uint64_t w, int nf,
                                                                int neg, float *out);
 
-/* The plain-decimal fast path, inlined where a nest reads its numbers. */
-static inline __attribute__((always_inline)) const char *parse_float_fast(const char *s,
-                                                                          const char *end,
-                                                                          float *out)
+/* An integer literal longer than jansson's long long takes (18 digits safe). */
+static int big_integer(const char *s, const char *p);
+
+/* The plain-decimal fast path, inlined where a nest reads its numbers; with
+ * refuse_big set, integer literals of more than 18 digits are refused (NULL)
+ * as jansson would. They never take the fast path (w < 2^24): only the slow
+ * path checks. */
+static inline __attribute__((always_inline)) const char *
+parse_float_fast(const char *s, const char *end, float *out, int refuse_big)
 {
     uint64_t w = 0;
     int neg = 0, nf = 0;
@@ -532,12 +538,13 @@ static inline __attribute__((always_inline)) const char *parse_float_fast(const 
         *out = neg ? -f : f;
         return p;
     }
-    return parse_float_slow(s, end, p, w, nf, neg, out);
+    p = parse_float_slow(s, end, p, w, nf, neg, out);
+    return refuse_big && p && p - s > 18 && big_integer(s, p) ? NULL : p;
 }
 
 const char *attnd_json_parse_float(const char *s, const char *end, float *out)
 {
-    return parse_float_fast(s, end, out);
+    return parse_float_fast(s, end, out, 0);
 }
 
 static const char *parse_float_slow(const char *s, const char *end, const char *p, uint64_t w,
@@ -593,12 +600,13 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
 
 static const char *skip_ws(const char *p, const char *end)
 {
-    while (p < end && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r'))
+    /* (unsigned char)*p > ' ': no blank, one test for the usual next byte */
+    while (p < end && (unsigned char)*p <= ' ' &&
+           (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r'))
         p++;
     return p;
 }
 
-/* An integer literal longer than jansson's long long takes (18 digits safe). */
 static int big_integer(const char *s, const char *p)
 {
     size_t digits = 0;
@@ -610,9 +618,6 @@ static int big_integer(const char *s, const char *p)
     return digits > 18;
 }
 
-/* The numbers of a leaf array, p at the first one: appended to n->values and
- * counted in *size. The byte after its ']', or NULL. The grammar of
- * nest_array's loop, without its per-element dispatch. */
 /* After an array item, at p (blanks skipped): the next item's start past ','
  * and blanks (*closed = 0), or just past the array's ']' (*closed = 1); NULL
  * for anything else or the end of the input. */
@@ -631,14 +636,17 @@ static inline const char *next_item(const char *p, const char *end, int *closed)
     return p < end ? p : NULL;
 }
 
+/* The numbers of a leaf array, p at the first one: appended to n->values and
+ * counted in *size. The byte after its ']', or NULL. The grammar of
+ * nest_array's loop, without its per-element dispatch. */
 static const char *leaf_array(const char *p, const char *end, attnd_float_nest *n, uint32_t *size)
 {
     for (;;) {
         if (n->n_values == n->cap_values &&
             grow((void **)&n->values, &n->cap_values, n->n_values + 1, sizeof(float)))
             return NULL;
-        const char *q = parse_float_fast(p, end, &n->values[n->n_values]);
-        if (!q || (q - p > 18 && big_integer(p, q)) || *size == UINT32_MAX)
+        const char *q = parse_float_fast(p, end, &n->values[n->n_values], 1);
+        if (!q || *size == UINT32_MAX)
             return NULL;
         n->n_values++;
         (*size)++;
@@ -675,8 +683,8 @@ static const char *nest_array(const char *p, const char *end, attnd_float_nest *
             if (n->depth == 0)
                 n->depth = level + 1;
             float v = 0.0f;
-            const char *q = n->depth == level + 1 ? parse_float_fast(p, end, &v) : NULL;
-            if (!q || (q - p > 18 && big_integer(p, q)) ||
+            const char *q = n->depth == level + 1 ? parse_float_fast(p, end, &v, 1) : NULL;
+            if (!q ||
                 grow((void **)&n->values, &n->cap_values, n->n_values + 1, sizeof(float)))
                 return NULL;
             n->values[n->n_values++] = v;

@@ -267,6 +267,23 @@ TEST(parse_cut)
             free(block);
         }
     }
+    /* Every byte value after a digit run: only '0'..'9' continue the number
+     * ('e' and 'E' start an exponent: 0.123e4567890 is beyond float32). */
+    for (int c = 0; c < 256; c++) {
+        char text[16] = "0.123";
+        text[5] = (char)c;
+        memcpy(text + 6, "4567890", 7);
+        const int digit = c >= '0' && c <= '9';
+        float f = 0.0f;
+        const char *end = attnd_json_parse_float(text, text + 13, &f);
+        if (c == 'e' || c == 'E') {
+            CHECK(end == NULL);
+            continue;
+        }
+        text[digit ? 13 : 5] = '\0';
+        CHECK_MSG(end == text + (digit ? 13 : 5) && to_bits(f) == to_bits(strtof(text, NULL)),
+                  "byte 0x%02x after \"0.123\"", c);
+    }
 }
 
 /* Random texts of every shape against strtof. */
