@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # printfloat-exhaustive.sh — compares attnd_json_print_float of the work tree with the
-# one of git revision REV (default d1f59db, the last Ryu printer with the division-based
-# digit writer) over all 2^32 float bit patterns: same return value, same bytes. An offline
+# one of git revision REV (default d1f59db: Ryu's algorithm with the division-based digit
+# writer) over all 2^32 float bit patterns: same return value, same bytes. An offline
 # check (minutes of one core), run once whenever the printer changes; CI runs the random and
 # edge cases of tests/unit/test_jsonnum.
 #   scripts/printfloat-exhaustive.sh [REV] [FIRST_BITS] [LAST_BITS]

@@ -1,5 +1,5 @@
 /* jsonnum.h — float32 <-> JSON number text for the codec's hot paths: the
- * shortest round-tripping printer (Ryu's algorithm for binary32), a correctly
+ * shortest round-tripping printer (the Schubfach algorithm for binary32), a correctly
  * rounding text -> float32 parser, nested number arrays parsed straight into
  * float arrays (no object per number), and the double -> float32 check used
  * for numbers jansson parsed.
