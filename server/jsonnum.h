@@ -13,7 +13,8 @@
 /* Longest text attnd_json_print_float writes: "-1.17549435e-38" is 15 bytes. */
 #define ATTND_FLOAT_TEXT_MAX 16
 
-/* Writes into out (at least ATTND_FLOAT_TEXT_MAX bytes; no NUL is written) the
+/* Writes into out (at least ATTND_FLOAT_TEXT_MAX bytes, all of which it may
+ * overwrite: the bytes past the returned length are scratch; no NUL) the
  * shortest decimal text that a correctly rounding reader (strtof, JSON parsers
  * reading into float32) turns back into exactly v, choosing among the digit
  * strings of that length the one closest to v. Between plain ("0.001") and
