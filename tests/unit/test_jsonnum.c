@@ -7,6 +7,7 @@
  * nest parser's layout and refusals; the double -> float range check.
  */
 #include <float.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -386,6 +387,65 @@ TEST_WITH(parse_plain, int n)
     }
 }
 
+/* The numbers of a jansson array nest in document order, rounded to float
+ * (attnd_json_double_to_float), with the depth of its leaves: 0, or -1 for
+ * anything the nest parser must refuse (empty arrays, mixed depths, non-numbers,
+ * values beyond float32). */
+static int jansson_leaves(const json_t *j, int depth, float *out, size_t *n, size_t cap, int *leaf)
+{
+    if (json_is_array(j)) {
+        if (json_array_size(j) == 0)
+            return -1;
+        for (size_t i = 0; i < json_array_size(j); i++)
+            if (jansson_leaves(json_array_get(j, i), depth + 1, out, n, cap, leaf))
+                return -1;
+        return 0;
+    }
+    if (!json_is_number(j) || (*leaf && *leaf != depth) || *n == cap ||
+        attnd_json_double_to_float(json_number_value(j), &out[*n]))
+        return -1;
+    *leaf = depth;
+    (*n)++;
+    return 0;
+}
+
+/* Random bodies of digits, signs, points, exponents, separators, brackets and
+ * blanks, each in an exactly sized heap block: whatever prefix the nest parser
+ * accepts, jansson reads as the same numbers at the same depth (the one
+ * difference by design: "-0" keeps its sign here, jansson reads the integer 0). */
+TEST_WITH(nest_vs_jansson, int n)
+{
+    static const char alpha[] = "0123456789012345678901234567890123456789.-eE+,,,[]] \t";
+    int accepted = 0;
+    for (int it = 0; it < n; it++) {
+        const int len = 2 + (int)(rng32() % 60);
+        char *body = malloc((size_t)len);
+        body[0] = '[';
+        for (int k = 1; k < len; k++)
+            body[k] = k == 1 && (rng32() & 1) ? '[' : alpha[rng32() % (sizeof alpha - 1)];
+        attnd_float_nest nest = {0};
+        const char *end = attnd_json_parse_float_nest(body, body + len, &nest);
+        if (end) {
+            accepted++;
+            json_error_t err;
+            json_t *j = json_loadb(body, (size_t)(end - body), 0, &err);
+            float want[64];
+            size_t got = 0;
+            int leaf = 0;
+            int ok = j && jansson_leaves(j, 0, want, &got, 64, &leaf) == 0 &&
+                     got == nest.n_values && leaf == nest.depth;
+            for (size_t i = 0; ok && i < got; i++)
+                ok = to_bits(want[i]) == to_bits(nest.values[i]) ||
+                     (want[i] == 0.0f && nest.values[i] == 0.0f);
+            CHECK_MSG(ok, "nest parser and jansson differ on %.*s", (int)(end - body), body);
+            json_decref(j);
+            attnd_float_nest_free(&nest);
+        }
+        free(body);
+    }
+    CHECK_MSG(accepted > n / 50, "only %d of %d random bodies accepted", accepted, n);
+}
+
 TEST(nest)
 {
     attnd_float_nest n;
@@ -477,5 +537,6 @@ int main(int argc, char **argv)
     RUN_WITH(parse_random, n_random / 4);
     RUN_WITH(parse_plain, n_random / 4);
     RUN(nest);
+    RUN_WITH(nest_vs_jansson, n_random / 4);
     return check_summary();
 }
