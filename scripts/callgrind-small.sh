@@ -2,12 +2,16 @@
 # callgrind-small.sh — instructions per small request (T=32, E=64, demo model), the figure
 # the small-request speed work is proved with: machine load does not move it.
 # Runs $BUILD/attnd (one worker, OpenBLAS 1 thread) under valgrind --tool=callgrind twice —
-# with no request and with N POSTs of one T=32 x 64 body over one keep-alive curl — and prints
-# (Ir with N - Ir with none) / N, then the top functions of the N run.
+# with W and with W+N POSTs of one T=32 x 64 body over one keep-alive curl — and prints
+# (Ir with W+N - Ir with W) / N, then the top functions of the W+N run. The W warm-up
+# requests (WARMUP, default 10) carry the one-time costs of the first request (lazy symbol
+# binding, first allocations of the pools), so the figure is the steady per-request cost.
+# Every request must be answered 200 (counted from curl's status codes), or the script fails.
 #   scripts/callgrind-small.sh [N]        (default 300; BUILD defaults to build)
 # The callgrind files are left in $OUT (default a temp dir) for callgrind_annotate.
 set -euo pipefail
 N=${1:-300}
+W=${WARMUP:-10}
 BUILD=${BUILD:-build}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/attnd-callgrind.XXXXXX")}
 command -v valgrind >/dev/null || { echo "callgrind-small: valgrind missing (scripts/deps.sh)" >&2; exit 1; }
@@ -28,22 +32,28 @@ run() {
         --log-level warn --workers 1 > "$file.log" 2>&1 &
     local pid=$!
     for _ in $(seq 150); do
-        curl -s -o /dev/null "http://127.0.0.1:$port/readyz" && break
+        curl -sf -o /dev/null "http://127.0.0.1:$port/readyz" && break
         sleep 0.2
     done
     local args=()
     for _ in $(seq "$count"); do
-        args+=(-s -o /dev/null -H 'Content-Type: application/json' --data-binary "@$body"
-               "http://127.0.0.1:$port/v1/attention" --next)
+        args+=(-s -o /dev/null -w '%{http_code}\n' -H 'Content-Type: application/json'
+               --data-binary "@$body" "http://127.0.0.1:$port/v1/attention" --next)
     done
-    curl "${args[@]}" -s -o /dev/null "http://127.0.0.1:$port/readyz"
+    curl "${args[@]}" -s -o /dev/null "http://127.0.0.1:$port/readyz" > "$file.codes"
     kill -TERM "$pid"
     wait "$pid" || true
+    local ok
+    ok=$(grep -c '^200$' "$file.codes" || true)
+    if [ "$ok" -ne "$count" ]; then
+        echo "callgrind-small: $ok of $count requests answered 200 ($file.codes, $file.log)" >&2
+        exit 1
+    fi
 }
 
-run "$OUT/none.cg" 0
-run "$OUT/small.cg" "$N"
+run "$OUT/warm.cg" "$W"
+run "$OUT/small.cg" "$((W + N))"
 ir() { awk '/^summary:/ { print $2 }' "$1"; }
-base=$(ir "$OUT/none.cg") total=$(ir "$OUT/small.cg")
-echo "callgrind: $(( (total - base) / N )) instructions per T=32/E=64 request ($N requests; start-up and shutdown subtracted); files in $OUT"
+base=$(ir "$OUT/warm.cg") total=$(ir "$OUT/small.cg")
+echo "callgrind: $(( (total - base) / N )) instructions per T=32/E=64 request ($N requests after $W warm-up ones; start-up, shutdown and the warm-up subtracted); files in $OUT"
 callgrind_annotate "$OUT/small.cg" 2>/dev/null | sed -n '/^Ir/,$p' | sed -n 3,14p | cut -c1-120

@@ -1,9 +1,11 @@
-/* jsonnum.c — shortest round-trip printing of float32 (Ryu, Ulf Adams, PLDI
- * 2018, binary32 variant with 64-bit multipliers), correctly rounded parsing
- * of JSON numbers to float32 (exact double arithmetic with a midpoint check,
- * strtof as the fallback), and nested number arrays parsed into flat float
- * arrays. The oracles (shortest %.Ng that round-trips; strtof) live in
- * tests/unit/test_jsonnum.c.
+/* jsonnum.c — shortest round-trip printing of float32 (Schubfach, Raffaello
+ * Giulietti 2020, binary32 with 64-bit powers of ten; the digits laid out by
+ * SWAR), correctly rounded parsing of JSON numbers to float32 (8-byte digit
+ * runs, exact double arithmetic with a midpoint check, strtof as the
+ * fallback), and nested number arrays parsed into flat float arrays. The
+ * oracles (shortest %.Ng that round-trips, %.*e for the closest digits;
+ * strtof) live in tests/unit/test_jsonnum.c; scripts/printfloat-exhaustive.sh
+ * compares the printer with an earlier one (Ryu) over all 2^32 floats.
  */
 #include "jsonnum.h"
 
@@ -15,209 +17,152 @@
 #define MANTISSA_BITS 23
 #define EXPONENT_BITS 8
 #define BIAS 127
-#define POW5_INV_BITCOUNT 59
-#define POW5_BITCOUNT 61
 
-/* POW5_INV_SPLIT[q] = floor(2^(bitlen(5^q) - 1 + 59) / 5^q) + 1, q = 0..30.
- * POW5_SPLIT[i]     = the top 61 bits of 5^i, i = 0..46.
- * Generated with exact integer arithmetic (Python); the same values as Ryu's
- * f2s tables. test_jsonnum checks every float class that uses each entry. */
-static const uint64_t POW5_INV_SPLIT[31] = {
-    576460752303423489u, 461168601842738791u, 368934881474191033u, 295147905179352826u,
-    472236648286964522u, 377789318629571618u, 302231454903657294u, 483570327845851670u,
-    386856262276681336u, 309485009821345069u, 495176015714152110u, 396140812571321688u,
-    316912650057057351u, 507060240091291761u, 405648192073033409u, 324518553658426727u,
-    519229685853482763u, 415383748682786211u, 332306998946228969u, 531691198313966350u,
-    425352958651173080u, 340282366920938464u, 544451787073501542u, 435561429658801234u,
-    348449143727040987u, 557518629963265579u, 446014903970612463u, 356811923176489971u,
-    570899077082383953u, 456719261665907162u, 365375409332725730u};
-
-static const uint64_t POW5_SPLIT[47] = {
-    1152921504606846976u, 1441151880758558720u, 1801439850948198400u, 2251799813685248000u,
-    1407374883553280000u, 1759218604441600000u, 2199023255552000000u, 1374389534720000000u,
-    1717986918400000000u, 2147483648000000000u, 1342177280000000000u, 1677721600000000000u,
-    2097152000000000000u, 1310720000000000000u, 1638400000000000000u, 2048000000000000000u,
-    1280000000000000000u, 1600000000000000000u, 2000000000000000000u, 1250000000000000000u,
-    1562500000000000000u, 1953125000000000000u, 1220703125000000000u, 1525878906250000000u,
-    1907348632812500000u, 1192092895507812500u, 1490116119384765625u, 1862645149230957031u,
-    1164153218269348144u, 1455191522836685180u, 1818989403545856475u, 2273736754432320594u,
-    1421085471520200371u, 1776356839400250464u, 2220446049250313080u, 1387778780781445675u,
-    1734723475976807094u, 2168404344971008868u, 1355252715606880542u, 1694065894508600678u,
-    2117582368135750847u, 1323488980084844279u, 1654361225106055349u, 2067951531382569187u,
-    1292469707114105741u, 1615587133892632177u, 2019483917365790221u};
+/* POW10_G[e + 31] = ceil(10^e / 2^r), r = floor(log2(10^e)) - 63, for
+ * e = -31..45: 10^e as a 64-bit significand in [2^63, 2^64), rounded up.
+ * Generated with exact rational arithmetic (Python fractions); the same
+ * values as Schubfach's float tables (Drachennest schubfach_32). */
+static const uint64_t POW10_G[77] = {
+    0x81ceb32c4b43fcf5u, 0xa2425ff75e14fc32u, 0xcad2f7f5359a3b3fu, 0xfd87b5f28300ca0eu,
+    0x9e74d1b791e07e49u, 0xc612062576589ddbu, 0xf79687aed3eec552u, 0x9abe14cd44753b53u,
+    0xc16d9a0095928a28u, 0xf1c90080baf72cb2u, 0x971da05074da7befu, 0xbce5086492111aebu,
+    0xec1e4a7db69561a6u, 0x9392ee8e921d5d08u, 0xb877aa3236a4b44au, 0xe69594bec44de15cu,
+    0x901d7cf73ab0acdau, 0xb424dc35095cd810u, 0xe12e13424bb40e14u, 0x8cbccc096f5088ccu,
+    0xafebff0bcb24aaffu, 0xdbe6fecebdedd5bfu, 0x89705f4136b4a598u, 0xabcc77118461cefdu,
+    0xd6bf94d5e57a42bdu, 0x8637bd05af6c69b6u, 0xa7c5ac471b478424u, 0xd1b71758e219652cu,
+    0x83126e978d4fdf3cu, 0xa3d70a3d70a3d70bu, 0xcccccccccccccccdu, 0x8000000000000000u,
+    0xa000000000000000u, 0xc800000000000000u, 0xfa00000000000000u, 0x9c40000000000000u,
+    0xc350000000000000u, 0xf424000000000000u, 0x9896800000000000u, 0xbebc200000000000u,
+    0xee6b280000000000u, 0x9502f90000000000u, 0xba43b74000000000u, 0xe8d4a51000000000u,
+    0x9184e72a00000000u, 0xb5e620f480000000u, 0xe35fa931a0000000u, 0x8e1bc9bf04000000u,
+    0xb1a2bc2ec5000000u, 0xde0b6b3a76400000u, 0x8ac7230489e80000u, 0xad78ebc5ac620000u,
+    0xd8d726b7177a8000u, 0x878678326eac9000u, 0xa968163f0a57b400u, 0xd3c21bcecceda100u,
+    0x84595161401484a0u, 0xa56fa5b99019a5c8u, 0xcecb8f27f4200f3au, 0x813f3978f8940985u,
+    0xa18f07d736b90be6u, 0xc9f2c9cd04674edfu, 0xfc6f7c4045812297u, 0x9dc5ada82b70b59eu,
+    0xc5371912364ce306u, 0xf684df56c3e01bc7u, 0x9a130b963a6c115du, 0xc097ce7bc90715b4u,
+    0xf0bdc21abb48db21u, 0x96769950b50d88f5u, 0xbc143fa4e250eb32u, 0xeb194f8e1ae525feu,
+    0x92efd1b8d0cf37bfu, 0xb7abc627050305aeu, 0xe596b7b0c643c71au, 0x8f7e32ce7bea5c70u,
+    0xb35dbf821ae4f38cu};
 
 static const char DIGIT_PAIRS[200] =
     "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
     "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
     "8081828384858687888990919293949596979899";
 
-/* ceil(log2(5^e)) for 1 <= e <= 3528; 1 for e = 0. */
-static inline int32_t pow5bits(int32_t e) { return (int32_t)(((uint32_t)e * 1217359u) >> 19) + 1; }
-/* floor(log10(2^e)) for 0 <= e <= 1650. */
-static inline uint32_t log10_pow2(int32_t e) { return ((uint32_t)e * 78913u) >> 18; }
-/* floor(log10(5^e)) for 0 <= e <= 2620. */
-static inline uint32_t log10_pow5(int32_t e) { return ((uint32_t)e * 732923u) >> 20; }
+/* floor(x / 2^n) for negative x too (no implementation-defined shift). */
+static inline int32_t floor_shift(int32_t x, int n) { return x >= 0 ? x >> n : ~(~x >> n); }
 
-static inline int multiple_of_pow5(uint32_t v, uint32_t p)
+/* floor(log10(2^q)), or floor(log10(3/4 * 2^q)) with three_quarters, for
+ * |q| <= 160 (checked exhaustively against exact arithmetic). */
+static inline int32_t floor_log10_pow2(int32_t q, int three_quarters)
 {
-    uint32_t count = 0;
-    while (v != 0 && v % 5 == 0) {
-        v /= 5;
-        count++;
-    }
-    return count >= p;
+    return floor_shift(q * 1262611 - (three_quarters ? 524031 : 0), 22);
 }
 
-static inline int multiple_of_pow2(uint32_t v, uint32_t p) { return (v & ((1u << p) - 1)) == 0; }
+/* floor(log2(10^e)) for |e| <= 60. */
+static inline int32_t floor_log2_pow10(int32_t e) { return floor_shift(e * 1741647, 19); }
 
-/* (m * factor) >> shift, shift > 32, without a 128-bit type. */
-static inline uint32_t mul_shift(uint32_t m, uint64_t factor, int32_t shift)
+/* cp * g / 2^64 rounded to odd: the integer part with its lowest bit set when
+ * the fraction is not (up to the overestimate of g) zero. In 64-bit halves:
+ * g * cp / 2^32 = (g >> 32) * cp + ((g mod 2^32) * cp >> 32), floor-exact. */
+static inline uint32_t round_to_odd(uint64_t g, uint32_t cp)
 {
-    uint64_t lo = (uint64_t)m * (uint32_t)factor;
-    uint64_t hi = (uint64_t)m * (uint32_t)(factor >> 32);
-    return (uint32_t)(((lo >> 32) + hi) >> (shift - 32));
+    const uint64_t lo = (uint64_t)(uint32_t)g * cp, hi = (g >> 32) * cp;
+    const uint64_t mid = hi + (lo >> 32);
+    const uint32_t y1 = (uint32_t)(mid >> 32), y0 = (uint32_t)mid;
+    return y1 | (y0 > 1);
 }
 
 /* The shortest decimal d * 10^e in the rounding interval of a finite, nonzero
- * float with biased exponent ieee_exp and fraction ieee_frac. */
+ * float with biased exponent ieee_exp and fraction ieee_frac, the closest to
+ * it among those (ties to even d): Schubfach (Raffaello Giulietti, "The
+ * Schubfach way to render doubles", 2020; float32 as in Alexander Bolz's
+ * Drachennest). With 10^k <= 2^q < 10^(k+1), the interval holds at most one
+ * multiple of 10 * 10^k (tried first: one digit shorter) and one or two of
+ * 10^k (then the closer one); trailing zeros are stripped at the end. */
 static void shortest(uint32_t ieee_frac, uint32_t ieee_exp, uint32_t *digits, int32_t *exp10)
 {
-    int32_t e2;
-    uint32_t m2;
+    uint32_t c;
+    int32_t q;
     if (ieee_exp == 0) {
-        e2 = 1 - BIAS - MANTISSA_BITS - 2;
-        m2 = ieee_frac;
+        c = ieee_frac;
+        q = 1 - BIAS - MANTISSA_BITS;
     } else {
-        e2 = (int32_t)ieee_exp - BIAS - MANTISSA_BITS - 2;
-        m2 = (1u << MANTISSA_BITS) | ieee_frac;
+        c = (1u << MANTISSA_BITS) | ieee_frac;
+        q = (int32_t)ieee_exp - BIAS - MANTISSA_BITS;
     }
-    const int accept_bounds = (m2 & 1) == 0; /* round-half-even reader */
-    const uint32_t mv = 4 * m2, mp = 4 * m2 + 2;
-    const uint32_t mm_shift = ieee_frac != 0 || ieee_exp <= 1;
-    const uint32_t mm = 4 * m2 - 1 - mm_shift;
+    const int even = (c & 1) == 0; /* a round-half-even reader keeps the bounds */
+    const int closer_below = ieee_frac == 0 && ieee_exp > 1; /* 2^n: the gap below is half */
+    const uint32_t cbl = 4 * c - 2 + (uint32_t)closer_below, cb = 4 * c, cbr = 4 * c + 2;
+    const int32_t k = floor_log10_pow2(q, closer_below);
+    const int h = q + floor_log2_pow10(-k) + 1; /* 1..4 */
+    const uint64_t g = POW10_G[-k + 31];
+    const uint32_t vbl = round_to_odd(g, cbl << h), vb = round_to_odd(g, cb << h),
+                   vbr = round_to_odd(g, cbr << h);
+    const uint32_t lower = vbl + !even, upper = vbr - !even;
 
-    uint32_t vr, vp, vm;
-    int32_t e10;
-    int vm_trailing_zeros = 0, vr_trailing_zeros = 0;
-    uint32_t last_removed = 0;
-    if (e2 >= 0) {
-        const uint32_t q = log10_pow2(e2);
-        e10 = (int32_t)q;
-        const int32_t k = POW5_INV_BITCOUNT + pow5bits((int32_t)q) - 1;
-        const int32_t i = -e2 + (int32_t)q + k;
-        vr = mul_shift(mv, POW5_INV_SPLIT[q], i);
-        vp = mul_shift(mp, POW5_INV_SPLIT[q], i);
-        vm = mul_shift(mm, POW5_INV_SPLIT[q], i);
-        if (q != 0 && (vp - 1) / 10 <= vm / 10) {
-            /* One removed digit is needed even when the loop below does not run. */
-            const int32_t l = POW5_INV_BITCOUNT + pow5bits((int32_t)(q - 1)) - 1;
-            last_removed = mul_shift(mv, POW5_INV_SPLIT[q - 1], -e2 + (int32_t)q - 1 + l) % 10;
-        }
-        if (q <= 9) {
-            /* Only one of mp, mv, mm can be a multiple of 5, if any. */
-            if (mv % 5 == 0)
-                vr_trailing_zeros = multiple_of_pow5(mv, q);
-            else if (accept_bounds)
-                vm_trailing_zeros = multiple_of_pow5(mm, q);
-            else
-                vp -= (uint32_t)multiple_of_pow5(mp, q);
-        }
+    uint32_t d;
+    int32_t e = k;
+    const uint32_t s = vb / 4;
+    const uint32_t sp = s / 10;
+    const int up_in = lower <= 40 * sp, wp_in = 40 * sp + 40 <= upper;
+    if (s >= 10 && up_in != wp_in) {
+        d = sp + (uint32_t)wp_in;
+        e = k + 1;
     } else {
-        const uint32_t q = log10_pow5(-e2);
-        e10 = (int32_t)q + e2;
-        const int32_t i = -e2 - (int32_t)q;
-        const int32_t k = pow5bits(i) - POW5_BITCOUNT;
-        int32_t j = (int32_t)q - k;
-        vr = mul_shift(mv, POW5_SPLIT[i], j);
-        vp = mul_shift(mp, POW5_SPLIT[i], j);
-        vm = mul_shift(mm, POW5_SPLIT[i], j);
-        if (q != 0 && (vp - 1) / 10 <= vm / 10) {
-            j = (int32_t)q - 1 - (pow5bits(i + 1) - POW5_BITCOUNT);
-            last_removed = mul_shift(mv, POW5_SPLIT[i + 1], j) % 10;
-        }
-        if (q <= 1) {
-            /* mv = 4*m2 has >= 2 trailing zero bits; mm has 1 iff mm_shift. */
-            vr_trailing_zeros = 1;
-            if (accept_bounds)
-                vm_trailing_zeros = mm_shift == 1;
-            else
-                --vp; /* mp = mv + 2 always has one trailing zero bit */
-        } else if (q < 31) {
-            vr_trailing_zeros = multiple_of_pow2(mv, q - 1);
-        }
+        const int u_in = lower <= 4 * s, w_in = 4 * s + 4 <= upper;
+        if (u_in != w_in)
+            d = s + (uint32_t)w_in;
+        else /* both: the closer, ties (vb at the midpoint 4s + 2) to even */
+            d = s + (vb > 4 * s + 2 || (vb == 4 * s + 2 && (s & 1)));
     }
-
-    int32_t removed = 0;
-    uint32_t out;
-    if (vm_trailing_zeros || vr_trailing_zeros) {
-        /* Rare general case (~4%): exact ties and interval ends. */
-        while (vp / 10 > vm / 10) {
-            vm_trailing_zeros &= vm % 10 == 0;
-            vr_trailing_zeros &= last_removed == 0;
-            last_removed = vr % 10;
-            vr /= 10, vp /= 10, vm /= 10;
-            removed++;
-        }
-        if (vm_trailing_zeros) {
-            while (vm % 10 == 0) {
-                vr_trailing_zeros &= last_removed == 0;
-                last_removed = vr % 10;
-                vr /= 10, vp /= 10, vm /= 10;
-                removed++;
-            }
-        }
-        if (vr_trailing_zeros && last_removed == 5 && vr % 2 == 0)
-            last_removed = 4; /* exactly ...50..0: round half to even */
-        out = vr + ((vr == vm && (!accept_bounds || !vm_trailing_zeros)) || last_removed >= 5);
-    } else {
-        /* Two digits at a time first (as Ryu's d2s): most floats drop >= 2. */
-        if (vp / 100 > vm / 100) {
-            last_removed = (vr % 100) / 10; /* only ">= 5" matters from here on */
-            vr /= 100, vp /= 100, vm /= 100;
-            removed += 2;
-        }
-        while (vp / 10 > vm / 10) {
-            last_removed = vr % 10;
-            vr /= 10, vp /= 10, vm /= 10;
-            removed++;
-        }
-        out = vr + (vr == vm || last_removed >= 5);
+    while (d % 10 == 0) {
+        d /= 10;
+        e++;
     }
-    *digits = out;
-    *exp10 = e10 + removed;
+    *digits = d;
+    *exp10 = e;
 }
 
 /* Decimal digits of v: floor(log10(2) * bit length) estimates within one,
  * one comparison with the power of ten settles it (~6 instructions). */
+static const uint32_t POW10_U32[10] = {1u,      10u,      100u,      1000u,      10000u,
+                                       100000u, 1000000u, 10000000u, 100000000u, 1000000000u};
+
 static inline int decimal_length(uint32_t v)
 {
-    static const uint32_t POW10_U32[10] = {1u,      10u,      100u,      1000u,      10000u,
-                                           100000u, 1000000u, 10000000u, 100000000u, 1000000000u};
     const int bits = 32 - __builtin_clz(v | 1);
     const int n = (bits * 1233) >> 12; /* 1233 / 4096 ~ log10(2) */
     return n + (n < 10 && v >= POW10_U32[n]);
 }
 
-/* Writes the n decimal digits of v ending just before end. */
-static inline void write_digits(char *end, uint32_t v, int n)
+/* The 8 decimal digits of v < 10^8, zero-padded, as 8 ASCII bytes in memory
+ * order (SWAR: two 4-digit halves in 32-bit lanes, /100 by 10486 >> 20 in
+ * each, then four 2-digit lanes of 16 bits, /10 by 103 >> 10 in each; both
+ * multiplications are exact for the lane's range: < 10^4 and < 100). */
+static inline uint64_t eight_digits(uint32_t v)
 {
-    while (n >= 4) { /* four digits per step: one division by 10^4, two pair lookups */
-        const uint32_t c = v % 10000;
-        v /= 10000;
-        end -= 4;
-        memcpy(end + 2, DIGIT_PAIRS + 2 * (c % 100), 2);
-        memcpy(end, DIGIT_PAIRS + 2 * (c / 100), 2);
-        n -= 4;
-    }
-    while (n >= 2) {
-        uint32_t r = v % 100;
-        v /= 100;
-        end -= 2;
-        memcpy(end, DIGIT_PAIRS + 2 * r, 2);
-        n -= 2;
-    }
-    if (n == 1)
-        end[-1] = (char)('0' + v);
+    const uint64_t halves = (uint64_t)(v / 10000) | ((uint64_t)(v % 10000) << 32);
+    const uint64_t hundreds = ((halves * 10486u) >> 20) & 0x0000007f0000007fu;
+    const uint64_t pairs = hundreds | ((halves - hundreds * 100u) << 16);
+    const uint64_t tens = ((pairs * 103u) >> 10) & 0x000f000f000f000fu;
+    uint64_t ascii = (tens | ((pairs - tens * 10u) << 8)) | 0x3030303030303030u;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    ascii = __builtin_bswap64(ascii);
+#endif
+    return ascii;
+}
+
+/* The n significant digits of v (n = decimal_length(v) <= 9) left-aligned in
+ * dig[0..9), dig[n..16) '0': v * 10^(9-n) as one digit and eight_digits. */
+static inline void left_digits(uint32_t v, int n, char dig[16])
+{
+    const uint32_t v9 = v * POW10_U32[9 - n];
+    const uint32_t first = v9 / 100000000u;
+    const uint64_t rest = eight_digits(v9 - first * 100000000u);
+    dig[0] = (char)('0' + first);
+    memcpy(dig + 1, &rest, 8);
+    memcpy(dig + 9, "0000000", 7);
 }
 
 int attnd_json_print_float(float v, char *out)
@@ -243,57 +188,61 @@ int attnd_json_print_float(float v, char *out)
     shortest(ieee_frac, ieee_exp, &digits, &exp);
     const int n = decimal_length(digits);
     const int32_t sci = exp + n - 1; /* value = d.ddd * 10^sci */
+    char dig[16];
+    left_digits(digits, n, dig);
 
-    const int sci_len = n + (n > 1) + 1 + (sci < 0) + (sci <= -10 || sci >= 10 ? 2 : 1);
-    int fixed_len;
-    if (exp >= 0)
-        fixed_len = n + exp;      /* digits, then exp zeros      */
-    else if (sci >= 0)
-        fixed_len = n + 1;        /* point inside the digits     */
-    else
-        fixed_len = n + 1 - sci;  /* "0." zeros digits           */
+    /* Plain notation unless exponent notation is shorter ("d[.ddd]e[-]x[x]",
+     * n + (n > 1) + 2 + (sci < 0) + (|sci| >= 10) bytes; plain on a tie):
+     * digits.digits always; "0.", -sci - 1 zeros, digits while sci >= -3
+     * (-2 for one digit); digits and exp zeros while exp <= 2 + (n > 1) +
+     * (sci >= 10). */
+    int fixed_len = 0;
+    if (exp < 0 && sci >= 0)
+        fixed_len = n + 1;
+    else if (sci < 0 && sci >= -2 - (n > 1))
+        fixed_len = n + 1 - sci;
+    else if (exp >= 0 && exp <= 2 + (n > 1) + (sci >= 10))
+        fixed_len = n + exp;
 
-    char *p = out;
-    if (sign)
-        *p++ = '-';
-    if (fixed_len <= sci_len) {
+    /* Composed in text[] with fixed-size copies that may write past the end of
+     * the number (dig[] supplies '0' padding), then copied out whole. */
+    char text[40];
+    char *p = text;
+    *p = '-';
+    p += sign;
+    if (fixed_len) {
         if (exp >= 0) {
-            write_digits(p + n, digits, n);
-            memset(p + n, '0', (size_t)exp);
+            memcpy(p, dig, 16); /* dig[n..] are the exp trailing zeros */
         } else if (sci >= 0) {
-            const int int_len = sci + 1;
-            write_digits(p + n + 1, digits, n);
-            memmove(p, p + 1, (size_t)int_len);
+            const int int_len = sci + 1; /* < n <= 9: the tail is <= 8 digits */
+            memcpy(p, dig, 16);
             p[int_len] = '.';
+            memcpy(p + int_len + 1, dig + int_len, 8);
         } else {
-            const int zeros = -sci - 1;
-            p[0] = '0';
-            p[1] = '.';
-            if (zeros)
-                memset(p + 2, '0', (size_t)zeros);
-            write_digits(p + 2 + zeros + n, digits, n);
+            memcpy(p, "0.00", 4);
+            memcpy(p + 1 - sci, dig, 16);
         }
+        memcpy(out, text, ATTND_FLOAT_TEXT_MAX);
         return (int)sign + fixed_len;
     }
     /* d[.ddd]e[-]x[x] */
-    write_digits(p + n + 1, digits, n);
-    p[0] = p[1];
-    if (n > 1)
-        p[1] = '.';
+    p[0] = dig[0];
+    p[1] = '.';
+    memcpy(p + 2, dig + 1, 8);
     char *q = p + n + (n > 1);
     *q++ = 'e';
     int32_t e = sci;
-    if (e < 0) {
-        *q++ = '-';
-        e = -e;
-    }
+    *q = '-';
+    q += e < 0;
+    e = e < 0 ? -e : e;
     if (e >= 10) {
         memcpy(q, DIGIT_PAIRS + 2 * e, 2);
         q += 2;
     } else {
         *q++ = (char)('0' + e);
     }
-    return (int)(q - out);
+    memcpy(out, text, ATTND_FLOAT_TEXT_MAX);
+    return (int)(q - text);
 }
 
 int attnd_json_double_to_float(double d, float *out)
@@ -392,9 +341,68 @@ static const char *scan_number(const char *s, const char *end, uint64_t *w, int 
 /* 10^0 .. 10^10: every one exact in float (5^10 < 2^24). */
 static const float POW10F[11] = {1e0f, 1e1f, 1e2f, 1e3f, 1e4f, 1e5f, 1e6f, 1e7f, 1e8f, 1e9f, 1e10f};
 
+/* 10^0 .. 10^8 as integers, for appending a run of digits to a significand. */
+static const uint64_t POW10_U64[9] = {1u,      10u,      100u,      1000u,     10000u,
+                                      100000u, 1000000u, 10000000u, 100000000u};
+
+/* 8 bytes from p as a little-endian word: byte 0 is p[0]. */
+static inline uint64_t load8(const char *p)
+{
+    uint64_t x;
+    memcpy(&x, p, sizeof x);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    x = __builtin_bswap64(x);
+#endif
+    return x;
+}
+
+/* How many of the 8 bytes of d = load8 - '0' per byte are digit values
+ * (< 10) before the first that is not: a byte has its top bit set in d + 0x76
+ * or in d iff it is >= 10 or wrapped below '0'. A carry or borrow leaving a
+ * non-digit byte only disturbs the bytes after it. */
+static inline int leading_digits8(uint64_t d)
+{
+    const uint64_t nondigit = ((d + 0x7676767676767676u) | d) & 0x8080808080808080u;
+    return nondigit ? __builtin_ctzll(nondigit) >> 3 : 8;
+}
+
+/* The value of 8 digit values (0..9, byte 0 the most significant digit):
+ * pairs, then quads, then the 8 digits, in three multiplications (Lemire). */
+static inline uint32_t digits8_value(uint64_t d)
+{
+    d = d * 10 + (d >> 8);
+    d = ((d & 0x000000ff000000ffu) * (100u + (1000000ull << 32)) +
+         ((d >> 16) & 0x000000ff000000ffu) * (1u + (10000ull << 32))) >> 32;
+    return (uint32_t)d;
+}
+
+/* The digits at p appended to *m (wrapping past 19 digits: the caller counts
+ * them): 8 bytes at a time while 8 are readable, then one by one. The first
+ * byte after them. */
+static inline const char *append_digits(const char *p, const char *end, uint64_t *m)
+{
+    uint64_t v = *m;
+    while (end - p >= 8) {
+        const uint64_t d = load8(p) - 0x3030303030303030u;
+        const int nd = leading_digits8(d);
+        if (nd > 0) /* the nd digits moved to the top: leading zero digits below */
+            v = v * POW10_U64[nd] + digits8_value(d << (8 * (8 - nd)));
+        p += nd;
+        if (nd < 8) {
+            *m = v;
+            return p;
+        }
+    }
+    for (; p < end && (unsigned)(*p - '0') < 10; p++)
+        v = v * 10 + (uint64_t)(*p - '0');
+    *m = v;
+    return p;
+}
+
 /* The common shape, -?int(.frac)? with no exponent and at most 19 digits, as
  * *w * 10^-*nf: the end of the number, or NULL for anything else (scan_number
- * then decides). One tight loop per part, none of scan_number's bookkeeping. */
+ * then decides). The digit runs are read 8 bytes at a time (append_digits),
+ * none of scan_number's bookkeeping. */
 static inline __attribute__((always_inline)) const char *scan_simple(const char *s, const char *end,
                                                                      uint64_t *w, int *nf, int *neg)
 {
@@ -406,19 +414,19 @@ static inline __attribute__((always_inline)) const char *scan_simple(const char 
     if (p < end && *p == '0')
         p++;
     else
-        while (p < end && (unsigned)(*p - '0') < 10)
-            m = m * 10 + (uint64_t)(*p++ - '0');
+        p = append_digits(p, end, &m);
     if (p == first)
         return NULL;
     const char *int_end = p;
+    int frac = 0;
     if (p < end && *p == '.') {
-        for (p++; p < end && (unsigned)(*p - '0') < 10; p++)
-            m = m * 10 + (uint64_t)(*p - '0');
-        if (p == int_end + 1)
+        p = append_digits(p + 1, end, &m);
+        frac = (int)(p - int_end - 1);
+        if (frac == 0)
             return NULL; /* "1." */
     }
-    *nf = p == int_end ? 0 : (int)(p - int_end - 1);
-    if ((p < end && (*p == 'e' || *p == 'E')) || (int_end - first) + *nf > 19)
+    *nf = frac;
+    if ((p < end && (*p | 0x20) == 'e') || (int_end - first) + frac > 19)
         return NULL; /* m may have wrapped: unused */
     *w = m;
     return p;
@@ -447,10 +455,15 @@ static __attribute__((noinline)) const char *parse_float_slow(const char *s, con
                                                                const char *p, uint64_t w, int nf,
                                                                int neg, float *out);
 
-/* The plain-decimal fast path, inlined where a nest reads its numbers. */
-static inline __attribute__((always_inline)) const char *parse_float_fast(const char *s,
-                                                                          const char *end,
-                                                                          float *out)
+/* An integer literal longer than jansson's long long takes (18 digits safe). */
+static int big_integer(const char *s, const char *p);
+
+/* The plain-decimal fast path, inlined where a nest reads its numbers; with
+ * refuse_big set, integer literals of more than 18 digits are refused (NULL)
+ * as jansson would. They never take the fast path (w < 2^24): only the slow
+ * path checks. */
+static inline __attribute__((always_inline)) const char *
+parse_float_fast(const char *s, const char *end, float *out, int refuse_big)
 {
     uint64_t w = 0;
     int neg = 0, nf = 0;
@@ -461,12 +474,13 @@ static inline __attribute__((always_inline)) const char *parse_float_fast(const 
         *out = neg ? -f : f;
         return p;
     }
-    return parse_float_slow(s, end, p, w, nf, neg, out);
+    p = parse_float_slow(s, end, p, w, nf, neg, out);
+    return refuse_big && p && p - s > 18 && big_integer(s, p) ? NULL : p;
 }
 
 const char *attnd_json_parse_float(const char *s, const char *end, float *out)
 {
-    return parse_float_fast(s, end, out);
+    return parse_float_fast(s, end, out, 0);
 }
 
 static const char *parse_float_slow(const char *s, const char *end, const char *p, uint64_t w,
@@ -522,12 +536,13 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
 
 static const char *skip_ws(const char *p, const char *end)
 {
-    while (p < end && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r'))
+    /* (unsigned char)*p > ' ': no blank, one test for the usual next byte */
+    while (p < end && (unsigned char)*p <= ' ' &&
+           (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r'))
         p++;
     return p;
 }
 
-/* An integer literal longer than jansson's long long takes (18 digits safe). */
 static int big_integer(const char *s, const char *p)
 {
     size_t digits = 0;
@@ -539,9 +554,6 @@ static int big_integer(const char *s, const char *p)
     return digits > 18;
 }
 
-/* The numbers of a leaf array, p at the first one: appended to n->values and
- * counted in *size. The byte after its ']', or NULL. The grammar of
- * nest_array's loop, without its per-element dispatch. */
 /* After an array item, at p (blanks skipped): the next item's start past ','
  * and blanks (*closed = 0), or just past the array's ']' (*closed = 1); NULL
  * for anything else or the end of the input. */
@@ -560,14 +572,17 @@ static inline const char *next_item(const char *p, const char *end, int *closed)
     return p < end ? p : NULL;
 }
 
+/* The numbers of a leaf array, p at the first one: appended to n->values and
+ * counted in *size. The byte after its ']', or NULL. The grammar of
+ * nest_array's loop, without its per-element dispatch. */
 static const char *leaf_array(const char *p, const char *end, attnd_float_nest *n, uint32_t *size)
 {
     for (;;) {
         if (n->n_values == n->cap_values &&
             grow((void **)&n->values, &n->cap_values, n->n_values + 1, sizeof(float)))
             return NULL;
-        const char *q = parse_float_fast(p, end, &n->values[n->n_values]);
-        if (!q || (q - p > 18 && big_integer(p, q)) || *size == UINT32_MAX)
+        const char *q = parse_float_fast(p, end, &n->values[n->n_values], 1);
+        if (!q || *size == UINT32_MAX)
             return NULL;
         n->n_values++;
         (*size)++;
@@ -604,8 +619,8 @@ static const char *nest_array(const char *p, const char *end, attnd_float_nest *
             if (n->depth == 0)
                 n->depth = level + 1;
             float v = 0.0f;
-            const char *q = n->depth == level + 1 ? parse_float_fast(p, end, &v) : NULL;
-            if (!q || (q - p > 18 && big_integer(p, q)) ||
+            const char *q = n->depth == level + 1 ? parse_float_fast(p, end, &v, 1) : NULL;
+            if (!q ||
                 grow((void **)&n->values, &n->cap_values, n->n_values + 1, sizeof(float)))
                 return NULL;
             n->values[n->n_values++] = v;

@@ -1,5 +1,5 @@
 /* jsonnum.h — float32 <-> JSON number text for the codec's hot paths: the
- * shortest round-tripping printer (Ryu's algorithm for binary32), a correctly
+ * shortest round-tripping printer (the Schubfach algorithm for binary32), a correctly
  * rounding text -> float32 parser, nested number arrays parsed straight into
  * float arrays (no object per number), and the double -> float32 check used
  * for numbers jansson parsed.
@@ -13,7 +13,8 @@
 /* Longest text attnd_json_print_float writes: "-1.17549435e-38" is 15 bytes. */
 #define ATTND_FLOAT_TEXT_MAX 16
 
-/* Writes into out (at least ATTND_FLOAT_TEXT_MAX bytes; no NUL is written) the
+/* Writes into out (at least ATTND_FLOAT_TEXT_MAX bytes, all of which it may
+ * overwrite: the bytes past the returned length are scratch; no NUL) the
  * shortest decimal text that a correctly rounding reader (strtof, JSON parsers
  * reading into float32) turns back into exactly v, choosing among the digit
  * strings of that length the one closest to v. Between plain ("0.001") and

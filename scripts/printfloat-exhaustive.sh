@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# printfloat-exhaustive.sh — compares attnd_json_print_float of the work tree with the
+# one of git revision REV (default d1f59db: Ryu's algorithm with the division-based digit
+# writer) over all 2^32 float bit patterns: same return value, same bytes. An offline
+# check (minutes of one core), run once whenever the printer changes; CI runs the random and
+# edge cases of tests/unit/test_jsonnum.
+#   scripts/printfloat-exhaustive.sh [REV] [FIRST_BITS] [LAST_BITS]
+set -euo pipefail
+REV=${1:-d1f59db}
+FIRST=${2:-0}
+LAST=${3:-4294967295}
+dir=$(mktemp -d "${TMPDIR:-/tmp}/attnd-printfloat.XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+syms="attnd_json_print_float attnd_json_parse_float attnd_json_double_to_float
+      attnd_json_parse_float_nest attnd_float_nest_free"
+renames=()
+for s in $syms; do renames+=("-D$s=old_$s"); done
+git show "$REV:server/jsonnum.c" > "$dir/old.c"
+cat > "$dir/main.c" <<'C'
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "jsonnum.h"
+int old_attnd_json_print_float(float v, char *out);
+int main(int argc, char **argv)
+{
+    const uint64_t first = strtoull(argv[1], NULL, 0), last = strtoull(argv[2], NULL, 0);
+    uint64_t differ = 0;
+    for (uint64_t b = first; b <= last; b++) {
+        const uint32_t bits = (uint32_t)b;
+        float v;
+        memcpy(&v, &bits, sizeof v);
+        char a[ATTND_FLOAT_TEXT_MAX], o[ATTND_FLOAT_TEXT_MAX];
+        const int na = attnd_json_print_float(v, a), no = old_attnd_json_print_float(v, o);
+        if (na != no || (na > 0 && memcmp(a, o, (size_t)na) != 0)) {
+            if (differ++ < 20)
+                printf("0x%08" PRIx32 ": new \"%.*s\" (%d), old \"%.*s\" (%d)\n", bits,
+                       na > 0 ? na : 0, a, na, no > 0 ? no : 0, o, no);
+        }
+    }
+    printf("%" PRIu64 " bit patterns 0x%" PRIx64 "..0x%" PRIx64 ": %" PRIu64 " differ\n",
+           last - first + 1, first, last, differ);
+    return differ != 0;
+}
+C
+cc -std=c11 -O2 -D_GNU_SOURCE -Iserver "${renames[@]}" -c "$dir/old.c" -o "$dir/old.o"
+cc -std=c11 -O2 -D_GNU_SOURCE -Iserver -c server/jsonnum.c -o "$dir/new.o"
+cc -std=c11 -O2 -Iserver "$dir/main.c" "$dir/old.o" "$dir/new.o" -lm -o "$dir/compare"
+"$dir/compare" "$FIRST" "$LAST"
