@@ -23,6 +23,7 @@
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define DECODE_AVX2 1
 #define AVX2_FN __attribute__((target("avx2,fma,f16c")))
@@ -343,10 +344,18 @@ AVX2_FN static void pv_avx2(const float *p, int ldp, const dims *x, const void *
     DTYPE_SWITCH(pv_avx2_t, x->dt, p, ldp, x, v, acc)
 }
 
+/* F16C by CPUID (leaf 1, ECX bit 29): clang's __builtin_cpu_supports knows no
+ * "f16c", and `make fuzz` builds lib/ with clang. */
+static int cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+
 static int use_avx2(void)
 {
     return !attn__decode_portable_only && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+           cpu_has_f16c();
 }
 #else
 static int use_avx2(void) { return 0; }

@@ -26,7 +26,7 @@ max_len_of() { case $1 in safetensors) echo 8192 ;; decode | http) echo 16384 ;;
 server_srcs_of() {
     case $1 in
     safetensors) ;;
-    decode) echo server/codec.c server/jsonbuf.c server/request.c server/jsonnum.c ;;
+    decode) echo server/codec.c server/jsonbuf.c server/request.c server/jsonnum.c server/jsonload.c server/jsonscan.c ;;
     http) # the daemon's modules but its entry point and the socket glue
         find server -name '*.c' ! -name main.c ! -name http.c | sort
         echo tests/common/inproc.c ;;
@@ -142,7 +142,7 @@ run_target() {
     local art="$FUZZ_BUILD/artifacts/$1" logf="$FUZZ_BUILD/logs/$1.log" rc=0
     mkdir -p "$corpus" "$FUZZ_BUILD/logs"
     rm -rf "$art"
-    mkdir -p "$art"
+    mkdir -p "$art" "tests/fuzz/regressions/$t" # libFuzzer exits on a missing corpus dir
     stage_seeds "$t"
     log "running $t for ${FUZZ_SECONDS}s (log: $logf)"
     # One process, one core (the machine is shared). The first corpus dir is the

@@ -191,9 +191,10 @@ int attnd_json_nonfinite_error(const char *text, size_t len, long error_byte,
     long at = attnd_json_find_nonfinite(text, len, field, sizeof field);
     if (at < 0 || at > error_byte)
         return 0;
-    size_t n = strspn(text + at, "+-NaInfity");
+    size_t n = 0; /* the token's length, within len: text need not end in NUL */
+    while ((size_t)at + n < len && n < 9 && strchr("+-NaInfity", text[at + n]) && text[at + n] != '\0') n++;
     return attnd_http_fail(err, 400, "non_finite", field,
                            "%.*s at byte %ld is not a JSON number (Python's json.dumps writes it "
                            "for a non-finite float): every value must be finite",
-                           (int)(n > 9 ? 9 : n), text + at, at);
+                           (int)n, text + at, at);
 }
