@@ -30,7 +30,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include "vexp.h"
 
-#ifndef FLASH_TILE_FLOATS
+#ifndef FLASH_TILE_FLOATS /* -DFLASH_TILE_FLOATS=N to try other score-tile sizes */
 #define FLASH_TILE_FLOATS 32768
 #endif
 #define FLASH_FN __attribute__((target("avx2,fma")))

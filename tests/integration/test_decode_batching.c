@@ -6,6 +6,10 @@
  * --max-batch-tokens 8192 capped a batch at 8). --max-batch-kv-bytes bounds
  * the bytes a batch reads: 4 streams' worth gives batches of at most 4, and
  * every answer is still right (each step equals the same step computed alone).
+ * Stream-aware batching, with the default two workers and no queue delay: once
+ * 8 streams have stepped, every later step runs in one batch of all 8 (a batch
+ * of some waits for the rest, --max-stream-wait-us); a lone stream's steps
+ * never wait.
  */
 #include <jansson.h>
 #include <math.h>
@@ -27,8 +31,11 @@ typedef struct stream {
     const attnd_proc *p;
     int seed;         /* its rows' values */
     char id[64];
+    int steps;        /* STEPS unless set */
     int ok;           /* steps answered 200 with a well-formed body */
     int max_batch;
+    int batch[32];    /* each step's batch_size */
+    long queue_us[32]; /* each step's timing.queue_us */
     int bad_length;   /* session.length not advancing by one */
 } stream;
 
@@ -84,7 +91,8 @@ static void *run_steps(void *arg)
     stream *st = arg;
     char path[128];
     snprintf(path, sizeof path, "/v1/sessions/%s/append", st->id);
-    for (int k = 0; k < STEPS; k++) {
+    const int steps = st->steps ? st->steps : STEPS;
+    for (int k = 0; k < steps && k < 32; k++) {
         char *body = rows_body(st->seed, CACHED + k, 1);
         json_t *j = NULL;
         long code = post(st->p, path, body, &j);
@@ -95,6 +103,8 @@ static void *run_steps(void *arg)
             int b = (int)json_integer_value(json_object_get(timing, "batch_size"));
             if (b > st->max_batch)
                 st->max_batch = b;
+            st->batch[k] = b;
+            st->queue_us[k] = (long)json_integer_value(json_object_get(timing, "queue_us"));
             if (json_integer_value(json_object_get(sess, "length")) != CACHED + k + 1)
                 st->bad_length++;
         }
@@ -167,8 +177,67 @@ TEST(kv_bytes_bound_a_batch)
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);
 }
 
+/* n streams opened on p step `steps` times each, all at once (threads). */
+static void step_streams(const attnd_proc *p, stream *st, int n, int steps)
+{
+    for (int s = 0; s < n; s++) {
+        memset(&st[s], 0, sizeof st[s]);
+        st[s].p = p;
+        st[s].seed = s;
+        st[s].steps = steps;
+        CHECK_MSG(open_stream(&st[s]) == 0, "stream %d did not open", s);
+    }
+    pthread_t th[STREAMS];
+    for (int s = 0; s < n; s++) pthread_create(&th[s], NULL, run_steps, &st[s]);
+    for (int s = 0; s < n; s++) {
+        pthread_join(th[s], NULL);
+        CHECK_INT_EQ(st[s].ok, steps);
+        CHECK_INT_EQ(st[s].bad_length, 0);
+    }
+}
+
+TEST(streams_step_as_one_batch)
+{
+    /* Steps [SETTLED, STEPS_HERE - TAIL): the first batches form as the streams
+     * start (some a step ahead of others), and at the end the streams ahead
+     * finish first, so the last ones wait out the stream wait alone. */
+    enum { N = 8, STEPS_HERE = 12, SETTLED = 4, TAIL = 3 };
+    attnd_proc p;
+    /* Two workers, no queue delay (the defaults); a long stream wait, so the
+     * test does not depend on how fast a loaded machine answers. */
+    const char *args[] = {"--max-stream-wait-us", "500000", NULL};
+    if (attnd_proc_start(&p, args) != 0) {
+        CHECK_MSG(0, "daemon did not start");
+        return;
+    }
+    static stream st[N];
+    step_streams(&p, st, N, STEPS_HERE);
+    int smallest = N;
+    for (int s = 0; s < N; s++)
+        for (int k = SETTLED; k < STEPS_HERE - TAIL; k++)
+            if (st[s].batch[k] < smallest) smallest = st[s].batch[k];
+    printf("%d streams, %d steps each: smallest batch of steps %d..%d: %d\n", N, STEPS_HERE, SETTLED,
+           STEPS_HERE - TAIL - 1, smallest);
+    for (int s = 0; s < N && smallest < N; s++) {
+        printf("  stream %d batches:", s);
+        for (int k = 0; k < STEPS_HERE; k++) printf(" %d (%ld us)", st[s].batch[k], st[s].queue_us[k]);
+        printf("\n");
+    }
+    CHECK_MSG(smallest == N, "a settled step ran in a batch of %d, not all %d streams", smallest, N);
+
+    stream *lone = &st[0]; /* one stream alone: its steps never wait for others */
+    step_streams(&p, lone, 1, 6);
+    long worst = 0;
+    for (int k = 1; k < 6; k++) /* step 0 may still see the 8 streams as active */
+        if (lone->queue_us[k] > worst) worst = lone->queue_us[k];
+    printf("lone stream: largest queue_us %ld (the stream wait is 500000)\n", worst);
+    CHECK_MSG(worst < 250000, "a lone stream's step waited %ld us", worst);
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+}
+
 int main(void)
 {
+    RUN(streams_step_as_one_batch);
     RUN(decode_steps_batch_together);
     RUN(kv_bytes_bound_a_batch);
     return check_summary();
