@@ -441,7 +441,8 @@ typedef struct attn_workspace_options {
      * calling thread: waking the pool would cost more than it saves. */
     int n_threads;
     attn_kernel kernel;
-    int block_q; /* fused tile rows (queries), 0 = default (128); 1..4096 */
+    int block_q; /* fused tile rows (queries), 0 = default (128; 256 over 4096
+                    keys or more when h == g); 1..4096 */
     int block_k; /* fused tile columns (keys), 0 = default (256); 1..65536 */
     /* Appended in 0.5: the scratch bound, in bytes, of one attn_forward call
      * on this workspace; 0 = the default, 64 MiB (64 << 20); SIZE_MAX = no

@@ -41,6 +41,7 @@ void attn__ws_init_local(attn_workspace *ws)
 {
     *ws = (attn_workspace){0};
     resolve_options(&ws->opt, NULL); /* all defaults: cannot fail */
+    ws->block_q_auto = 1;
 }
 
 attn_status attn_workspace_create(const attn_workspace_options *opts, attn_workspace **out,
@@ -54,6 +55,7 @@ attn_status attn_workspace_create(const attn_workspace_options *opts, attn_works
     attn_workspace *ws = calloc(1, sizeof *ws); /* empty buffer: grows on first use */
     if (ws == NULL) return attn__set_error(err, ATTN_ERR_NOMEM, "allocating a workspace");
     ws->opt = o;
+    ws->block_q_auto = opts == NULL || opts->block_q == 0;
     if (o.n_threads > 1) {
         attn_status st = attn__pool_create(o.n_threads, &ws->pool, err);
         if (st != ATTN_OK) {

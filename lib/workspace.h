@@ -9,6 +9,8 @@
 #include "pool.h"
 
 #define ATTN__BLOCK_Q_DEFAULT 128
+/* Keys from which a default block_q doubles for an MHA layer. */
+#define ATTN__LONG_KEYS 4096
 #define ATTN__BLOCK_K_DEFAULT 256
 #define ATTN__MAX_SCRATCH_DEFAULT ((size_t)64 << 20) /* attn_workspace_options.max_scratch_bytes */
 
@@ -17,6 +19,8 @@ struct attn_workspace {
     size_t cap;  /* bytes available at buf */
     attn_workspace_options opt; /* resolved: n_threads >= 1, blocks > 0, max_scratch_bytes > 0 */
     attn__pool *pool;           /* owned; NULL when opt.n_threads == 1 */
+    int block_q_auto;           /* the caller left opt.block_q 0: attn_forward may
+                                   double it over long key ranges (forward.c) */
 };
 
 /* A workspace with default options and no pool, for a call given ws = NULL

@@ -293,10 +293,48 @@ TEST(flash_shapes)
     CHECK(ty.cases == 48);
 }
 
+/* Over 4096 keys a default workspace doubles block_q for an MHA layer
+ * (forward.c, query_block): a cross-attention of 300 queries over 4500 keys
+ * (two query blocks of 256 and 44) on default and on explicit options equals
+ * the oracle; the default plan's per-worker scratch is the larger. */
+TEST(long_keys_default_block)
+{
+    test_rng r = {91};
+    layer_shape sh = {2, 16, 16, 32, 24, 24, 32, 1, 1};
+    attn_layer *l = make_layer(&r, &sh);
+    attn_layer_info li;
+    attn_layer_get_info(l, &li);
+    const int T = 300, S = 4500;
+    seq_case c;
+    seq_case_init(&c, &r, &li, T, S, 1, ATTN_WEIGHTS_NONE);
+    attn_seq ref = c.seq, expl = c.seq;
+    float *ro = malloc((size_t)T * li.embed_out * sizeof(float)), *eo = malloc((size_t)T * li.embed_out * sizeof(float));
+    ref.output = ro;
+    expl.output = eo;
+    attn_workspace *dflt = make_ws(ATTN_KERNEL_FUSED, 0, 0), *fixed = make_ws(ATTN_KERNEL_FUSED, 128, 0);
+    attn_forward_stats sd = {0}, sf = {0};
+    CHECK_INT_EQ(attn_forward(l, &c.seq, 1, dflt, &sd, NULL), ATTN_OK);
+    CHECK_INT_EQ(attn_forward(l, &expl, 1, fixed, &sf, NULL), ATTN_OK);
+    CHECK_INT_EQ(attn__forward_reference(l, &ref, 1, NULL, NULL, NULL), ATTN_OK);
+    const size_t n = (size_t)T * li.embed_out;
+    double s = max_abs(ro, n), d1 = max_abs_diff(c.output, ro, n), d2 = max_abs_diff(eo, ro, n);
+    printf("T=%d S=%d: default block %.3g, block_q 128 %.3g from the oracle; scratch %zu vs %zu B\n", T, S,
+           d1, d2, sd.peak_scratch, sf.peak_scratch);
+    CHECK(d1 <= 1e-5 * (s > 1 ? s : 1) && d2 <= 1e-5 * (s > 1 ? s : 1));
+    CHECK(sd.peak_scratch > sf.peak_scratch);
+    attn_workspace_free(dflt);
+    attn_workspace_free(fixed);
+    free(ro);
+    free(eo);
+    seq_case_free(&c);
+    attn_layer_free(l);
+}
+
 int main(void)
 {
     RUN(mask_combinations);
     RUN(flash_shapes);
+    RUN(long_keys_default_block);
     RUN(long_causal_window);
     RUN(fully_masked);
     RUN(scratch);
