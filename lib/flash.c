@@ -71,42 +71,54 @@ int attn__flash_applies(const attn_layer *l, const attn_seq *s)
     return s->attn_mask_kind == ATTN_MASK_NONE && l->d_v % 8 == 0 && cpu_has_avx2_fma();
 }
 
+/* Room for n floats at *off, 16-float (64-byte) aligned; returns its offset. */
+static size_t take(size_t *off, size_t n)
+{
+    size_t at = *off;
+    *off += round_up(n, 16);
+    return at;
+}
+
+/* The scratch of one job, for any nt <= block_q: pieces sized for r*block_q
+ * columns and the most keys a sub-tile holds, then a K and a V tile converted
+ * from a paged / compact cache when ldk_tile / ldv_tile (their row strides)
+ * are nonzero. Returns its size in floats; with f, also carves it from p.
+ * attn__flash_scratch_floats sizes with it and attn__flash_job carves with
+ * it, so the two cannot disagree. */
+static size_t layout(float *p, int r, int block_q, int block_k, int d_k, int d_v, int ldk_tile, int ldv_tile,
+                     flash_scratch *f)
+{
+    const size_t cmax = round_up((size_t)r * (size_t)block_q, PANEL);
+    const size_t kt = (size_t)tile_keys(PANEL, block_k); /* cp >= 16: the most keys */
+    size_t st = (size_t)TILE_FLOATS > 8 * cmax ? (size_t)TILE_FLOATS : 8 * cmax; /* kt(cp) * cp <= st */
+    if ((size_t)block_k * cmax < st) st = (size_t)block_k * cmax;
+    size_t off = 0, at[13];
+    at[0] = take(&off, cmax * (size_t)d_k);                   /* qt */
+    at[1] = take(&off, st);                                   /* st */
+    at[2] = take(&off, kt * round_up((size_t)d_v, PANEL));    /* vp */
+    at[3] = take(&off, kt * (size_t)d_k);                     /* kp */
+    at[4] = take(&off, cmax * (size_t)d_v);                   /* o */
+    for (int i = 5; i < 12; i++) at[i] = take(&off, cmax);    /* mx sum corr shift tsum lo hi */
+    at[12] = off;
+    if (ldk_tile) off += round_up((size_t)block_k * (size_t)ldk_tile, 16) + round_up((size_t)block_k * (size_t)ldv_tile, 16);
+    if (f) {
+        *f = (flash_scratch){.qt = p + at[0], .st = p + at[1], .vp = p + at[2], .kp = p + at[3], .o = p + at[4],
+                             .mx = p + at[5], .sum = p + at[6], .corr = p + at[7], .shift = p + at[8],
+                             .tsum = p + at[9], .lo = (int *)(p + at[10]), .hi = (int *)(p + at[11])};
+        if (ldk_tile) {
+            f->kbuf = p + at[12];
+            f->vbuf = f->kbuf + round_up((size_t)block_k * (size_t)ldk_tile, 16);
+        }
+    }
+    return off;
+}
+
 size_t attn__flash_scratch_floats(int r, int block_q, int block_k, int d_k, int d_v, int gather)
 {
     /* gather: d_k / d_v are the converted tiles' row strides (attn__kv_tile_ld) */
     if (d_v % 8 != 0 || !cpu_has_avx2_fma()) return 0; /* the path never runs */
-    const size_t cmax = round_up((size_t)r * (size_t)block_q, PANEL);
-    size_t st = (size_t)TILE_FLOATS > 8 * cmax ? (size_t)TILE_FLOATS : 8 * cmax;
-    if ((size_t)block_k * cmax < st) st = (size_t)block_k * cmax;
-    const size_t kt = (size_t)tile_keys(PANEL, block_k); /* the most keys a sub-tile has (cp >= 16) */
-    return cmax * (size_t)d_k + round_up(st, 16) + kt * round_up((size_t)d_v, PANEL) + round_up(kt * (size_t)d_k, 16) +
-           cmax * (size_t)d_v + 7 * cmax +
-           (gather ? round_up((size_t)block_k * (size_t)d_k, 16) + round_up((size_t)block_k * (size_t)d_v, 16)
-                   : 0);
+    return layout(NULL, r, block_q, block_k, d_k, d_v, gather ? d_k : 0, gather ? d_v : 0, NULL);
 }
-
-static flash_scratch carve(float *p, int cp, int block_k, int d_k, int d_v, int ldkt)
-{
-    flash_scratch f;
-    f.qt = p;
-    f.st = f.qt + (size_t)cp * (size_t)d_k;
-    const size_t kt = (size_t)tile_keys(cp, block_k), ktmax = (size_t)tile_keys(PANEL, block_k);
-    f.vp = f.st + round_up(kt * (size_t)cp, 16);
-    f.kp = f.vp + ktmax * round_up((size_t)d_v, PANEL);
-    f.o = f.kp + round_up(ktmax * (size_t)d_k, 16);
-    f.mx = f.o + (size_t)cp * (size_t)d_v;
-    f.sum = f.mx + cp;
-    f.corr = f.sum + cp;
-    f.shift = f.corr + cp;
-    f.tsum = f.shift + cp;
-    f.lo = (int *)(f.tsum + cp);
-    f.hi = f.lo + cp;
-    f.kbuf = (float *)(f.hi + cp);
-    f.vbuf = f.kbuf + round_up((size_t)block_k * (size_t)ldkt, 16);
-    return f;
-}
-
-
 
 /* ---- packing ------------------------------------------------------------ */
 
@@ -414,7 +426,10 @@ void attn__flash_job(const attn__fwd_ctx *ctx, const attn__head_job *job, float 
     const attn_seq *s = &ctx->seqs[job->seq];
     const int r = l->h / l->g, kvh = job->kv_head, h0 = kvh * r, dk = l->d_k, dv = l->d_v;
     const int cp = (int)round_up((size_t)r * (size_t)job->nt, PANEL), kt = tile_keys(cp, ctx->block_k);
-    const flash_scratch f = carve(scratch, cp, ctx->block_k, dk, dv, attn__kv_tile_ld(l, 0));
+    const int plain = attn__kv_is_plain(s);
+    flash_scratch f;
+    layout(scratch, r, ctx->block_q, ctx->block_k, dk, dv, plain ? 0 : attn__kv_tile_ld(l, 0),
+           plain ? 0 : attn__kv_tile_ld(l, 1), &f);
     float *z0 = job->z + (size_t)job->t0 * job->ldz;
     int klo, khi, all_lo, all_hi;
     column_ranges(s, job, r, cp, &f, &klo, &khi, &all_lo, &all_hi);
@@ -425,7 +440,6 @@ void attn__flash_job(const attn__fwd_ctx *ctx, const attn__head_job *job, float 
     }
     pack_queries(ctx, job, h0, r, cp, f.qt); /* before z is written: z may alias q */
     memset(f.o, 0, (size_t)cp * (size_t)dv * sizeof *f.o);
-    const int plain = attn__kv_is_plain(s);
     attn__kv kv;
     if (!plain) attn__kv_from_seq(l, s, &kv);
     for (int s0 = klo; s0 < khi; s0 += kt) {
