@@ -113,30 +113,35 @@ static void *run_steps(void *arg)
     return NULL;
 }
 
-/* Opens STREAMS streams on p, steps them all at once; returns the largest
- * batch any step ran in (-1 on a failure, which the checks report). */
-static int largest_batch(const attnd_proc *p)
+/* n streams opened on p step `steps` times each, all at once (threads). */
+static void step_streams(const attnd_proc *p, stream *st, int n, int steps)
 {
-    static stream st[STREAMS];
-    memset(st, 0, sizeof st);
-    for (int s = 0; s < STREAMS; s++) {
+    for (int s = 0; s < n; s++) {
+        memset(&st[s], 0, sizeof st[s]);
         st[s].p = p;
         st[s].seed = s;
+        st[s].steps = steps;
         CHECK_MSG(open_stream(&st[s]) == 0, "stream %d did not open", s);
     }
     pthread_t th[STREAMS];
-    for (int s = 0; s < STREAMS; s++)
-        pthread_create(&th[s], NULL, run_steps, &st[s]);
-    int largest = 0, ok = 0, bad = 0;
-    for (int s = 0; s < STREAMS; s++) {
+    for (int s = 0; s < n; s++) pthread_create(&th[s], NULL, run_steps, &st[s]);
+    for (int s = 0; s < n; s++) {
         pthread_join(th[s], NULL);
-        ok += st[s].ok;
-        bad += st[s].bad_length;
+        CHECK_INT_EQ(st[s].ok, steps);
+        CHECK_INT_EQ(st[s].bad_length, 0);
+    }
+}
+
+/* Opens STREAMS streams on p, steps them all at once; returns the largest
+ * batch any step ran in (a failed step is reported by step_streams' checks). */
+static int largest_batch(const attnd_proc *p)
+{
+    static stream st[STREAMS];
+    step_streams(p, st, STREAMS, STEPS);
+    int largest = 0;
+    for (int s = 0; s < STREAMS; s++)
         if (st[s].max_batch > largest)
             largest = st[s].max_batch;
-    }
-    CHECK_INT_EQ(ok, STREAMS * STEPS);
-    CHECK_INT_EQ(bad, 0);
     return largest;
 }
 
@@ -175,25 +180,6 @@ TEST(kv_bytes_bound_a_batch)
     printf("--max-batch-kv-bytes %s (4 streams): largest batch %d\n", budget, largest);
     CHECK_MSG(largest >= 2 && largest <= 4, "largest batch %d under a 4-stream budget", largest);
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);
-}
-
-/* n streams opened on p step `steps` times each, all at once (threads). */
-static void step_streams(const attnd_proc *p, stream *st, int n, int steps)
-{
-    for (int s = 0; s < n; s++) {
-        memset(&st[s], 0, sizeof st[s]);
-        st[s].p = p;
-        st[s].seed = s;
-        st[s].steps = steps;
-        CHECK_MSG(open_stream(&st[s]) == 0, "stream %d did not open", s);
-    }
-    pthread_t th[STREAMS];
-    for (int s = 0; s < n; s++) pthread_create(&th[s], NULL, run_steps, &st[s]);
-    for (int s = 0; s < n; s++) {
-        pthread_join(th[s], NULL);
-        CHECK_INT_EQ(st[s].ok, steps);
-        CHECK_INT_EQ(st[s].bad_length, 0);
-    }
 }
 
 TEST(streams_step_as_one_batch)

@@ -313,16 +313,22 @@ static void hook_open(hook_log *h)
     pthread_mutex_unlock(&h->mu);
 }
 
+/* A scheduler on cfg whose batches go to h's hook. */
+static attnd_scheduler *sched_with(const attn_layer *layer, const attnd_sched_config *cfg, hook_log *h)
+{
+    char err[256] = "";
+    attnd_scheduler *s = attnd_scheduler_create(layer, cfg, batch_hook, h, err, sizeof err);
+    CHECK_MSG(s != NULL, "attnd_scheduler_create: %s", err);
+    return s;
+}
+
 static attnd_scheduler *make_sched(const attn_layer *layer, int max_req, size_t max_tokens,
                                    int64_t delay_us, int max_queue, int workers, hook_log *h)
 {
     attnd_sched_config cfg = { .max_batch_requests = max_req, .max_batch_tokens = max_tokens,
                                .max_queue_delay_us = delay_us, .max_queue = max_queue,
                                .workers = workers };
-    char err[256] = "";
-    attnd_scheduler *s = attnd_scheduler_create(layer, &cfg, batch_hook, h, err, sizeof err);
-    CHECK_MSG(s != NULL, "attnd_scheduler_create: %s", err);
-    return s;
+    return sched_with(layer, &cfg, h);
 }
 
 /* Submits and checks it was queued. */
@@ -806,10 +812,7 @@ static attnd_scheduler *make_stream_sched(const attn_layer *layer, int64_t wait_
 {
     attnd_sched_config cfg = {.max_batch_requests = 16, .max_batch_tokens = 1000, .max_queue = 64,
                               .workers = 1, .max_stream_wait_us = wait_us};
-    char err[256] = "";
-    attnd_scheduler *s = attnd_scheduler_create(layer, &cfg, batch_hook, h, err, sizeof err);
-    CHECK_MSG(s != NULL, "attnd_scheduler_create: %s", err);
-    return s;
+    return sched_with(layer, &cfg, h);
 }
 
 TEST_WITH(stream_steps_batch, const attn_layer *layer)
