@@ -14,7 +14,7 @@
 #
 # Sources are found by wildcard, so adding a module needs no Makefile edit:
 #   lib/*.c                    -> $(BUILD)/libattn.a        (the attention core)
-#   server/*.c but main.c      -> $(BUILD)/libattnd.a       (daemon modules)
+#   server/*/*.c               -> $(BUILD)/libattnd.a       (daemon modules, by layer folder)
 #   server/main.c              -> $(BUILD)/attnd
 #   tools/load/*.c but main.c  -> $(BUILD)/libattndload.a   (load generator modules)
 #   tools/load/main.c          -> $(BUILD)/attnd-load
@@ -51,7 +51,7 @@ CPPFLAGS += -DNDEBUG
 endif
 
 LIB_SRC     := $(wildcard lib/*.c)
-SERVER_SRC  := $(filter-out server/main.c,$(wildcard server/*.c))
+SERVER_SRC  := $(wildcard server/*/*.c)
 LOAD_SRC    := $(filter-out tools/load/main.c,$(wildcard tools/load/*.c))
 COMMON_SRC  := $(wildcard tests/common/*.c)
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)

@@ -26,7 +26,7 @@ max_len_of() { case $1 in safetensors) echo 8192 ;; decode | http) echo 16384 ;;
 server_srcs_of() {
     case $1 in
     safetensors) ;;
-    decode) echo server/codec.c server/jsonbuf.c server/request.c server/jsonnum.c server/jsonload.c server/jsonscan.c ;;
+    decode) echo server/protocol/codec.c server/protocol/jsonbuf.c server/core/request.c server/protocol/jsonnum.c server/core/jsonload.c server/protocol/jsonscan.c ;;
     http) # the daemon's modules but its entry point and the socket glue
         find server -name '*.c' ! -name main.c ! -name http.c | sort
         echo tests/common/inproc.c ;;

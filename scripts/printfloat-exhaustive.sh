@@ -15,13 +15,14 @@ syms="attnd_json_print_float attnd_json_parse_float attnd_json_double_to_float
       attnd_json_parse_float_nest attnd_float_nest_free"
 renames=()
 for s in $syms; do renames+=("-D$s=old_$s"); done
-git show "$REV:server/jsonnum.c" > "$dir/old.c"
+# Revisions before the layer folders kept it at server/jsonnum.c (and include "jsonnum.h").
+{ git show "$REV:server/protocol/jsonnum.c" 2>/dev/null || git show "$REV:server/jsonnum.c"; } > "$dir/old.c"
 cat > "$dir/main.c" <<'C'
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "jsonnum.h"
+#include "protocol/jsonnum.h"
 int old_attnd_json_print_float(float v, char *out);
 int main(int argc, char **argv)
 {
@@ -44,7 +45,7 @@ int main(int argc, char **argv)
     return differ != 0;
 }
 C
-cc -std=c11 -O2 -D_GNU_SOURCE -Iserver "${renames[@]}" -c "$dir/old.c" -o "$dir/old.o"
-cc -std=c11 -O2 -D_GNU_SOURCE -Iserver -c server/jsonnum.c -o "$dir/new.o"
+cc -std=c11 -O2 -D_GNU_SOURCE -Iserver -Iserver/protocol "${renames[@]}" -c "$dir/old.c" -o "$dir/old.o"
+cc -std=c11 -O2 -D_GNU_SOURCE -Iserver -c server/protocol/jsonnum.c -o "$dir/new.o"
 cc -std=c11 -O2 -Iserver "$dir/main.c" "$dir/old.o" "$dir/new.o" -lm -o "$dir/compare"
 "$dir/compare" "$FIRST" "$LAST"

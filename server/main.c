@@ -17,19 +17,19 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "access_log.h"
+#include "http/access_log.h"
 #include "attn.h"
-#include "auth.h"
-#include "config.h"
-#include "cors.h"
-#include "http.h"
-#include "jsonload.h"
-#include "log.h"
-#include "metrics.h"
-#include "models.h"
-#include "handler_session.h"
-#include "retire.h"
-#include "route.h"
+#include "core/auth.h"
+#include "core/config.h"
+#include "http/cors.h"
+#include "http/http.h"
+#include "core/jsonload.h"
+#include "core/log.h"
+#include "core/metrics.h"
+#include "engine/models.h"
+#include "protocol/handler_session.h"
+#include "engine/retire.h"
+#include "http/route.h"
 
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 

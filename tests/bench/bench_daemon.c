@@ -238,7 +238,7 @@ static char *slurp(const char *path, size_t *len)
     return buf;
 }
 
-/* attnd's MHD setup (server/http.c), minus everything attnd does per request. */
+/* attnd's MHD setup (server/http/http.c), minus everything attnd does per request. */
 static int ceiling_main(const char *response_file)
 {
     size_t len = 0;

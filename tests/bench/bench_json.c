@@ -14,8 +14,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "codec.h"
-#include "jsonnum.h"
+#include "protocol/codec.h"
+#include "protocol/jsonnum.h"
 
 static double now_s(void)
 {

@@ -14,11 +14,11 @@
 #include <string.h>
 #include <strings.h>
 
-#include "auth.h"
-#include "handler_session.h"
-#include "jsonload.h"
-#include "route.h"
-#include "scheduler.h"
+#include "core/auth.h"
+#include "protocol/handler_session.h"
+#include "core/jsonload.h"
+#include "http/route.h"
+#include "engine/scheduler.h"
 
 struct inproc {
     attnd_config cfg;

@@ -13,8 +13,8 @@
 
 #include <stddef.h>
 
-#include "app.h"
-#include "reply.h"
+#include "protocol/app.h"
+#include "protocol/reply.h"
 
 typedef struct inproc inproc;
 

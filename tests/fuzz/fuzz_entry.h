@@ -21,8 +21,8 @@
 #include <string.h>
 
 #include "attn.h"
-#include "codec.h"
-#include "request.h"
+#include "protocol/codec.h"
+#include "core/request.h"
 
 #define FUZZ_BUG_MAX 320
 

@@ -1,4 +1,4 @@
-/* test_hangups.c — what the hang-up reaper (server/http.c: a client gone
+/* test_hangups.c — what the hang-up reaper (server/http/http.c: a client gone
  * before its request is complete is shut down after ~250 ms) must not break,
  * and its everyday case: clients that hang up mid-headers, after the headers,
  * mid-body, or between keep-alive requests leave no socket behind, and with

@@ -1,35 +1,43 @@
 #!/usr/bin/env python3
 """archcheck.py — checks the layering of attnd's C sources (run by test_architecture.sh).
 
-The request path reads top-down; each layer may include the ones below it, never above:
+server/ is in layer folders; the request path reads top-down, and each folder may include
+only itself and the folders below it:
 
-    http.c            libmicrohttpd glue; knows no protocol (only handler.h's interface)
-    route.c/.h        the one route table
-    handler_*.c/.h    protocol handlers (v1, v2, session, ops), each implementing handler.h
-    codec*, jsonbuf, jsonnum              request/response bodies
-    request, scheduler, sessions, models, metrics, auth, log, config, reqid, cors,
-    access_log, jsonscan
-    lib/              the attention core; knows nothing of server/
+    main.c        the entry point (the top: may include every folder)
+    http/         the HTTP edge: libmicrohttpd glue (http), the route table (route), request
+                  ids (reqid), CORS (cors), the access log (access_log); knows no protocol
+                  -> may include http/, protocol/, core/ (not engine/)
+    protocol/     the protocols: handlers (handler*, app.h), wire codecs (codec*), JSON text
+                  (jsonbuf, jsonnum, jsonscan), responses (reply)
+                  -> may include protocol/, engine/, core/
+    engine/       models, scheduler, streams, sessions, KV pool and layout, retired versions
+                  -> may include engine/, core/
+    core/         what everything uses: config, log, metrics, request, auth, jsonload,
+                  ui_assets -> may include core/ only
+    lib/          the attention core; knows nothing of server/
 
-A module is a file stem in server/: foo.c and foo.h are module "foo" (a lone header is a
-module too). An edge foo -> bar is an `#include "bar.h"` in foo.c or foo.h that resolves to
-a file in server/ (<system> includes and lib/ headers such as "attn.h" are not edges).
+A module is a file stem under server/: foo.c and foo.h are module "foo" (a lone header is a
+module too); its layer is the folder it is in. An edge foo -> bar is an `#include "..."` in
+foo.c or foo.h that resolves (from the file's own folder, then from server/) to a file under
+server/ (<system> includes and lib/ headers such as "attn.h" are not edges).
 
 Rules:
   1 no include cycle among server/ modules (foo.c including foo.h is not one)
-  2 http.c includes no protocol handler header (server/handler_*.h other than handler.h)
+  2 http.c includes no protocol handler header (handler_*.h other than handler.h)
   3 http.c names no identifier declared only by a protocol handler header
     (functions, typedef/struct/union/enum names, enum constants, extern objects, macros;
     a name that a shared header such as handler.h declares too is not protocol-only)
   4 http.c has no identifier containing v1_, v2_ or session (any case; comments and
     string literals do not count)
-  5 the inner modules (scheduler sessions models metrics auth log request config codec*
-    jsonbuf jsonnum jsonscan reqid cors access_log) reach no http, route or handler*
-    header, directly or through others
+  5 the inner modules (everything in engine/ and core/, and protocol/'s codec* jsonbuf
+    jsonnum jsonscan) reach no http, route or handler* header, directly or through others
   6 lib/*.c and lib/*.h include no server/ header
-  7 sessions.c/.h and scheduler.c/.h speak no HTTP: no attnd_http_* identifier (the
-    attnd_http_error type, attnd_http_error_set, attnd_http_fail ...): they return
-    their own results and the handlers choose the HTTP status
+  7 sessions.c/.h and scheduler.c/.h (and models, metrics) speak no HTTP: no attnd_http_*
+    identifier (the attnd_http_error type, attnd_http_error_set, attnd_http_fail ...):
+    they return their own results and the handlers choose the HTTP status
+  8 the folder rule above: every source is main.c or in a layer folder, and each #include
+    of a server/ header goes to a folder its own folder may include
 
 Usage: archcheck.py [SERVER_DIR [LIB_DIR]]   (default: server and lib of the repo root)
 Prints one ok/FAIL line per rule (details indented below it) and a closing line;
@@ -39,8 +47,17 @@ import os
 import re
 import sys
 
-INNER = ("scheduler", "sessions", "models", "metrics", "auth", "log", "request", "config",
-         "jsonbuf", "jsonnum", "jsonscan", "reqid", "cors", "access_log")  # and every codec*: see is_inner()
+# Which folders each folder may include ("" is server/ itself, where only main.c lives).
+MAY_INCLUDE = {
+    "": ("", "http", "protocol", "engine", "core"),
+    "http": ("http", "protocol", "core"),
+    "protocol": ("protocol", "engine", "core"),
+    "engine": ("engine", "core"),
+    "core": ("core",),
+}
+TOP_LEVEL = ("main.c",)  # the only sources allowed in server/ itself
+INNER_LAYERS = ("engine", "core")
+INNER_PROTOCOL = ("jsonbuf", "jsonnum", "jsonscan")  # and every codec*: see is_inner()
 HTTP_LAYER = re.compile(r"^(http|route|handler|handler_.*)$")
 PROTOCOL_HEADER = re.compile(r"^handler_.+\.h$")  # handler.h itself is the shared interface
 PROTOCOL_WORD = re.compile(r"v1_|v2_|session", re.I)
@@ -54,8 +71,8 @@ for goto if inline int long register restrict return short signed sizeof static 
 typedef union unsigned void volatile while _Bool _Atomic _Noreturn bool size_t""".split())
 
 
-def is_inner(stem):
-    return stem in INNER or stem.startswith("codec")
+def is_inner(stem, layer):
+    return layer in INNER_LAYERS or stem in INNER_PROTOCOL or stem.startswith("codec")
 
 
 # ---- reading C text --------------------------------------------------------------------
@@ -153,16 +170,54 @@ def c_files(d):
     return sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith((".c", ".h")))
 
 
+def tree_files(server):
+    """Every .c/.h under server/, sorted (the playground's ui/ holds none)."""
+    out = []
+    for dp, dn, fn in os.walk(server):
+        dn.sort()
+        out += [os.path.join(dp, f) for f in sorted(fn) if f.endswith((".c", ".h"))]
+    return out
+
+
+def layer_of(server, path):
+    """The layer folder of a file under server/ ("" for server/ itself)."""
+    rel = os.path.relpath(os.path.dirname(os.path.realpath(path)), os.path.realpath(server))
+    return "" if rel == "." else rel
+
+
+def find(server, name):
+    """The file called name (a basename) anywhere under server/, or None."""
+    return next((p for p in tree_files(server) if os.path.basename(p) == name), None)
+
+
+def under(path, server):
+    real = os.path.realpath(server)
+    return path is not None and os.path.commonpath([path, real]) == real
+
+
+def server_includes(server, path):
+    """[(line, name, target)] for each #include in path that resolves to a file under server/."""
+    out = []
+    for n, name in includes(path):
+        target = resolve(name, os.path.dirname(path), (server,))
+        if under(target, server):
+            out.append((n, name, target))
+    return out
+
+
 def graph(server):
     """{module: {included module: "file:line" of the first such #include}}"""
-    real = os.path.realpath(server)
-    edges = {stem(p): {} for p in c_files(server)}
-    for p in c_files(server):
-        for n, name in includes(p):
-            target = resolve(name, server, ())
-            if target and os.path.dirname(target) == real and stem(target) != stem(p):
+    edges = {stem(p): {} for p in tree_files(server)}
+    for p in tree_files(server):
+        for n, name, target in server_includes(server, p):
+            if stem(target) != stem(p):
                 edges[stem(p)].setdefault(stem(target), "%s:%d" % (os.path.basename(p), n))
     return edges
+
+
+def layers(server):
+    """{module: its layer folder}"""
+    return {stem(p): layer_of(server, p) for p in tree_files(server)}
 
 
 def cycles(edges, limit=20):
@@ -217,18 +272,18 @@ def rule_cycles(server, lib, edges):
 
 
 def rule_http_includes(server, lib, edges):
-    http = os.path.join(server, "http.c")
-    if not os.path.isfile(http):
+    http = find(server, "http.c")
+    if http is None:
         return []
     return ["http.c:%d includes %s" % (n, name) for n, name in includes(http)
             if PROTOCOL_HEADER.match(os.path.basename(name))]
 
 
 def rule_http_names(server, lib, edges):
-    http = os.path.join(server, "http.c")
-    if not os.path.isfile(http):
+    http = find(server, "http.c")
+    if http is None:
         return []
-    headers = [p for p in c_files(server) if p.endswith(".h")]
+    headers = [p for p in tree_files(server) if p.endswith(".h")]
     if not any(PROTOCOL_HEADER.match(os.path.basename(p)) for p in headers):
         return []
     owner, shared = {}, set()
@@ -244,16 +299,16 @@ def rule_http_names(server, lib, edges):
 
 
 def rule_http_protocol_words(server, lib, edges):
-    http = os.path.join(server, "http.c")
-    if not os.path.isfile(http):
+    http = find(server, "http.c")
+    if http is None:
         return []
     return uses(("http.c", n, w) for n, w in words(http) if PROTOCOL_WORD.search(w))
 
 
 def rule_inner(server, lib, edges):
-    out = []
+    out, layer = [], layers(server)
     for m in sorted(edges):
-        p = is_inner(m) and path_to(edges, m, HTTP_LAYER)
+        p = is_inner(m, layer[m]) and path_to(edges, m, HTTP_LAYER)
         if p:
             out.append("%s reaches %s: %s   (%s)" % (m, p[-1], " -> ".join(p), ", ".join(
                 edges[a][b] for a, b in zip(p, p[1:]))))
@@ -268,15 +323,32 @@ def rule_lib(server, lib, edges):
     for p in c_files(lib):
         for n, name in includes(p):
             target = resolve(name, lib, (server,))
-            if target and os.path.dirname(target) == real:
+            if under(target, server):
                 out.append("lib/%s:%d includes server/%s" % (os.path.basename(p), n,
-                                                             os.path.basename(target)))
+                                                             os.path.relpath(target, real)))
     return out
 
 
 def rule_no_http_inside(server, lib, edges):
-    return uses((f, n, w) for f in NO_HTTP_IN if os.path.isfile(os.path.join(server, f))
-                for n, w in words(os.path.join(server, f)) if HTTP_WORD.match(w))
+    files = [(f, find(server, f)) for f in NO_HTTP_IN]
+    return uses((f, n, w) for f, p in files if p for n, w in words(p) if HTTP_WORD.match(w))
+
+
+def rule_folders(server, lib, edges):
+    out, real = [], os.path.realpath(server)
+    for p in tree_files(server):
+        rel, here = os.path.relpath(os.path.realpath(p), real), layer_of(server, p)
+        if here not in MAY_INCLUDE or (here == "" and rel not in TOP_LEVEL):
+            out.append("%s is in no layer folder (%s)" % (rel, ", ".join(
+                k + "/" for k in MAY_INCLUDE if k)))
+            continue
+        for n, name, target in server_includes(server, p):
+            there = layer_of(server, target)
+            if there not in MAY_INCLUDE[here]:
+                out.append("%s:%d includes %s (%s/ may include %s)" % (
+                    rel, n, os.path.relpath(target, real), here or "server",
+                    ", ".join(k + "/" for k in MAY_INCLUDE[here])))
+    return out
 
 
 RULES = [
@@ -284,9 +356,10 @@ RULES = [
     (rule_http_includes, "2 http.c includes no protocol handler header (handler_*.h)"),
     (rule_http_names, "3 http.c names nothing declared only in handler_*.h"),
     (rule_http_protocol_words, "4 http.c has no v1_/v2_/session identifier"),
-    (rule_inner, "5 inner modules (scheduler ... codec*) reach no http/route/handler* header"),
+    (rule_inner, "5 inner modules (engine/, core/, codec*, json*) reach no http/route/handler* header"),
     (rule_lib, "6 lib/ includes no server/ header"),
     (rule_no_http_inside, "7 sessions, scheduler, models, metrics use no attnd_http_* (error, setters)"),
+    (rule_folders, "8 folders: http/ -> protocol/ -> engine/ -> core/ (each includes only itself and below)"),
 ]
 
 

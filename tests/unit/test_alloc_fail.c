@@ -21,13 +21,13 @@
 
 #include "attn.h"
 #include "check.h"
-#include "codec.h"
-#include "codec_v2.h"
+#include "protocol/codec.h"
+#include "protocol/codec_v2.h"
 #include "core_util.h"
 #include "inproc.h"
-#include "jsonload.h"
+#include "core/jsonload.h"
 #include "sbuf.h"
-#include "sessions.h"
+#include "engine/sessions.h"
 
 /* ------------------------------------------------------------ the wrappers */
 

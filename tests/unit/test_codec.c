@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "codec.h"
+#include "protocol/codec.h"
 
 /* ------------------------------------------------------------ string helpers */
 

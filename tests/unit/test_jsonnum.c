@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "jsonnum.h"
+#include "protocol/jsonnum.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15u;
 static uint32_t rng32(void)

@@ -9,11 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "access_log.h"
+#include "http/access_log.h"
 #include "check.h"
-#include "cors.h"
-#include "jsonscan.h"
-#include "reqid.h"
+#include "http/cors.h"
+#include "protocol/jsonscan.h"
+#include "http/reqid.h"
 
 TEST(reqid)
 {

@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "codec.h"
-#include "codec_v2.h"
+#include "protocol/codec.h"
+#include "protocol/codec_v2.h"
 
 static const attn_layer_info model = {.num_heads = 2, .head_dim_k = 2, .head_dim_v = 2,
                                       .embed_q = 4, .embed_k = 4, .embed_v = 4,

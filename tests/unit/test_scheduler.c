@@ -1,16 +1,16 @@
 /* test_scheduler.c — the batching scheduler against the real library: results
  * of batched requests equal the same requests computed alone; batch limits,
  * queue bound, deadlines, drain and the bad-request fallback behave as
- * server/scheduler.h promises.
+ * server/engine/scheduler.h promises.
  *
  * Requests are built by hand here (not by the codec) and freed by this file.
  * Tests that need a batch to form deterministically block the only worker in
  * the batch hook (a "gate") while they fill the queue.
  */
 #include "check.h"
-#include "request.h"
-#include "scheduler.h"
-#include "streams.h"
+#include "core/request.h"
+#include "engine/scheduler.h"
+#include "engine/streams.h"
 
 #include <math.h>
 #include <pthread.h>

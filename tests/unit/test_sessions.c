@@ -1,4 +1,4 @@
-/* test_sessions.c — the session store (server/sessions.c) on its own, with an
+/* test_sessions.c — the session store (server/engine/sessions.c) on its own, with an
  * injected clock: ids, LRU eviction when the page pool or the count cap is
  * full, exact page accounting, busy sessions never evicted, tombstones
  * (EXPIRED) and their bound, TTL on access and by sweep, delete while an
@@ -9,7 +9,7 @@
  * replica name.
  */
 #include "check.h"
-#include "sessions.h"
+#include "engine/sessions.h"
 
 #include <stdio.h>
 #include <stdlib.h>

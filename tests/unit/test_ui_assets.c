@@ -1,4 +1,4 @@
-/* test_ui_assets.c — the playground compiled into attnd (server/ui_assets.c) matches
+/* test_ui_assets.c — the playground compiled into attnd (server/core/ui_assets.c) matches
  * server/ui/ byte for byte, every file there is served, and lookups of other paths fail.
  * Runs from the repository root (as tests/run.sh does). A failure here usually means:
  * run scripts/embed_ui.py.
@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "check.h"
-#include "ui_assets.h"
+#include "core/ui_assets.h"
 
 #define UI_DIR "server/ui"
 

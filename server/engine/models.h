@@ -1,0 +1,210 @@
+/* models.h — the model registry: for each model slot (the configured models,
+ * then those loaded at run time through the repository API), its current
+ * version (layer, facts for GET /v1/models, scheduler) or none (unloaded). A
+ * version is reference counted and numbered (1, 2, ... per model): SIGHUP and
+ * repository loads validate new versions and swap them in atomically, and an
+ * old version is freed when its last in-flight request lets it go.
+ */
+#ifndef ATTND_MODELS_H
+#define ATTND_MODELS_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "attn.h"
+#include "core/config.h"
+#include "core/metrics.h"
+#include "engine/scheduler.h"
+
+/* The KV heads of a layer (num_kv_heads; num_heads when that is 0). */
+static inline int attnd_kv_heads(const attn_layer_info *in)
+{
+    return in->num_kv_heads > 0 ? in->num_kv_heads : in->num_heads;
+}
+
+/* One loaded version of a model. Immutable once published; freed (scheduler
+ * drained, layer freed) when refs drops to 0. */
+typedef struct attnd_model {
+    int index;                 /* position in the registry (metrics slot)      */
+    char name[80];
+    char *path;                /* owned                                        */
+    attn_layer *layer;         /* owned                                        */
+    attn_layer_info info;
+    attn_family family;        /* the checkpoint family it was read as         */
+    int layer_index;           /* its layer in the checkpoint, -1 = a bare layer */
+    int sliding_window;        /* config.json's, reported only; 0 = none       */
+    attn_kv_dtype kv_dtype;    /* how its sessions' KV caches store elements   */
+    attnd_scheduler *sched;    /* borrowed: its model slot's, which every version
+                                  of the model shares (a reload adds no threads) */
+    char loaded_at[32];        /* ISO-8601 UTC, e.g. "2026-11-30T13:25:29Z"    */
+    double load_ms;
+    attnd_metrics *metrics;    /* borrowed, for the batch hook                 */
+    _Atomic int refs;          /* the registry's 1 + one per holder            */
+    /* Retired: replaced by a newer version or unloaded, alive only for the
+     * requests and sessions still holding it (under the registry's retired_mu). */
+    struct attnd_models *registry;          /* borrowed                         */
+    int retired;
+    struct attnd_model *retired_prev, *retired_next;
+    int version;               /* 1 for its model's first load, +1 per load    */
+    attnd_sched_config sched_cfg; /* what its (the slot's) scheduler runs with  */
+} attnd_model;
+
+/* Models the repository API may add beyond the configured ones (each name it
+ * ever loads keeps its slot, and its metrics series, until the process ends). */
+#define ATTND_MODELS_ADDED_MAX 32
+
+/* What one configured model keeps across its versions: the scheduler every
+ * version submits to (each request names its version's layer), and what the
+ * scheduler's batch hook needs. */
+typedef struct attnd_model_slot {
+    int index;
+    attnd_metrics *metrics;    /* borrowed                                     */
+    attnd_scheduler *sched;    /* owned; made with the slot's first version     */
+    attnd_sched_config sc;     /* sched's settings (the global ones, or the
+                                  model's own from its spec at the first load) */
+    attnd_model_spec spec;     /* owned: the source a load without one reads   */
+    int configured;            /* 1: a configured model (SIGHUP reloads it)     */
+    int version;               /* the number of the last version loaded, 0 = none */
+    int loading;               /* under mu: a repository load is under way      */
+    char reason[256];          /* under mu: why it is unavailable, or why its
+                                  last load failed; "" = none                  */
+} attnd_model_slot;
+
+typedef struct attnd_models {
+    _Atomic int n;             /* slots in use: configured first, then added   */
+    int n_config;              /* the configured ones                          */
+    int cap;                   /* slots and items allocated                    */
+    attnd_model_slot *slots;   /* cap, owned; slot i is initialised before n
+                                  passes i                                     */
+    attnd_model **items;       /* cap: slot i's current version, NULL when it
+                                  is unloaded; read or swap only under mu      */
+    pthread_mutex_t mu;
+    pthread_mutex_t repo_mu;   /* one load, unload or reload at a time        */
+    /* Retired versions still alive, oldest first: what sessions and requests
+     * pin beyond the current models (their weights: retired_bytes). */
+    pthread_mutex_t retired_mu;
+    attnd_model *retired_head, *retired_tail;
+    int retired_count;
+    size_t retired_bytes;
+    int mu_ready;
+    attnd_metrics *metrics;    /* borrowed                                     */
+} attnd_models;
+
+/* The weights a version holds in memory (float parameters). */
+static inline size_t attnd_model_weight_bytes(const attnd_model *m)
+{
+    return m->info.param_count * sizeof(float);
+}
+
+/* Retired versions still alive (replaced or unloaded, held by requests or
+ * sessions) and the bytes of their weights. */
+void attnd_models_retired(attnd_models *ms, int *versions, size_t *bytes);
+
+/* A reference to the oldest retired version still alive (release it with
+ * attnd_model_release), or NULL when there is none. */
+attnd_model *attnd_models_oldest_retired(attnd_models *ms);
+
+/* How many model slots a registry for cfg has room for (configured + added):
+ * the metrics registry reserves as many. */
+int attnd_models_capacity(const attnd_config *cfg);
+
+/* Replaces each layers=all spec of cfg by one spec per layer of its checkpoint
+ * (NAME.0, NAME.1, ...), inspecting the checkpoints. Call before the registry
+ * and metrics are made. Returns 0, or -1 with err naming the model. */
+int attnd_models_expand(attnd_config *cfg, char *err, size_t errlen);
+
+/* --inspect: prints what path holds and what attnd would serve from it. Returns
+ * 0, or -1 with err (path unreadable, not a checkpoint). */
+int attnd_models_inspect(FILE *out, const char *path, char *err, size_t errlen);
+
+/* Loads every model of cfg and starts one scheduler per model (knobs from cfg,
+ * batch hook feeding metrics, which may be NULL). Logs one line per model.
+ * Returns 0; or -1 with err naming the model, file and problem and *ms left
+ * empty (everything loaded so far is freed). */
+int attnd_models_load(attnd_models *ms, const attnd_config *cfg, attnd_metrics *metrics,
+                      char *err, size_t errlen);
+
+/* Reloads every configured model that is loaded from cfg's specs (same names
+ * as at start-up; paths and heads may change; an unloaded one only takes its
+ * new spec, models added through the repository are left alone): each new
+ * version is loaded and validated (a small forward must give finite numbers)
+ * before any is published; then all are swapped in at once, each one version
+ * up. Requests already holding a version finish on it. All or nothing: on
+ * failure the old versions keep serving, -1 and err. Serialised with
+ * repository loads and unloads. */
+int attnd_models_reload(attnd_models *ms, const attnd_config *cfg, char *err, size_t errlen);
+
+/* The current version of model name[0..len), with a reference taken: the
+ * caller releases it with attnd_model_release. NULL when there is none. */
+attnd_model *attnd_models_find(attnd_models *ms, const char *name, size_t len);
+
+/* The current version of model i (0 <= i < n), referenced as above; NULL when
+ * it is unloaded. */
+attnd_model *attnd_models_acquire(attnd_models *ms, int i);
+
+/* The only loaded model, referenced as above; NULL when none or several are
+ * loaded (*loaded says how many). */
+attnd_model *attnd_models_sole(attnd_models *ms, int *loaded);
+
+/* The loaded models' names, ", "-separated, into buf (truncated to cap with
+ * "..."); "none" when there is none. For 404 messages. */
+void attnd_models_loaded_names(attnd_models *ms, char *buf, size_t cap);
+
+/* ---- the repository API (Triton's model repository extension) ---- */
+
+typedef enum attnd_repo_status {
+    ATTND_REPO_OK = 0,
+    ATTND_REPO_NOT_FOUND,      /* no model of that name, and no source given   */
+    ATTND_REPO_FULL,           /* ATTND_MODELS_ADDED_MAX names added already    */
+    ATTND_REPO_LOAD_FAILED,    /* the source does not load or validate: err    */
+    ATTND_REPO_NO_MEMORY
+} attnd_repo_status;
+
+/* Loads a new version of model name: from spec when given (a copy is kept as
+ * the model's source from then on, once it loads), else from the model's own
+ * source (a configured model's spec). A name not known yet takes a new slot
+ * (scheduler settings from spec, else cfg's). The version is validated as at
+ * start-up, then swapped in one number up (*version); requests on the old one
+ * finish on it. On failure what served keeps serving and the reason is kept
+ * for the index. Runs the load on the calling thread; serialised with other
+ * loads, unloads and SIGHUP. */
+attnd_repo_status attnd_models_repo_load(attnd_models *ms, const attnd_config *cfg,
+                                         const char *name, const attnd_model_spec *spec,
+                                         int *version, char *err, size_t errlen);
+
+/* Stops serving model name: new requests answer 404; requests holding the
+ * version (in flight, or sessions pinned to it) finish on it; the version is
+ * freed when the last lets go. Unloading an unloaded model is OK. */
+attnd_repo_status attnd_models_repo_unload(attnd_models *ms, const char *name);
+
+/* The repository index: [{"name","version","state","reason"}, ...] for every
+ * slot (ready_only: the loaded ones). state is READY, LOADING or UNAVAILABLE.
+ * malloc'd JSON (caller frees) and its length, or NULL on allocation failure. */
+char *attnd_models_index_json(attnd_models *ms, int ready_only, size_t *len);
+
+/* Takes one more reference to a version the caller already holds (e.g. to keep
+ * it beyond the request that found it). Release it with attnd_model_release. */
+void attnd_model_retain(attnd_model *m);
+
+/* Drops a reference; the last one frees the version. NULL allowed. */
+void attnd_model_release(attnd_model *m);
+
+/* Model i's queue depth now, or -1. Never waits on compute. */
+int attnd_models_queue_depth(attnd_models *ms, int i);
+
+/* Stops every model's scheduler, answering everything queued for any version
+ * of it, current or pinned by a session (see attnd_scheduler_drain). */
+void attnd_models_drain(attnd_models *ms);
+
+/* Releases every current version (the last reference frees it) and the
+ * registry. *ms becomes empty. */
+void attnd_models_free(attnd_models *ms);
+
+/* GET /v1/models/{name} body (ModelInfo) and GET /v1/models ({"models": [...]}).
+ * Return malloc'd JSON (caller frees) and its length, or NULL on allocation failure. */
+char *attnd_models_info_json(const attnd_model *m, size_t *len);
+char *attnd_models_list_json(attnd_models *ms, size_t *len);
+
+#endif

@@ -1,0 +1,76 @@
+/* scheduler.h — cross-client dynamic batching for one model.
+ *
+ * Requests wait in a bounded FIFO. A batch is cut when it holds
+ * max_batch_requests requests, max_batch_tokens positions to project or
+ * max_batch_kv_bytes of keys and values to read (the two costs are counted
+ * apart, so dozens of one-row decode steps over long caches make one batch), or
+ * when its oldest request has waited max_queue_delay_us. A batch made only of
+ * stream steps (session appends) waits up to max_stream_wait_us while fewer
+ * steps are queued than streams took steps lately (scheduler.c, "Streams"):
+ * one batch then reads the weights for every stream. Worker threads run each batch as ONE
+ * attn_forward over the concatenated (ragged) sequences of all its requests,
+ * fill each request's result fields and call its on_done. Workers only do
+ * maths: no JSON, no HTTP. A request whose deadline passed while queued is
+ * finished with ATTND_DONE_TIMEOUT and never computed.
+ */
+#ifndef ATTND_SCHEDULER_H
+#define ATTND_SCHEDULER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attn.h"
+#include "core/request.h"
+
+typedef struct attnd_sched_config {
+    int max_batch_requests;      /* >= 1; 1 turns batching off               */
+    size_t max_batch_tokens;     /* >= 1: positions projected (query rows, and
+                                    the key rows of cross-attention)          */
+    size_t max_batch_kv_bytes;   /* K/V bytes the batch's attention reads (keys
+                                    of every sequence, cached or not); 0 = no
+                                    limit                                     */
+    int64_t max_queue_delay_us;  /* >= 0                                      */
+    int64_t max_stream_wait_us;  /* >= 0; 0 = stream steps never wait         */
+    int max_queue;               /* requests waiting, >= 1; beyond -> FULL    */
+    int workers;                 /* worker threads, >= 1                      */
+} attnd_sched_config;
+
+/* Called by a worker after each batch (for metrics); may be NULL. */
+typedef void (*attnd_batch_hook)(void *ctx, int n_requests, size_t n_tokens,
+                                 int64_t compute_us);
+
+typedef struct attnd_scheduler attnd_scheduler;
+
+typedef enum attnd_submit_result {
+    ATTND_SUBMIT_OK = 0,     /* queued: on_done will be called exactly once   */
+    ATTND_SUBMIT_FULL = 1,   /* max_queue requests are waiting                */
+    ATTND_SUBMIT_CLOSED = 2  /* draining: accepts nothing more                */
+} attnd_submit_result;
+
+/* Starts the workers. layer is the default for requests that name none
+ * (attnd_request.layer); a request naming its own (one model's versions share a
+ * scheduler) runs with that one, and a batch holds requests of one layer only.
+ * Every layer a request names must outlive the request; the default one is
+ * borrowed and only read for requests without a layer.
+ * Returns NULL on failure (bad config, allocation, thread creation) with a
+ * sentence naming the problem in err[errlen] when err is non-NULL (the
+ * start-up convention). */
+attnd_scheduler *attnd_scheduler_create(const attn_layer *layer, const attnd_sched_config *cfg,
+                                        attnd_batch_hook hook, void *hook_ctx, char *err,
+                                        size_t errlen);
+
+/* Queues req (which must have on_done set). On anything but ATTND_SUBMIT_OK the
+ * request is untouched and still the caller's. Thread-safe. */
+attnd_submit_result attnd_scheduler_submit(attnd_scheduler *s, attnd_request *req);
+
+/* Requests waiting (not yet in a batch). Thread-safe, never blocks on compute. */
+int attnd_scheduler_queue_depth(attnd_scheduler *s);
+
+/* Stops accepting, finishes every queued and running request (each gets its
+ * on_done), joins the workers. Idempotent. */
+void attnd_scheduler_drain(attnd_scheduler *s);
+
+/* Drains (if not yet) and frees. NULL allowed. */
+void attnd_scheduler_free(attnd_scheduler *s);
+
+#endif
