@@ -12,7 +12,7 @@
  * Then a sweep: layer width E = 64, 256, 1024, 2048 (head_dim 64, 8 heads at
  * E = 64) and query length T = 1, 8, 32, 128, batching on (no delay) vs off at
  * concurrency 64, with the ratio: where cross-client batching pays, and by how
- * much (the README's advice quotes it). Target: T = 1 on the 2048-wide layer at
+ * much (docs/performance.md's advice quotes it). Target: T = 1 on the 2048-wide layer at
  * concurrency 64 reaches >= 6x batching off.
  * Usage: bench_batching [seconds-per-cell]  (default $BENCH_SECONDS, else 2).
  * The daemon is $ATTND_BIN, else $BUILD/attnd, else build/attnd.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_doc_curls.sh — every curl command in README.md and proto/README.md runs as written
+# test_doc_curls.sh — every curl command in README.md, docs/*.md and proto/README.md runs as written
 # against a real attnd and succeeds: 2xx from each request, or the status its comment
 # documents (`→ 400`), and exit status 0 (pipefail). tests/scripts/doc_commands.py extracts
 # the commands (and the NAME=$(...) assignments and attnd Python client one-liners beside
@@ -50,8 +50,15 @@ curl -fsS -o /dev/null "http://127.0.0.1:$port/readyz" ||
 for entry in "$repo"/*; do ln -s "$entry" "$tmp/work/"; done
 
 rc=0
-for doc in README.md proto/README.md; do
+docs_cmds=0
+for doc in README.md docs/*.md proto/README.md; do
     name=${doc//\//_}
+    n=$("$PY" tests/scripts/doc_commands.py extract "$doc" "$port" | "$PY" -c 'import json, sys; print(len(json.load(sys.stdin)))')
+    case $doc in docs/*) docs_cmds=$((docs_cmds + n)) ;; esac
+    if [ "$n" -eq 0 ] && [ "${doc#docs/}" != "$doc" ]; then
+        echo "== $doc: no command that talks to attnd"   # a docs/ page may have none
+        continue
+    fi
     mkdir "$tmp/$name.out"
     "$PY" tests/scripts/doc_commands.py script "$doc" "$port" >"$tmp/$name.sh"
     (cd "$tmp/work" && DOC_STATUS="$tmp/$name.status" DOC_OUT="$tmp/$name.out" \
@@ -60,6 +67,8 @@ for doc in README.md proto/README.md; do
     echo "== $doc"
     "$PY" tests/scripts/doc_commands.py check "$doc" "$port" "$tmp/$name.status" "$tmp/$name.out" || rc=1
 done
+# docs/ holds most of the manual: its commands must have been found and run.
+[ "$docs_cmds" -ge 8 ] || { echo "FAIL: only $docs_cmds commands found in docs/*.md"; rc=1; }
 if grep -Eiq 'sanitizer|assert|segfault' "$tmp/attnd.log"; then
     cat "$tmp/attnd.log" >&2; echo "FAIL: attnd log" >&2; rc=1
 fi
