@@ -255,17 +255,33 @@ static void linear_rows(const linear_op *op, size_t r0, size_t nr)
                 op->ldy);
 }
 
-/* Row chunks of a threaded projection start at multiples of this: 192 is a
- * multiple of the OpenBLAS sgemm register-tile heights we know of (Haswell's
- * 12 included; splitting at multiples of 64 alone changes some roundings). */
+/* Row chunks of a threaded projection start at multiples of ROW_ALIGN: 192 is
+ * a multiple of the OpenBLAS sgemm register-tile heights we know of (Haswell's
+ * 12 included; splitting at multiples of 64 alone changes some roundings).
+ *
+ * Alignment is not enough: OpenBLAS built with SMALL_MATRIX_OPT (every x86_64
+ * build, Debian's 0.3.21 too) hands a call its small-matrix permit accepts to
+ * a separate kernel that rounds differently, and the permit looks at the
+ * call's M, N, K. Our calls are column-major TN with M = n_out, N = rows,
+ * K = n_in; 0.3.21's SkylakeX permit (also Cooperlake's, which AVX-512 Zen
+ * auto-detects as) takes them when M*N <= 1200 and K >= 32, so a tail chunk
+ * of a few rows took it while the same rows of the whole GEMM did not. Every
+ * permit up to 0.3.28 (SkylakeX, POWER10, ARM SVE) refuses M*N*K > 100^3, so
+ * each chunk of a split op does more multiply-adds than SMALL_GEMM_MNK: an
+ * op with no more is not split, chunks are made taller until they exceed it,
+ * and a tail that does not joins the chunk before it. Ops with n_out*n_in
+ * over 100^3 split exactly as by alignment alone (bench_core's shapes all do:
+ * 512 x 512 moves only a tail of at most 3 rows). */
 #define ROW_ALIGN ((size_t)192)
+#define SMALL_GEMM_MNK (100.0 * 100.0 * 100.0)
 
 /* Up to three linears, each split into row chunks (skinny ones: column
  * chunks), one chunk per pool task. */
 typedef struct linear_batch {
     linear_op op[3];
     int n_ops;
-    size_t per[3];  /* rows per chunk, a multiple of ROW_ALIGN; skinny: columns, a multiple of 8 */
+    size_t per[3];  /* rows per chunk, a multiple of ROW_ALIGN (the last one takes the rest);
+                       skinny: columns, a multiple of 8 */
     int chunks[3];  /* chunks of each op */
 } linear_batch;
 
@@ -281,17 +297,18 @@ static void linear_task(void *arg, int task, int worker)
         linear_cols(op, (int)o0, o1 < (size_t)op->n_out ? (int)o1 : op->n_out);
         return;
     }
-    size_t r0 = (size_t)task * lb->per[i], rows = op->rows;
-    linear_rows(op, r0, rows - r0 < lb->per[i] ? rows - r0 : lb->per[i]);
+    size_t r0 = (size_t)task * lb->per[i];
+    linear_rows(op, r0, task == lb->chunks[i] - 1 ? op->rows - r0 : lb->per[i]);
 }
 
 /* Runs the linears: one GEMM each on the calling thread, or each split into
  * about 4 chunks per worker (claimed dynamically, so uneven chunks balance)
  * over the pool, with single-threaded OpenBLAS per chunk. Chunks start at
- * multiples of ROW_ALIGN rows: OpenBLAS then computes every row with the same
- * micro-kernel, in the same place of its register tile, as one whole-matrix
- * GEMM does, so results are bit-identical to the single-threaded call
- * (test_threads checks it). */
+ * multiples of ROW_ALIGN rows and are never small enough for OpenBLAS's
+ * small-matrix kernel (see ROW_ALIGN): OpenBLAS then computes every row with
+ * the same micro-kernel, in the same place of its register tile, as one
+ * whole-matrix GEMM does, so results are bit-identical to the single-threaded
+ * call for any number of workers (test_threads checks it). */
 static void run_linears(linear_batch *lb, const attn_workspace *ws, int n_workers)
 {
     if (n_workers == 1) {
@@ -314,9 +331,14 @@ static void run_linears(linear_batch *lb, const attn_workspace *ws, int n_worker
             tasks += lb->chunks[i];
             continue;
         }
+        const double macs = (double)lb->op[i].n_out * lb->op[i].n_in; /* per row */
         size_t per = (rows + want - 1) / want;
-        lb->per[i] = (per + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
-        lb->chunks[i] = (int)((rows + lb->per[i] - 1) / lb->per[i]); /* <= 4 * n_workers */
+        per = (per + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
+        while ((double)per * macs <= SMALL_GEMM_MNK && per < rows) per += ROW_ALIGN;
+        size_t chunks = (rows + per - 1) / per; /* <= 4 * n_workers */
+        if (chunks > 1 && (double)(rows - (chunks - 1) * per) * macs <= SMALL_GEMM_MNK) chunks--;
+        lb->per[i] = per;
+        lb->chunks[i] = (int)chunks;
         tasks += lb->chunks[i];
     }
     attn__pool_run(ws->pool, tasks, linear_task, lb);

@@ -148,6 +148,51 @@ TEST(identical)
            "required)\n", runs, worst);
 }
 
+/* Projections 128 wide (16384 multiply-adds a row) split into row chunks of
+ * 192 (384 for 1543 rows on 2 threads), with what is left over: 5 rows (389),
+ * 100 rows (484), 7 rows (1543). A 5- or 7-row tail alone is a call that
+ * OpenBLAS's SkylakeX / Cooperlake small-matrix kernel takes (n_out*rows <=
+ * 1200), rounding those rows unlike the whole GEMM: it must join the chunk
+ * before it. 100 rows (1.6M multiply-adds) stay a chunk of their own. Self-
+ * and cross-attention (K/V rows differ from Q's), outputs and K/V bit for bit. */
+TEST(tail_chunks)
+{
+    test_rng r = {34};
+    layer_shape sh = {4, 32, 32, 128, 128, 128, 128, 1, 1};
+    attn_layer *l = make_layer(&r, &sh);
+    attn_layer_info li;
+    attn_layer_get_info(l, &li);
+    const int rows[][2] = {{200, 189}, {300, 184}, {800, 743}};
+    attn_workspace *w1 = ws_threads(1);
+    CHECK(w1 != NULL);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        for (int cross = 0; cross <= 1; cross++) {
+            batch b = {.n = 2};
+            for (int j = 0; j < 2; j++) { /* cross: as many keys as the other has queries */
+                int t = rows[i][j], s = cross ? rows[i][1 - j] : t;
+                seq_case_init(&b.c[j], &r, &li, t, s, cross, ATTN_WEIGHTS_NONE);
+                b.s[j] = b.c[j].seq;
+            }
+            float **ref = snapshot(l, &li, &b, w1);
+            for (int th = 2; th <= 4; th++) {
+                attn_workspace *wn = ws_threads(th);
+                CHECK(wn != NULL);
+                float **got = snapshot(l, &li, &b, wn);
+                double worst = 0;
+                CHECK_MSG(same(ref, got, &li, &b, &worst),
+                          "%d + %d rows, cross %d, threads %d: max |diff| %.3g", rows[i][0], rows[i][1],
+                          cross, th, worst);
+                CHECK(attn__pool_runs(wn->pool) >= 3); /* projections, heads, W_O */
+                free_snap(got, b.n);
+                attn_workspace_free(wn);
+            }
+            free_snap(ref, b.n);
+            batch_free(&b);
+        }
+    attn_workspace_free(w1);
+    attn_layer_free(l);
+}
+
 /* With OpenBLAS threaded the workspace must not add its own threads. */
 TEST(openblas_threaded)
 {
@@ -272,6 +317,7 @@ int main(void)
 {
     openblas_set_num_threads(1); /* what an application using threaded workspaces does */
     RUN(identical);
+    RUN(tail_chunks);
     RUN(openblas_threaded);
     RUN(concurrent_workspaces);
     RUN(lifecycle);
