@@ -11,7 +11,9 @@
 # must equal the originals' to 1e-5 (batch_first True and False, batched and unbatched,
 # key padding, causal and other masks, need_weights averaged and per head), PyTorch's fused
 # fast paths must be declined, and what attnd cannot do must raise attnd.Unsupported.
-# Prints the max abs difference of every case. The daemon is stopped on exit.
+# Prints the max abs difference of every case. Then the PyTorch example of
+# clients/python/README.md runs as written against a second daemon. Daemons are stopped on
+# exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -28,11 +30,13 @@ PY=${ATTND_TEST_PYTHON:-/usr/bin/python3}
 
 tmp=$(mktemp -d)
 pid=
+pid2=
 cleanup() {
-    if [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; then
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$pid" 2>/dev/null || true
-    fi
+    for p in $pid $pid2; do
+        kill -TERM "$p" 2>/dev/null || continue
+        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$p" 2>/dev/null || true
+    done
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -76,6 +80,43 @@ rc=0
 ATTND_URL=$url ATTND_ADMIN_KEY=$admin MODEL_DIR=$tmp/models \
     PYTHONPATH=$tmp/site:tests/python:tests/fixtures PYTHONDONTWRITEBYTECODE=1 \
     timeout 600 "$PY" -s tests/python/test_torch_swap.py -v || rc=1
+
+# The example in clients/python/README.md ("## PyTorch: `attnd.torch`") runs as written: its
+# three blocks (python: save the layer; sh: serve it; python: swap and compare) in a scratch
+# directory, on a free port, with build/attnd linked there.
+echo "== clients/python/README.md: the PyTorch example"
+mkdir -p "$tmp/readme/build"
+attnd_abs=$(cd "$(dirname "$ATTND_BIN")" && pwd)/$(basename "$ATTND_BIN")
+ln -s "$attnd_abs" "$tmp/readme/build/attnd"
+awk '/^## PyTorch: `attnd.torch`/ {on = 1; next} on && /^## / {exit}
+     on && /^```/ {if (inb) {inb = 0; n++} else {inb = 1; f = sprintf("'"$tmp"'/readme/block%d", n + 1)}; next}
+     on && inb {print > f}' clients/python/README.md
+port2=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+if [ -s "$tmp/readme/block1" ] && [ -s "$tmp/readme/block2" ] && [ -s "$tmp/readme/block3" ]; then
+    sed -i "s/127\.0\.0\.1:8080/127.0.0.1:$port2/g" "$tmp/readme/block2" "$tmp/readme/block3"
+    export PYTHONPATH=$tmp/site PYTHONDONTWRITEBYTECODE=1
+    if (cd "$tmp/readme" && "$PY" -s block1) && [ "$(grep -c . "$tmp/readme/block2")" -eq 1 ] &&
+            grep -q '&$' "$tmp/readme/block2"; then
+        line=$(grep . "$tmp/readme/block2")
+        (cd "$tmp/readme" && eval "exec ${line%&} --log-level warn" >"$tmp/readme.log" 2>&1) &
+        pid2=$!
+        for _ in $(seq 150); do curl -fsS -o /dev/null "http://127.0.0.1:$port2/readyz" 2>/dev/null && break; sleep 0.1; done
+        if out=$(cd "$tmp/readme" && "$PY" -s block3 2>&1); then
+            echo "README example printed: $out"
+            "$PY" -c 'import sys; sys.exit(0 if float(sys.argv[1].split()[-1]) <= 1e-5 else 1)' "$out" ||
+                { echo "FAIL: README example: the swapped layer differs by $out" >&2; rc=1; }
+        else
+            echo "$out" >&2; cat "$tmp/readme.log" >&2; echo "FAIL: README example: block 3" >&2; rc=1
+        fi
+        kill -TERM "$pid2" 2>/dev/null || true
+        wait "$pid2" 2>/dev/null || true
+        pid2=
+    else
+        echo "FAIL: README example: block 1, or block 2 is not one command ending in &" >&2; rc=1
+    fi
+else
+    echo "FAIL: no three code blocks under '## PyTorch: \`attnd.torch\`' in clients/python/README.md" >&2; rc=1
+fi
 
 if grep -Eiq 'sanitizer|assert|segfault' "$tmp/attnd.log"; then
     cat "$tmp/attnd.log" >&2; echo "FAIL: attnd log" >&2; rc=1
