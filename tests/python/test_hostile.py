@@ -288,7 +288,41 @@ CASES = [
 ]
 
 
+# Answers that are not HTTP/1.x at all: ProtocolError without a status or request id.
+NOT_HTTP = [
+    ("garbage_status_line", b"HELLO WORLD\r\n\r\n", ["not valid HTTP", "BadStatusLine"]),
+    ("status_out_of_range", b"HTTP/1.1 7 Odd\r\nContent-Length: 0\r\n\r\n",
+     ["not valid HTTP", "BadStatusLine"]),
+    ("header_line_70000", b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n",
+     ["not valid HTTP", "LineTooLong"]),
+    ("headers_150", b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-H%d: v\r\n" % i for i in range(150))
+     + b"Content-Length: 2\r\n\r\n{}", ["not valid HTTP", "100 headers"]),
+]
+
+
 class TestHostileAnswers(unittest.TestCase):
+    def test_answers_that_are_not_http(self):
+        for name, answer, words in NOT_HTTP:
+            with self.subTest(name):
+                srv = RawServer([answer])
+                self.addCleanup(srv.close)
+                c = attnd.Client(srv.url, retries=0, timeout=10)
+                self.addCleanup(c.close)
+                with self.assertRaises(attnd.ProtocolError) as cm:
+                    v1_attention(c)
+                for w in words:
+                    self.assertIn(w, str(cm.exception), name)
+                self.assertIsNone(cm.exception.status)
+                self.assertEqual(len(srv.requests), 1, "%s: retried" % name)
+
+    def test_body_cut_short_is_a_transport_error(self):
+        srv = RawServer([http_answer(b'{"output": [[1.0]]}', content_length="500")])
+        self.addCleanup(srv.close)
+        c = attnd.Client(srv.url, retries=0)
+        with self.assertRaises(attnd.TransportError) as cm:
+            v1_attention(c)
+        self.assertIn("cut short", str(cm.exception))
+
     def test_each_malformed_answer_is_a_protocol_error(self):
         self.assertTrue(issubclass(attnd.ProtocolError, attnd.Error))
         ran = 0

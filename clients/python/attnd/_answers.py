@@ -65,6 +65,13 @@ def opt(d, key, types):
     return v
 
 
+_NUMS = frozenset((float, int))       # JSON numbers as json.loads makes them (bool excluded)
+
+
+def _first_not_number(v):
+    return next(i for i, e in enumerate(v) if type(e) not in _NUMS)
+
+
 def _depth(x):
     d = 0
     while isinstance(x, list):
@@ -87,10 +94,9 @@ def nested_numbers(x, depth, name):
         if not isinstance(v, list):
             raise Malformed("%s%s is %s, not a list" % (name, path, kind(v)))
         if level == depth - 1:
-            for i, e in enumerate(v):
-                t = type(e)
-                if t is not float and t is not int:
-                    raise Malformed("%s%s[%d] is not a number (%s)" % (name, path, i, kind(e)))
+            if not set(map(type, v)) <= _NUMS:
+                i = _first_not_number(v)
+                raise Malformed("%s%s[%d] is not a number (%s)" % (name, path, i, kind(v[i])))
         else:
             for i, e in enumerate(v):
                 walk(e, level + 1, "%s[%d]" % (path, i))
@@ -128,16 +134,20 @@ def _count(shape):
 
 
 def _flatten(data, label):
-    out, stack = [], [data]
-    while stack:
-        e = stack.pop()
+    """v2 ``data``: a flat list of numbers (as attnd sends it) or nested lists of them."""
+    if not isinstance(data, list):
+        raise Malformed("%s: data is %s, not a list" % (label, kind(data)))
+    kinds = set(map(type, data))
+    if kinds <= _NUMS:
+        return data
+    out = []
+    for i, e in enumerate(data):
         if isinstance(e, list):
-            stack.extend(reversed(e))
-        else:
-            t = type(e)
-            if t is not float and t is not int:
-                raise Malformed("%s: data[%d] is not a number (%s)" % (label, len(out), kind(e)))
+            out.extend(_flatten(e, label))
+        elif type(e) in _NUMS:
             out.append(e)
+        else:
+            raise Malformed("%s: data[%d] is not a number (%s)" % (label, len(out), kind(e)))
     return out
 
 

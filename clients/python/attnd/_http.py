@@ -132,7 +132,17 @@ class Transport:
                 if reused and attempt == 0 and idempotent:
                     continue          # the server closed the idle connection: once more
                 raise TransportError("%s %s: connection lost: %s" % (method, target, e))
-            except (OSError, http.client.HTTPException) as e:
+            except http.client.IncompleteRead as e:
+                c.close()
+                raise TransportError("%s %s: the answer was cut short: %s" % (method, target, e))
+            except http.client.HTTPException as e:
+                # not HTTP/1.x: a bad status line, a header line over 64 KiB, more than 100
+                # headers... (a connection closed before any answer is RemoteDisconnected,
+                # handled above as a lost connection)
+                c.close()
+                raise ProtocolError("%s %s: the answer is not valid HTTP/1.x: %s: %s"
+                                    % (method, target, type(e).__name__, str(e)[:200]))
+            except OSError as e:
                 c.close()
                 raise TransportError("%s %s: %s: %s" % (method, target, type(e).__name__, e))
         raise AssertionError("unreachable")
