@@ -242,6 +242,8 @@ class TestModule(Base):
                 2, 4, dtype=torch.bool)))
             refused(["embedding size 16"], lambda: m(x[..., :16], x[..., :16], x[..., :16]))
             refused(["must all be 3-D"], lambda: m(x, x, x[0]))
+            refused(["value must be a torch.Tensor", "NoneType"], lambda: m(x, x, None))
+            refused(["key must be a torch.Tensor", "list"], lambda: m(x, [[0.0]], x))
             full = torch.zeros(2 * 4, 5, 5)
             full[3, 2, :] = float("-inf")                     # one row: every key -inf
             full[0, 0, 1] = 0.25

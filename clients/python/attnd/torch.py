@@ -222,7 +222,8 @@ class MultiheadAttention(nn.Module):
         ``query``'s dtype and device (``attn_weights`` None without ``need_weights``)."""
         for name, t in (("query", query), ("key", key), ("value", value),
                         ("key_padding_mask", key_padding_mask), ("attn_mask", attn_mask)):
-            if t is not None and not isinstance(t, torch.Tensor):
+            if (t is not None or name in ("query", "key", "value")) and \
+                    not isinstance(t, torch.Tensor):
                 raise _err("%s must be a torch.Tensor, got %s" % (name, type(t).__name__))
         if torch.is_grad_enabled() and any(
                 t is not None and t.requires_grad
