@@ -12,7 +12,7 @@ from .errors import ProtocolError, TransportError, error_for
 
 __all__ = ["Client", "Session", "Result"]
 
-_VERSION = "0.1.0"
+_VERSION = "0.2.0"
 
 
 class Result:
