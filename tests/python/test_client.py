@@ -571,11 +571,18 @@ class TestErrors(Base):
         e = cm.exception
         self.assertEqual((e.status, e.code, e.field), (400, "invalid_shape", "query[0]"))
         self.assertIn("expected 64", e.message)
+        # the daemon's X-Request-Id (16 hex digits), the same id its error body carries
+        self.assertRegex(e.request_id or "", r"^[0-9a-f]{16}$")
+        self.assertEqual(e.request_id, e.body["error"]["request_id"])
         if attnd.HAVE_NUMPY:
             with self.assertRaises(attnd.BadRequest) as cm:
                 self.c.attention(arr([[0.5] * 63]), model="demo")
             self.assertEqual((cm.exception.status, cm.exception.code), (400, None))
             self.assertIn("query", cm.exception.message)
+            self.assertRegex(cm.exception.request_id or "", r"^[0-9a-f]{16}$")
+        r = self.c.attention(matrix(1, 2), model="demo")
+        self.assertRegex(r.request_id or "", r"^[0-9a-f]{16}$")
+        self.assertNotEqual(r.request_id, e.request_id)
 
     def test_bad_session_option(self):
         with self.assertRaises(attnd.BadRequest) as cm:

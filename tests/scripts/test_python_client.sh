@@ -10,8 +10,10 @@
 #   2. with numpy (python3-numpy, installed through scripts/deps.sh when missing): numpy
 #      queries to a named model travel as v2 binary tensors
 # Answers are compared with torch.nn.MultiheadAttention (tests/python/torch_ref.py) when
-# /usr/bin/python3 has torch, else with the daemon's raw HTTP answers. Every attnd started
-# is stopped on exit.
+# /usr/bin/python3 has torch, else with the daemon's raw HTTP answers. Then
+# tests/python/test_hostile.py (no daemon: a raw-socket server of its own sends malformed
+# and oversized answers, each of which must raise attnd.ProtocolError) runs with numpy
+# hidden and with numpy. Every attnd started is stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -91,6 +93,9 @@ echo "== run 1: numpy hidden"
 EXPECT_NUMPY=0 timeout 300 "$PY" -s tests/python/no_numpy.py test_client -v || rc=1
 echo "== run 2: with numpy"
 EXPECT_NUMPY=1 timeout 300 "$PY" -s tests/python/test_client.py -v || rc=1
+echo "== hostile answers (numpy hidden, then with numpy)"
+timeout 120 "$PY" -s tests/python/no_numpy.py test_hostile -v || rc=1
+timeout 120 "$PY" -s tests/python/test_hostile.py -v || rc=1
 
 # The usage examples in README.md ("## Python") and clients/python/README.md ("## Usage") run
 # as written, with numpy, against the slow daemon (no key; the URL is substituted).

@@ -11,12 +11,17 @@ if it were not). Quick start::
         s.append([[0.1] * 64])
 
 Errors are :class:`attnd.Error` subclasses (``attnd.errors`` documents the tree), each
-with ``status``, ``code``, ``field`` and ``message``.
+with ``status``, ``code``, ``field``, ``message`` and ``request_id`` (the answer's
+``X-Request-Id``). An answer of the wrong form, or larger than ``max_answer_bytes`` (1 GiB
+by default), is an :class:`attnd.ProtocolError`.
+
+``attnd.torch`` (importable when torch is) has ``MultiheadAttention``, a drop-in
+``torch.nn.MultiheadAttention`` whose computation is done by attnd.
 """
 from .client import Client, Result, Session, _VERSION
 from .errors import (BadRequest, Conflict, Error, Forbidden, Gone, ModelNotFound, NotFound,
-                     ServerError, SessionBusy, SessionExpired, SessionNotFound, Timeout,
-                     TooLarge, TransportError, Unauthorized, Unavailable)
+                     ProtocolError, ServerError, SessionBusy, SessionExpired, SessionNotFound,
+                     Timeout, TooLarge, TransportError, Unauthorized, Unavailable, Unsupported)
 from ._tensors import HAVE_NUMPY
 
 __version__ = _VERSION
@@ -24,4 +29,5 @@ __version__ = _VERSION
 __all__ = ["Client", "Result", "Session", "Error", "BadRequest", "Unauthorized", "NotFound",
            "ModelNotFound", "SessionNotFound", "Conflict", "SessionBusy", "Gone",
            "SessionExpired", "TooLarge", "ServerError", "Unavailable", "Timeout",
-           "TransportError", "Forbidden", "HAVE_NUMPY", "__version__"]
+           "TransportError", "Forbidden", "ProtocolError", "Unsupported", "HAVE_NUMPY",
+           "__version__"]

@@ -7,9 +7,16 @@ import threading
 import urllib.parse
 import weakref
 
-from .errors import TransportError
+from .errors import ProtocolError, TransportError
 
-__all__ = ["Response", "Transport", "ConnectFailed"]
+__all__ = ["Response", "Transport", "ConnectFailed", "DEFAULT_MAX_ANSWER_BYTES"]
+
+# The largest answer body a Client reads unless told otherwise: 1 GiB. An attnd answer is
+# the output plus, when asked, the weights (per head: h*T*S floats, 4 bytes each in binary,
+# up to ~16 as JSON), so 1 GiB holds e.g. per-head weights of 8 heads over T = S = 4096 as
+# binary float32 (512 MiB) with room to spare; larger answers need a larger limit.
+DEFAULT_MAX_ANSWER_BYTES = 1 << 30
+_PIECE = 1 << 20              # what an unframed or chunked answer is read in
 
 
 class ConnectFailed(TransportError):
@@ -56,7 +63,8 @@ class Transport:
     sent once more on a fresh connection (a non-idempotent one — a session append — is
     not, so a stream can never advance twice)."""
 
-    def __init__(self, url, timeout=30.0, ssl_context=None):
+    def __init__(self, url, timeout=30.0, ssl_context=None,
+                 max_answer_bytes=DEFAULT_MAX_ANSWER_BYTES):
         u = urllib.parse.urlsplit(url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError("url must be http://HOST[:PORT] or https://HOST[:PORT], got %r" % url)
@@ -66,6 +74,7 @@ class Transport:
         self.base_path = u.path.rstrip("/")
         self.timeout = timeout
         self.ssl_context = ssl_context
+        self.max_answer_bytes = max_answer_bytes
         self._local = threading.local()
         self._lock = threading.Lock()
         self._conns = weakref.WeakSet()
@@ -110,8 +119,9 @@ class Transport:
                     # If it is not there, the error below is handled as a lost connection.
                     pass
                 r = c.getresponse()
-                data = r.read()
-                return Response(r.status, {k.lower(): v for k, v in r.getheaders()}, data)
+                headers = {k.lower(): v for k, v in r.getheaders()}
+                data = self._read_body(c, r, headers, method, target)
+                return Response(r.status, headers, data)
             except socket.timeout:
                 c.close()
                 raise TransportError("%s %s: no answer within %s s"
@@ -122,10 +132,49 @@ class Transport:
                 if reused and attempt == 0 and idempotent:
                     continue          # the server closed the idle connection: once more
                 raise TransportError("%s %s: connection lost: %s" % (method, target, e))
-            except (OSError, http.client.HTTPException) as e:
+            except http.client.IncompleteRead as e:
+                c.close()
+                raise TransportError("%s %s: the answer was cut short: %s" % (method, target, e))
+            except http.client.HTTPException as e:
+                # not HTTP/1.x: a bad status line, a header line over 64 KiB, more than 100
+                # headers... (a connection closed before any answer is RemoteDisconnected,
+                # handled above as a lost connection)
+                c.close()
+                raise ProtocolError("%s %s: the answer is not valid HTTP/1.x: %s: %s"
+                                    % (method, target, type(e).__name__, str(e)[:200]))
+            except OSError as e:
                 c.close()
                 raise TransportError("%s %s: %s: %s" % (method, target, type(e).__name__, e))
         raise AssertionError("unreachable")
+
+    def _read_body(self, c, r, headers, method, target):
+        """The answer's body, at most max_answer_bytes: an announced Content-Length over
+        the limit is refused before anything is read (nothing is allocated for it); a
+        chunked or close-delimited body is read a piece at a time and refused once it
+        passes the limit. A refusal closes the connection (its rest is unread) and raises
+        ProtocolError; a body cut short raises TransportError (via http.client)."""
+        limit = self.max_answer_bytes
+
+        def refuse(what):
+            c.close()
+            raise ProtocolError("%s %s: the answer's body %s max_answer_bytes (%d); raise "
+                                "the Client's max_answer_bytes to accept it"
+                                % (method, target, what, limit), status=r.status,
+                                request_id=headers.get("x-request-id"))
+        if r.length is not None:              # a valid Content-Length (http.client parsed it)
+            if r.length > limit:
+                refuse("announces %d bytes (Content-Length), more than" % r.length)
+            return r.read()
+        framing = "chunked" if r.chunked else "unframed (read until the connection closes)"
+        pieces, total = [], 0
+        while True:
+            piece = r.read(min(_PIECE, limit + 1 - total))
+            if not piece:
+                return b"".join(pieces)
+            pieces.append(piece)
+            total += len(piece)
+            if total > limit:
+                refuse("(%s) runs past" % framing)
 
     def __del__(self):
         try:

@@ -5,13 +5,14 @@ import threading
 import time
 import urllib.parse
 
+from . import _answers as A
 from . import _tensors as T
-from ._http import ConnectFailed, Transport
-from .errors import TransportError, error_for
+from ._http import DEFAULT_MAX_ANSWER_BYTES, ConnectFailed, Transport
+from .errors import ProtocolError, TransportError, error_for
 
 __all__ = ["Client", "Session", "Result"]
 
-_VERSION = "0.1.0"
+_VERSION = "0.2.0"
 
 
 class Result:
@@ -31,13 +32,14 @@ class Result:
         protocol: ``"v1"`` (JSON) or ``"v2"`` (Open Inference Protocol; binary tensors when
                  ``binary`` is true).
         binary:  whether the tensors travelled as raw bytes (v2 binary tensor data).
+        request_id: the answer's ``X-Request-Id`` (what the server's logs carry).
     """
 
     __slots__ = ("output", "weights", "timing", "model", "id", "session", "protocol",
-                 "binary")
+                 "binary", "request_id")
 
     def __init__(self, output, weights=None, timing=None, model=None, id=None, session=None,
-                 protocol="v1", binary=False):
+                 protocol="v1", binary=False, request_id=None):
         self.output = output
         self.weights = weights
         self.timing = timing or {}
@@ -46,6 +48,7 @@ class Result:
         self.session = session
         self.protocol = protocol
         self.binary = binary
+        self.request_id = request_id
 
     def __repr__(self):
         def shape(x):
@@ -62,6 +65,15 @@ def _input_is_numpy(query):
     if T.is_array(query):
         return True
     return isinstance(query, (list, tuple)) and len(query) > 0 and T.is_array(query[0])
+
+
+def _query_rank(query):
+    """2 for one sequence (T×E), 3 for a batch: what the answer's output must nest like."""
+    if hasattr(query, "ndim"):
+        return int(query.ndim)
+    if isinstance(query, (list, tuple)) and query and hasattr(query[0], "ndim"):
+        return 1 + int(query[0].ndim)       # a ragged batch: a list of arrays
+    return len(T.nested_shape(query))
 
 
 def _parse_retry_after(value):
@@ -102,21 +114,34 @@ class Client:
     Keyword-only extras: ``max_retry_wait`` (10 s), ``binary`` (``None`` = automatic: v2
     binary tensors for numpy input to a named model; ``False`` = always /v1 JSON; ``True`` =
     always v2 binary, an error when the request cannot be expressed in v2),
-    ``ssl_context`` for https.
+    ``ssl_context`` for https, ``max_answer_bytes`` (1 GiB): the largest answer body read —
+    a larger ``Content-Length`` is refused before anything is read or allocated, a chunked
+    or unframed body once it passes the limit — raising :class:`attnd.ProtocolError`
+    naming the limit.
+
+    Every answer is checked before it is returned: a body that is not JSON, JSON of the
+    wrong form, or v2 tensors whose shape, datatype or bytes disagree raise
+    :class:`attnd.ProtocolError` (with the answer's ``status`` and ``request_id``), never
+    a raw exception.
 
     A Client may be shared by threads: each thread keeps its own keep-alive connection.
     Use it as a context manager (or call :meth:`close`) to close the connections.
     """
 
     def __init__(self, url, api_key=None, timeout=30.0, retries=3, *, max_retry_wait=10.0,
-                 binary=None, ssl_context=None):
+                 binary=None, ssl_context=None, max_answer_bytes=DEFAULT_MAX_ANSWER_BYTES):
+        if type(max_answer_bytes) is not int or max_answer_bytes <= 0:
+            raise ValueError("max_answer_bytes must be a positive integer (bytes), got %r"
+                             % (max_answer_bytes,))
         self.url = url.rstrip("/")
         self.api_key = api_key
         self.timeout = timeout
         self.retries = max(0, int(retries))
         self.max_retry_wait = float(max_retry_wait)
         self.binary = binary
-        self._transport = Transport(url, timeout=timeout, ssl_context=ssl_context)
+        self.max_answer_bytes = max_answer_bytes
+        self._transport = Transport(url, timeout=timeout, ssl_context=ssl_context,
+                                    max_answer_bytes=max_answer_bytes)
         self._sleep = time.sleep
 
     # ------------------------------------------------------------------ plumbing
@@ -183,14 +208,22 @@ class Client:
         message = None
         parsed = None
         try:
-            parsed = json.loads(resp.body.decode("utf-8")) if resp.body else None
-        except (ValueError, UnicodeDecodeError):
+            parsed = A.parse_json(resp.body) if resp.body else None
+        except A.Malformed:
             parsed = None
+        request_id = resp.headers.get("x-request-id")
         if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
             e = parsed["error"]
             code, field, message = e.get("code"), e.get("field"), e.get("message")
+            code = code if isinstance(code, str) else None
+            field = field if isinstance(field, str) else None
+            message = message if isinstance(message, str) else None
+            if request_id is None and isinstance(e.get("request_id"), str):
+                request_id = e["request_id"]
         elif isinstance(parsed, dict) and isinstance(parsed.get("error"), str):
             message = parsed["error"]      # the v2 form: a message only
+            if request_id is None and isinstance(parsed.get("request_id"), str):
+                request_id = parsed["request_id"]
             if v2 and resp.status == 404:
                 code = "model_not_found"   # the client only builds valid v2 routes
             elif v2 and resp.status == 504:
@@ -199,26 +232,49 @@ class Client:
             text = resp.body.decode("utf-8", "replace").strip() if resp.body else ""
             message = text[:300] or "HTTP %d" % resp.status
         return error_for(resp.status, message, code=code, field=field,
-                         retry_after=retry_after, body=parsed)
+                         retry_after=retry_after, body=parsed, request_id=request_id)
+
+    @staticmethod
+    def _protocol(resp, method, path, message):
+        """The ProtocolError for an answer of the wrong form (message says how)."""
+        return ProtocolError("%s %s: %s" % (method, path.split("?")[0], message),
+                             status=resp.status, request_id=resp.headers.get("x-request-id"))
 
     def _json(self, method, path, obj=None, expect=(200,), idempotent=True, retries=None,
-              extra=None, v2=False):
+              extra=None, v2=False, kind=dict, check=None):
+        """Sends, raises the answer's error, parses the JSON answer and checks it: it must
+        be a ``kind`` (dict, list; None = anything, and an empty body is allowed), then
+        ``check(answer)`` (raising A.Malformed) gives what is returned. Any such failure
+        is a ProtocolError."""
         body = None if obj is None else self._json_body(obj)
         headers = self._headers("application/json" if body is not None else None, extra)
         resp = self._send(method, path, body, headers, idempotent, retries)
         if resp.status not in expect:
             raise self._error(resp, v2)
-        if not resp.body:
-            return None
         try:
-            return json.loads(resp.body.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise TransportError("%s %s: answer is not JSON: %s" % (method, path, e))
+            if not resp.body:
+                if kind is None:
+                    return None
+                raise A.Malformed("the answer is empty")
+            j = A.parse_json(resp.body)
+            if kind is not None and not isinstance(j, kind):
+                raise A.Malformed("the answer is not %s (got %s)"
+                                  % ("a JSON object" if kind is dict else "a JSON list",
+                                     A.kind(j)))
+            return check(j, resp) if check is not None else j
+        except A.Malformed as e:
+            raise self._protocol(resp, method, path, str(e))
 
     # ------------------------------------------------------------------ models, probes
     def models(self):
         """``GET /v1/models``: the list of ModelInfo dicts (name, num_heads, embed_q...)."""
-        return self._json("GET", "/v1/models")["models"]
+        def check(j, resp):
+            models = A.need(j, "models", list)
+            for i, m in enumerate(models):
+                if not isinstance(m, dict):
+                    raise A.Malformed("models[%d] is not a JSON object (got %s)" % (i, A.kind(m)))
+            return models
+        return self._json("GET", "/v1/models", check=check)
 
     def model(self, name):
         """``GET /v1/models/{name}``: one ModelInfo dict; :class:`ModelNotFound` if absent."""
@@ -229,7 +285,7 @@ class Client:
         (including when it cannot be reached). Never retried."""
         try:
             return self._send("GET", "/healthz", headers=self._headers(), retries=0).status == 200
-        except TransportError:
+        except (TransportError, ProtocolError):
             return False
 
     def ready(self):
@@ -237,7 +293,7 @@ class Client:
         draining; False on 503 or when it cannot be reached. Never retried."""
         try:
             return self._send("GET", "/readyz", headers=self._headers(), retries=0).status == 200
-        except TransportError:
+        except (TransportError, ProtocolError):
             return False
 
     # ------------------------------------------------------------------ model repository
@@ -246,8 +302,9 @@ class Client:
         model the server knows (``state``: READY, LOADING or UNAVAILABLE); ``ready=True``
         lists the loaded ones only."""
         if ready:
-            return self._json("POST", "/v2/repository/index", {"ready": True}, v2=True)
-        return self._json("GET", "/v2/repository/index", v2=True)
+            return self._json("POST", "/v2/repository/index", {"ready": True}, v2=True,
+                              kind=list)
+        return self._json("GET", "/v2/repository/index", v2=True, kind=list)
 
     def _admin(self, admin_key):
         return {"Authorization": "Bearer " + admin_key} if admin_key else None
@@ -287,10 +344,7 @@ class Client:
         """``GET /v2`` (the server: name, version, extensions) or, with ``model``,
         ``GET /v2/models/{model}`` (its input and output tensors)."""
         path = "/v2" if model is None else "/v2/models/" + _quote(model)
-        resp = self._send("GET", path, headers=self._headers())
-        if resp.status != 200:
-            raise self._error(resp, v2=True)
-        return json.loads(resp.body.decode("utf-8"))
+        return self._json("GET", path, v2=True)
 
     def sessions(self, limit=100):
         """``GET /v1/sessions``: an iterator over every live session's description (as
@@ -301,10 +355,16 @@ class Client:
             query = {"limit": int(limit)}
             if after is not None:
                 query["after"] = after
-            page = self._json("GET", "/v1/sessions?" + urllib.parse.urlencode(query))
-            for info in page.get("sessions", []):
+            def check(page, resp):
+                infos = A.opt(page, "sessions", list) or []
+                for i, info in enumerate(infos):
+                    if not isinstance(info, dict):
+                        raise A.Malformed("sessions[%d] is not a JSON object" % i)
+                return infos, A.opt(page, "next", str)
+            infos, after = self._json("GET", "/v1/sessions?" + urllib.parse.urlencode(query),
+                                      check=check)
+            for info in infos:
                 yield info
-            after = page.get("next")
             if after is None:
                 return
 
@@ -356,15 +416,32 @@ class Client:
         if id is not None:
             body["id"] = id
         path = "/v1/models/%s/attention" % _quote(model) if model is not None else "/v1/attention"
-        return self._v1_result(self._json("POST", path, body), numpy_in)
+        rank = _query_rank(query)
+        return self._json("POST", path, body, check=lambda j, resp: self._v1_result(
+            j, numpy_in, rank, need_weights, average_attn_weights, resp))
 
-    def _v1_result(self, j, numpy_out, session=None):
-        out, w = j.get("output"), j.get("weights")
+    @staticmethod
+    def _v1_result(j, numpy_out, rank, need_weights, average_attn_weights, resp):
+        """A checked /v1 answer (a dict) as a Result; A.Malformed when output is not
+        numbers nested like the query (``rank`` 2: T×E, 3: B×T×E), weights are missing
+        though asked for or not nested T×S / h×T×S per sequence, or timing, model, id or
+        session have the wrong type."""
+        out = A.need(j, "output", list)
+        A.nested_numbers(out, rank, "output")
+        w = A.opt(j, "weights", list)
+        if w is None and need_weights:
+            raise A.Malformed("need_weights was asked, but the answer has no 'weights'")
+        if w is not None:
+            A.nested_numbers(w, rank + (0 if average_attn_weights else 1), "weights")
+        timing = A.opt(j, "timing", dict)
+        model = A.opt(j, "model", str)
+        rid = A.opt(j, "id", str)
+        session = A.opt(j, "session", dict)
         if numpy_out and T.HAVE_NUMPY:
             out = T.to_numpy_float(out)
             w = T.to_numpy_float(w)
-        return Result(out, w, j.get("timing"), j.get("model"), j.get("id"),
-                      session if session is not None else j.get("session"), "v1", False)
+        return Result(out, w, timing, model, rid, session, "v1", False,
+                      resp.headers.get("x-request-id"))
 
     # ------------------------------------------------------------------ v2
     def infer(self, model, query, *, key=None, value=None, key_padding_mask=None,
@@ -417,8 +494,11 @@ class Client:
         params = self._v2_parameters(is_causal, window, need_weights, average_attn_weights,
                                      timeout_ms)
         params["binary_data_output"] = True
-        resp = self._send_binary("/v2/models/%s/infer" % _quote(model), tensors, params, id)
-        return self._v2_result(resp, single, numpy_out)
+        path = "/v2/models/%s/infer" % _quote(model)
+        resp = self._send_binary(path, tensors, params, id)
+        q = tensors[0][1]
+        return self._v2_result(resp, path, single, numpy_out, q.shape[:2], need_weights,
+                               average_attn_weights)
 
     def _send_binary(self, path, tensors, params, id, idempotent=True):
         """POSTs a v2 body with binary tensor data (a JSON header, then the raw tensors;
@@ -471,47 +551,66 @@ class Client:
                                                   average_attn_weights, timeout_ms)}
         if id is not None:
             body["id"] = id
-        resp = self._send("POST", "/v2/models/%s/infer" % _quote(model), self._json_body(body),
+        path = "/v2/models/%s/infer" % _quote(model)
+        resp = self._send("POST", path, self._json_body(body),
                           self._headers("application/json"), True)
-        return self._v2_result(resp, single, numpy_out)
+        q0 = q[0] if not single and q else q
+        bt = (1 if single else len(q), len(q0))
+        return self._v2_result(resp, path, single, numpy_out, bt, need_weights,
+                               average_attn_weights)
 
-    def _v2_result(self, resp, single, numpy_out, v2_errors=True):
+    def _v2_result(self, resp, path, single, numpy_out, batch_rows, need_weights,
+                   average_attn_weights, v2_errors=True):
+        """A checked v2 infer answer as a Result (the leading batch of one dropped when
+        ``single``). ``batch_rows`` = (B, T) of the query: output must be [B, T, E_out],
+        attn_weights [B, T, S] (or [B, h, T, S] per head) and present when asked for.
+        ProtocolError for anything else: a bad Inference-Header-Content-Length, a header
+        that is not a JSON object, outputs failing A.v2_tensors' checks."""
         if resp.status != 200:
             raise self._error(resp, v2=v2_errors)
-        hlen = resp.headers.get("inference-header-content-length")
         try:
-            if hlen is not None:
-                n = int(hlen)
-                header = json.loads(resp.body[:n].decode("utf-8"))
-                blob, offset = resp.body, n
-            else:
-                header = json.loads(resp.body.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise TransportError("v2 answer is not valid: %s" % e)
+            return self._v2_checked(resp, single, numpy_out, batch_rows, need_weights,
+                                    average_attn_weights)
+        except A.Malformed as e:
+            raise self._protocol(resp, "POST", path, str(e))
+
+    @staticmethod
+    def _v2_checked(resp, single, numpy_out, batch_rows, need_weights, average_attn_weights):
+        body = resp.body
+        hlen = resp.headers.get("inference-header-content-length")
+        if hlen is not None:
+            n = A.header_length(hlen, len(body))
+            header = A.parse_json(body[:n], "the v2 answer's header")
+        else:
+            n = len(body)
+            header = A.parse_json(body, "the v2 answer")
+        if not isinstance(header, dict):
+            raise A.Malformed("the v2 answer's header is not a JSON object (got %s)"
+                              % A.kind(header))
+        params = A.opt(header, "parameters", dict)
+        model = A.opt(header, "model_name", str)
+        rid = A.opt(header, "id", str)
+        found = A.v2_tensors(header, body, n, hlen is not None and T.HAVE_NUMPY)
+        if "output" not in found:
+            raise A.Malformed("the v2 answer has no output tensor named 'output'")
+        if need_weights and "attn_weights" not in found:
+            raise A.Malformed("need_weights was asked, but the v2 answer has no 'attn_weights'")
+        B, rows = int(batch_rows[0]), int(batch_rows[1])
+        want = {"output": 3, "attn_weights": 3 if average_attn_weights else 4}
         values = {}
-        for o in header.get("outputs", []):
-            shape = o["shape"]
-            size = (o.get("parameters") or {}).get("binary_data_size")
-            if size is not None:
-                if hlen is None or not T.HAVE_NUMPY:
-                    raise TransportError("unexpected binary output %s" % o["name"])
-                a = T.np.frombuffer(blob, dtype="<f4", count=size // 4, offset=offset)
-                offset += size
-                a = a.astype(T.np.float32).reshape(shape)
-                if single:
-                    a = a[0]
-                values[o["name"]] = a if numpy_out else a.tolist()
-            else:
-                data = o.get("data", [])
-                if numpy_out and T.HAVE_NUMPY:
-                    a = T.np.asarray(data, dtype=T.np.float32).reshape(shape)
-                    values[o["name"]] = a[0] if single else a
-                else:
-                    nested = T.reshape_flat(data, shape)
-                    values[o["name"]] = nested[0] if single else nested
-        return Result(values.get("output"), values.get("attn_weights"),
-                      header.get("parameters"), header.get("model_name"), header.get("id"),
-                      None, "v2", hlen is not None)
+        for name, (shape, source) in found.items():
+            if name not in want:
+                continue                          # an output this client does not know
+            if len(shape) != want[name]:
+                raise A.Malformed("%s: shape %s is not %d-D" % (name, shape, want[name]))
+            t_axis = 1 if len(shape) == 3 else 2
+            if shape[0] != B or shape[t_axis] != rows:
+                raise A.Malformed("%s: shape %s does not match the query (a batch of %d, "
+                                  "%d rows each)" % (name, shape, B, rows))
+            a = A.v2_array(body, shape, source, numpy_out)
+            values[name] = a[0] if single else a
+        return Result(values.get("output"), values.get("attn_weights"), params, model, rid,
+                      None, "v2", hlen is not None, resp.headers.get("x-request-id"))
 
     # ------------------------------------------------------------------ sessions
     def session(self, model, window=None, key=None, value=None, ttl_s=None):
@@ -535,8 +634,18 @@ class Client:
         if value is not None:
             body["value"] = value
         info = self._json("POST", "/v1/models/%s/sessions" % _quote(model), body,
-                          expect=(201,), idempotent=False)
+                          expect=(201,), idempotent=False, check=_session_info)
         return Session(self, info)
+
+
+def _session_info(j, resp):
+    """A session's description (create, fork): an object with an 'id' string."""
+    A.need(j, "id", str, "the session description")
+    for key in ("length", "cached", "max_length", "window", "ttl_s"):
+        A.opt(j, key, int)
+    for key in ("model", "kind"):
+        A.opt(j, key, str)
+    return j
 
 
 class Session:
@@ -615,9 +724,10 @@ class Session:
             body["timeout_ms"] = timeout_ms
         if id is not None:
             body["id"] = id
-        j = self._client._json("POST", "/v1/sessions/%s/append" % _quote(self.id), body,
-                               idempotent=False)
-        r = self._client._v1_result(j, _input_is_numpy(query))
+        numpy_in = _input_is_numpy(query)
+        r = self._client._json("POST", "/v1/sessions/%s/append" % _quote(self.id), body,
+                               idempotent=False, check=lambda j, resp: Client._v1_result(
+                                   j, numpy_in, 2, need_weights, average_attn_weights, resp))
         if r.session:
             self.length = r.session.get("length", self.length)
             self.cached = r.session.get("cached", self.cached)
@@ -641,9 +751,10 @@ class Session:
         tensors, single = T.v2_inputs(query)      # V2Unsupported: the caller uses JSON
         params = Client._v2_parameters(False, None, False, True, timeout_ms)
         params["binary_data_output"] = True
-        resp = self._client._send_binary("/v1/sessions/%s/append" % _quote(self.id), tensors,
-                                         params, id, idempotent=False)
-        r = self._client._v2_result(resp, single, True, v2_errors=False)
+        path = "/v1/sessions/%s/append" % _quote(self.id)
+        resp = self._client._send_binary(path, tensors, params, id, idempotent=False)
+        r = self._client._v2_result(resp, path, single, True, tensors[0][1].shape[:2], False,
+                                    True, v2_errors=False)
         p = r.timing
         r.session = {"id": p.pop("session_id", self.id),
                      "length": p.pop("session_length", None),
@@ -659,7 +770,7 @@ class Session:
         this one's cache (``forked_from`` names this one); appends to either never change
         the other's answers. 409 :class:`attnd.SessionBusy` while an append is in flight."""
         info = self._client._json("POST", "/v1/sessions/%s/fork" % _quote(self.id), {},
-                                  expect=(201,), idempotent=False)
+                                  expect=(201,), idempotent=False, check=_session_info)
         return Session(self._client, info)
 
     def info(self):
@@ -679,7 +790,7 @@ class Session:
                 return
             try:
                 self._client._json("DELETE", "/v1/sessions/" + _quote(self.id),
-                                   expect=(200, 204))
+                                   expect=(200, 204), kind=None)
             except (NotFound, Gone):
                 pass
             self.closed = True

@@ -9,7 +9,10 @@ status and, where the server gives one, the stable error ``code``), carrying
 - ``field``   — the culprit as a path into the request (``"query[1][3]"``), ``""`` when no
   field is to blame, ``None`` when the server did not say,
 - ``message`` — the server's sentence,
-- ``retry_after`` — seconds from a ``Retry-After`` header, else ``None``.
+- ``retry_after`` — seconds from a ``Retry-After`` header, else ``None``,
+- ``request_id`` — the answer's ``X-Request-Id`` (the id the server's logs and access log
+  carry; the error body's ``request_id`` when the header is missing), ``None`` when there
+  was no HTTP answer.
 
 Hierarchy::
 
@@ -28,20 +31,25 @@ Hierarchy::
     ├── ServerError         5xx
     │   ├── Unavailable         503 (after the client's retries)
     │   └── Timeout             504
-    └── TransportError      no HTTP answer (refused, reset, socket timeout)
+    ├── TransportError      no HTTP answer (refused, reset, socket timeout, cut short)
+    ├── ProtocolError       an answer the client cannot take: larger than the Client's
+    │                       max_answer_bytes, not JSON, or JSON / binary tensors of the
+    │                       wrong form (never retried)
+    └── Unsupported         (also a ValueError) a call attnd cannot express, refused
+                            before anything is sent (attnd.torch)
 """
 
 __all__ = ["Error", "BadRequest", "Unauthorized", "NotFound", "ModelNotFound",
            "SessionNotFound", "Conflict", "SessionBusy", "Gone", "SessionExpired",
            "TooLarge", "ServerError", "Unavailable", "Timeout", "TransportError",
-           "Forbidden", "error_for"]
+           "Forbidden", "ProtocolError", "Unsupported", "error_for"]
 
 
 class Error(Exception):
     """Base of every attnd client error."""
 
     def __init__(self, message, status=None, code=None, field=None, retry_after=None,
-                 body=None):
+                 body=None, request_id=None):
         super().__init__(message)
         self.message = message
         self.status = status
@@ -49,6 +57,7 @@ class Error(Exception):
         self.field = field
         self.retry_after = retry_after
         self.body = body
+        self.request_id = request_id
 
     def __str__(self):
         parts = []
@@ -63,8 +72,9 @@ class Error(Exception):
         return text
 
     def __repr__(self):
-        return "%s(status=%r, code=%r, field=%r, message=%r)" % (
-            type(self).__name__, self.status, self.code, self.field, self.message)
+        return "%s(status=%r, code=%r, field=%r, message=%r, request_id=%r)" % (
+            type(self).__name__, self.status, self.code, self.field, self.message,
+            self.request_id)
 
 
 class BadRequest(Error):
@@ -125,7 +135,23 @@ class Timeout(ServerError):
 
 
 class TransportError(Error):
-    """No HTTP answer: connection refused or reset, a socket timeout, a malformed reply."""
+    """No HTTP answer: connection refused or reset, a socket timeout, a reply cut short
+    or whose status line and headers are not HTTP."""
+
+
+class ProtocolError(Error):
+    """An HTTP answer the client cannot take: larger than the Client's
+    ``max_answer_bytes`` (announced or as it arrives), a body that is not JSON (or nests
+    too deep to parse), JSON of the wrong form for the route, or v2 tensors whose header,
+    shape, datatype, ``binary_data_size`` or bytes do not agree. ``status`` and
+    ``request_id`` are the answer's; the message names the culprit. Never retried: a
+    server answering so is broken or is not attnd."""
+
+
+class Unsupported(Error, ValueError):
+    """A call attnd cannot express (raised before anything is sent), e.g. by
+    :mod:`attnd.torch` for a mask form, dropout or gradients attnd does not have. Also a
+    ``ValueError``."""
 
 
 _BY_CODE = {
@@ -139,7 +165,8 @@ _BY_STATUS = {400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound,
               413: TooLarge, 503: Unavailable, 504: Timeout}
 
 
-def error_for(status, message, code=None, field=None, retry_after=None, body=None):
+def error_for(status, message, code=None, field=None, retry_after=None, body=None,
+              request_id=None):
     """The exception instance for an HTTP failure: by ``code`` first, then by status."""
     cls = _BY_CODE.get(code)
     if cls is None:
@@ -147,4 +174,4 @@ def error_for(status, message, code=None, field=None, retry_after=None, body=Non
     if cls is None:
         cls = ServerError if status is not None and status >= 500 else Error
     return cls(message, status=status, code=code, field=field, retry_after=retry_after,
-               body=body)
+               body=body, request_id=request_id)
