@@ -263,7 +263,7 @@ static int scan(const float *m, size_t rows, size_t cols, double *maxabs, size_t
 static attn_status scan_input(const float *m, int rows, int cols, int i, const char *field,
                               double *maxabs, attn_error *err)
 {
-    size_t n, bad;
+    size_t n, bad = 0;
     if (!attn__mul_size((size_t)rows, (size_t)cols, &n))
         return attn__set_error(err, ATTN_ERR_LIMIT, "seqs[%d].%s is too large", i, field);
     if (!scan(m, (size_t)rows, (size_t)cols, maxabs, &bad))
@@ -388,7 +388,7 @@ attn_status attn__validate_project_kv(const attn_layer *l, const float *key, con
         !attn__mul_size(n, sizeof(float), &n))
         return attn__set_error(err, ATTN_ERR_LIMIT, "s * h * d overflows");
     double mk, mv;
-    size_t bad;
+    size_t bad = 0;
     if (!scan(key, (size_t)s, (size_t)l->e_k, &mk, &bad))
         return attn__set_error(err, ATTN_ERR_NONFINITE, "key[%zu][%zu] is not finite",
                                bad / (size_t)l->e_k, bad % (size_t)l->e_k);
@@ -398,5 +398,63 @@ attn_status attn__validate_project_kv(const attn_layer *l, const float *key, con
     if (l->l1_k * mk + l->bmax_k > MAGNITUDE_LIMIT || l->l1_v * mv + l->bmax_v > MAGNITUDE_LIMIT)
         return attn__set_error(err, ATTN_ERR_LIMIT,
                                "input magnitudes are so large that the projections would overflow float32");
+    return ATTN_OK;
+}
+
+/* The first non-finite entry of m (n floats), or n when all are finite. */
+static size_t first_nonfinite(const float *m, size_t n)
+{
+    float best;
+    if (max_abs_finite(m, n, &best)) return n;
+    size_t i = 0;
+    while (i < n && fabsf(m[i]) <= FLT_MAX) i++;
+    return i;
+}
+
+static attn_status nonfinite_result(const attn_seq *s, int i, const char *what, size_t k, size_t cols,
+                                    attn_error *err)
+{
+    /* A sequence reading cache rows the library trusts without rescanning
+     * (attn_kv_store, attn_project_kv, earlier appends) may have met rows too
+     * large for these queries: the caller's data, LIMIT. Otherwise every
+     * input was bounded above, and a non-finite result is a library defect. */
+    const attn_status code = s->cache_k != NULL ? ATTN_ERR_LIMIT : ATTN_ERR_INTERNAL;
+    return attn__set_error(err, code,
+                           "non-finite values in the %s: seqs[%d].%s[%zu][%zu] is not finite after the "
+                           "forward (%s); no result is returned",
+                           what, i, what, k / cols, k % cols,
+                           s->cache_k != NULL ? "the KV cache rows are too large for these queries"
+                                              : "an intermediate overflowed float32 although the inputs "
+                                                "were bounded: please report");
+}
+
+attn_status attn__check_results(const attn_layer *l, const attn_seq *seqs, int n_seqs, attn_error *err)
+{
+    for (int i = 0; i < n_seqs; i++) {
+        const attn_seq *s = &seqs[i];
+        const size_t n_out = (size_t)s->t * (size_t)l->e_out; /* sizes validated */
+        size_t k = first_nonfinite(s->output, n_out);
+        if (k < n_out) return nonfinite_result(s, i, "output", k, (size_t)l->e_out, err);
+        if (s->weights_mode == ATTN_WEIGHTS_NONE) continue;
+        const size_t n_w = (size_t)s->t * (size_t)s->s * (s->weights_mode == ATTN_WEIGHTS_PER_HEAD ? (size_t)l->h : 1);
+        k = first_nonfinite(s->weights, n_w);
+        if (k < n_w) return nonfinite_result(s, i, "weights", k, (size_t)s->s, err);
+    }
+    return ATTN_OK;
+}
+
+attn_status attn__check_projected(const float *k_out, size_t n_k, const float *v_out, size_t n_v,
+                                  attn_error *err)
+{
+    size_t bad = first_nonfinite(k_out, n_k);
+    if (bad < n_k)
+        return attn__set_error(err, ATTN_ERR_INTERNAL,
+                               "non-finite values in the projected keys: k_out element %zu is not finite "
+                               "although the inputs were bounded: please report", bad);
+    bad = first_nonfinite(v_out, n_v);
+    if (bad < n_v)
+        return attn__set_error(err, ATTN_ERR_INTERNAL,
+                               "non-finite values in the projected values: v_out element %zu is not "
+                               "finite although the inputs were bounded: please report", bad);
     return ATTN_OK;
 }
