@@ -253,7 +253,7 @@ typedef struct rope_keys {
     int partial; /* partial_rotary_factor given */
 } rope_keys;
 
-static attn_status check_derived(const attn_rope *r, int head_dim, const rope_keys *k, attn_error *err)
+static attn_status check_ranges(const attn_rope *r, int head_dim, const rope_keys *k, attn_error *err)
 {
     char factor[64], low[64], high[64], omax[80];
     snprintf(factor, sizeof factor, "%s.factor", k->scaling);
@@ -275,7 +275,6 @@ attn_status attn__hfcfg_rope(const attn__hfcfg *cfg, int head_dim, attn_rope *ro
 {
     attn_rope r = {.style = ATTN_ROPE_HALF, .theta = 10000.0, .rotary_dim = head_dim};
     rope_keys keys = {"rope_theta", "rope_scaling", 0};
-    const rope_keys *names = &keys;
     json_t *root = cfg != NULL ? (json_t *)cfg->root : NULL;
     if (root != NULL) {
         json_t *params = json_object_get(root, "rope_parameters");
@@ -318,7 +317,7 @@ attn_status attn__hfcfg_rope(const attn__hfcfg *cfg, int head_dim, attn_rope *ro
                                "head_dim %d is odd or below 2: a rotary embedding needs an even "
                                "number of dims",
                                head_dim);
-    TRY(check_derived(&r, head_dim, names, err));
+    TRY(check_ranges(&r, head_dim, &keys, err));
     *rope = r;
     return ATTN_OK;
 }
