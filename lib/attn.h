@@ -121,10 +121,12 @@ typedef struct attn_rope {
                                    2..d_k; 0 = d_k (HF: head_dim *
                                    partial_rotary_factor, floored to an int)        */
     attn_rope_scaling scaling;
-    double factor;              /* LINEAR, LLAMA3: > 0                               */
-    double low_freq_factor;     /* LLAMA3                                            */
-    double high_freq_factor;    /* LLAMA3, > low_freq_factor                         */
-    int original_max_position;  /* LLAMA3: original_max_position_embeddings, >= 1    */
+    double factor;              /* LINEAR, LLAMA3: in [1e-3, 1e6]                    */
+    double low_freq_factor;     /* LLAMA3: in [1e-3, 1e6]                            */
+    double high_freq_factor;    /* LLAMA3: in [1e-3, 1e6], > low_freq_factor          */
+    int original_max_position;  /* LLAMA3: original_max_position_embeddings, 1..2^24 */
+    /* attn_layer_create also refuses a rope whose inverse frequencies are not
+     * all finite float32 > 0 (e.g. theta 1e-45), naming theta or factor. */
 } attn_rope;
 
 /* Weights of a layer, as the caller hands them to attn_layer_create.
@@ -387,8 +389,12 @@ typedef struct attn_workspace attn_workspace;
  * ws: a workspace owned by the calling thread, or NULL to allocate scratch for
  * this call only. Safe to call concurrently on one layer with distinct
  * workspaces. On any error no output is written (outputs may hold partial
- * garbage only if ATTN_ERR_INTERNAL) and err names the sequence and field,
- * e.g. "seqs[2].query[5][3] is not finite". stats may be NULL. */
+ * garbage only if ATTN_ERR_INTERNAL, or after the last check below) and err
+ * names the sequence and field, e.g. "seqs[2].query[5][3] is not finite".
+ * Last check: a result holding inf/NaN is never returned as ATTN_OK; it is
+ * LIMIT when the sequence reads a KV cache (rows not rescanned per call, so
+ * rows too large for the queries are the caller's), else INTERNAL, the
+ * message starting "non-finite values in the output". stats may be NULL. */
 attn_status attn_forward(const attn_layer *layer, const attn_seq *seqs, int n_seqs,
                          attn_workspace *ws, attn_forward_stats *stats, attn_error *err);
 

@@ -43,7 +43,7 @@ typedef struct indexed {
 typedef struct ckpt {
     attn__hfcfg cfg;
     shard *shards;
-    int n_shards;
+    int n_shards, cap_shards;
     indexed *names; /* sharded: every weight_map name, sorted; else NULL */
     size_t n_names;
     const char *index_file; /* "model.safetensors.index.json" when sharded */
@@ -143,10 +143,14 @@ static attn_status sniff(const char *path, attn_error *err)
 
 static attn_status add_shard(ckpt *ck, const char *file, const char *path, attn_error *err)
 {
-    shard *v = realloc(ck->shards, (size_t)(ck->n_shards + 1) * sizeof *v);
-    if (v == NULL) return attn__set_error(err, ATTN_ERR_NOMEM, "out of memory");
-    ck->shards = v;
-    shard *s = &v[ck->n_shards];
+    if (ck->n_shards == ck->cap_shards) { /* doubling: O(1) per shard, amortised */
+        int cap = ck->cap_shards ? 2 * ck->cap_shards : 4;
+        shard *v = realloc(ck->shards, (size_t)cap * sizeof *v);
+        if (v == NULL) return attn__set_error(err, ATTN_ERR_NOMEM, "out of memory");
+        ck->shards = v;
+        ck->cap_shards = cap;
+    }
+    shard *s = &ck->shards[ck->n_shards];
     memset(s, 0, sizeof *s);
     s->file = strdup(file);
     s->path = strdup(path);
@@ -188,8 +192,44 @@ static int safe_file_name(const char *f)
            strlen(f) < 256;
 }
 
+/* The shards named so far, by file name: open addressing over a power-of-two
+ * table of shard numbers + 1 (0 = empty), kept under half full, so each
+ * weight_map entry costs O(1) and an index of n entries O(n) (it was a linear
+ * search per entry, O(n * shards): minutes at 80k distinct names). */
+typedef struct shard_set {
+    int *slot;
+    size_t mask;
+} shard_set;
+
+static size_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return (size_t)(h ^ h >> 29);
+}
+
+/* Room for n names at most half full. Returns 0 on allocation failure. */
+static int shard_set_init(shard_set *set, size_t n)
+{
+    size_t cap = 16;
+    while (cap < 2 * n) cap *= 2;
+    set->slot = calloc(cap, sizeof *set->slot);
+    set->mask = cap - 1;
+    return set->slot != NULL;
+}
+
+/* The slot where file is, or the empty slot where it would go. */
+static int *shard_set_find(const shard_set *set, const ckpt *ck, const char *file)
+{
+    size_t i = name_hash(file) & set->mask;
+    while (set->slot[i] != 0 && strcmp(ck->shards[set->slot[i] - 1].file, file) != 0)
+        i = (i + 1) & set->mask;
+    return &set->slot[i];
+}
+
 static attn_status read_index(ckpt *ck, const char *dir, const char *index_path, attn_error *err)
 {
+    shard_set set = {0};
     char *text = NULL;
     size_t len = 0;
     char path[PATH_CAP];
@@ -207,8 +247,15 @@ static attn_status read_index(ckpt *ck, const char *dir, const char *index_path,
         st = attn__set_error(err, ATTN_ERR_FORMAT, "%s has no \"weight_map\" object", ck->index_file);
         goto done;
     }
+    if (json_object_size(map) > ATTN__INDEX_MAX_ENTRIES) {
+        st = attn__set_error(err, ATTN_ERR_LIMIT,
+                             "%s: weight_map has %zu entries, over the limit of %d (a checkpoint "
+                             "names a few thousand tensors, a large mixture of experts ~100k)",
+                             ck->index_file, json_object_size(map), ATTN__INDEX_MAX_ENTRIES);
+        goto done;
+    }
     ck->names = calloc(json_object_size(map) + 1, sizeof *ck->names);
-    if (ck->names == NULL) {
+    if (ck->names == NULL || !shard_set_init(&set, json_object_size(map))) {
         st = attn__set_error(err, ATTN_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -222,11 +269,13 @@ static attn_status read_index(ckpt *ck, const char *dir, const char *index_path,
             goto done;
         }
         const char *file = json_string_value(val);
-        int s = 0;
-        while (s < ck->n_shards && strcmp(ck->shards[s].file, file) != 0) s++;
-        if (s == ck->n_shards) {
+        int *slot = shard_set_find(&set, ck, file);
+        int s = *slot - 1;
+        if (s < 0) {
+            s = ck->n_shards;
             if ((st = join(dir, file, path, err)) != ATTN_OK) goto done;
             if ((st = add_shard(ck, file, path, err)) != ATTN_OK) goto done;
+            *slot = s + 1;
         }
         ck->names[ck->n_names].name = strdup(key);
         ck->names[ck->n_names].shard = s;
@@ -242,6 +291,7 @@ static attn_status read_index(ckpt *ck, const char *dir, const char *index_path,
     }
     qsort(ck->names, ck->n_names, sizeof *ck->names, indexed_cmp);
 done:
+    free(set.slot);
     json_decref(root);
     return st;
 }

@@ -12,6 +12,13 @@
 #include "attn.h"
 
 #define ATTN__INDEX_MAX ((size_t)64 * 1024 * 1024) /* bytes of model.safetensors.index.json */
+/* Entries of its weight_map: more is refused (ATTN_ERR_LIMIT naming the file
+ * and the limit). A dense checkpoint names a few hundred to a few thousand
+ * tensors (Llama 3.1 405B: 126 layers x 9 ~ 1.1k); mixtures of experts name
+ * each expert's matrices: 61 layers x 256 experts x 3, x 2 with FP8 scales
+ * ~ 94k (DeepSeek-V3 sized). 2^19 leaves over 5x headroom on that, while an
+ * index at the byte cap (~14 bytes an entry) could hold ~4.8M. */
+#define ATTN__INDEX_MAX_ENTRIES (1 << 19)
 
 /* What one load read. */
 typedef struct attn__load_stats {

@@ -969,6 +969,7 @@ attn_status attn_forward(const attn_layer *layer, const attn_seq *seqs, int n_se
     size_t bytes = 0;
     int streamed = 0;
     st = plan_and_run(layer, seqs, n_seqs, w, &bytes, &streamed, err);
+    if (st == ATTN_OK) st = attn__check_results(layer, seqs, n_seqs, err);
     if (st == ATTN_OK && stats != NULL) {
         size_t n_q = 0, n_kv = 0;
         for (int i = 0; i < n_seqs; i++) {
@@ -1080,7 +1081,7 @@ attn_status attn_project_kv(const attn_layer *layer, const float *key, const flo
     linear_op v = {value, l->w_v, l->b_v, (size_t)s, l->e_v, l->kv_v_dim, l->kv_v_dim, v_out, 0, 0};
     linear_rows(&k, 0, k.rows);
     linear_rows(&v, 0, v.rows);
-    return ATTN_OK;
+    return attn__check_projected(k_out, (size_t)s * l->kv_k_dim, v_out, (size_t)s * l->kv_v_dim, err);
 }
 
 attn_status attn__forward_kv_bytes(const attn_layer *layer, const attn_seq *seqs, int n_seqs,

@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "layer_internal.h"
+#include "rope.h"
 
 #define INT_CAP (1 << 24) /* widths, heads, layers: anything larger is a broken file */
 
@@ -245,10 +246,35 @@ static attn_status rope_scaling(json_t *sc, const char *where, attn_rope *r, att
     return ATTN_OK;
 }
 
+/* The range and derived-quantity checks of rope.c (attn__rope_check) on the
+ * parameters read, errors naming the config.json keys. */
+typedef struct rope_keys {
+    char theta[40], scaling[40];
+    int partial; /* partial_rotary_factor given */
+} rope_keys;
+
+static attn_status check_ranges(const attn_rope *r, int head_dim, const rope_keys *k, attn_error *err)
+{
+    char factor[64], low[64], high[64], omax[80];
+    snprintf(factor, sizeof factor, "%s.factor", k->scaling);
+    snprintf(low, sizeof low, "%s.low_freq_factor", k->scaling);
+    snprintf(high, sizeof high, "%s.high_freq_factor", k->scaling);
+    snprintf(omax, sizeof omax, "%s.original_max_position_embeddings", k->scaling);
+    const attn__rope_names nm = {ATTN_ERR_FORMAT, k->theta,
+                                 k->partial ? "rotary dims (head_dim * partial_rotary_factor)" : "head_dim",
+                                 factor, low, high, omax};
+    attn_rope resolved;
+    attn_error e = {0};
+    attn_status st = attn__rope_check(r, head_dim, &nm, &resolved, &e);
+    if (st != ATTN_OK) return attn__set_error(err, st, "config.json: %s", e.message);
+    return ATTN_OK;
+}
+
 attn_status attn__hfcfg_rope(const attn__hfcfg *cfg, int head_dim, attn_rope *rope,
                              attn_error *err)
 {
     attn_rope r = {.style = ATTN_ROPE_HALF, .theta = 10000.0, .rotary_dim = head_dim};
+    rope_keys keys = {"rope_theta", "rope_scaling", 0};
     json_t *root = cfg != NULL ? (json_t *)cfg->root : NULL;
     if (root != NULL) {
         json_t *params = json_object_get(root, "rope_parameters");
@@ -257,8 +283,11 @@ attn_status attn__hfcfg_rope(const attn__hfcfg *cfg, int head_dim, attn_rope *ro
         if (scaling != NULL && json_is_null(scaling)) scaling = NULL;
         double theta = 0, partial = 1.0;
         int got = get_number(root, "rope_theta", &theta);
-        if (params != NULL && json_is_object(params) && get_number(params, "rope_theta", &theta))
+        if (params != NULL && json_is_object(params) && get_number(params, "rope_theta", &theta)) {
             got = 1;
+            snprintf(keys.theta, sizeof keys.theta, "rope_parameters.rope_theta");
+        }
+        if (params != NULL) snprintf(keys.scaling, sizeof keys.scaling, "rope_parameters");
         if (got != 0 && (got < 0 || !(theta > 0) || !isfinite(theta)))
             return attn__set_error(err, ATTN_ERR_FORMAT, "config.json: rope_theta is not a positive "
                                                          "number");
@@ -270,6 +299,7 @@ attn_status attn__hfcfg_rope(const attn__hfcfg *cfg, int head_dim, attn_rope *ro
         if (params != NULL && json_is_object(params) &&
             get_number(params, "partial_rotary_factor", &partial))
             pgot = 1;
+        keys.partial = pgot != 0;
         if (pgot != 0) {
             if (pgot < 0 || !(partial > 0) || partial > 1)
                 return attn__set_error(err, ATTN_ERR_FORMAT,
@@ -287,6 +317,7 @@ attn_status attn__hfcfg_rope(const attn__hfcfg *cfg, int head_dim, attn_rope *ro
                                "head_dim %d is odd or below 2: a rotary embedding needs an even "
                                "number of dims",
                                head_dim);
+    TRY(check_ranges(&r, head_dim, &keys, err));
     *rope = r;
     return ATTN_OK;
 }

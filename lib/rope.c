@@ -13,7 +13,50 @@
 
 static int finite_pos(double v) { return v > 0.0 && v <= DBL_MAX; }
 
-attn_status attn__rope_resolve(const attn_rope *in, int d_k, attn_rope *out, attn_error *err)
+static const attn__rope_names desc_names = {
+    ATTN_ERR_INVALID_ARG,       "desc.rope.theta",           "desc.rope.rotary_dim",
+    "desc.rope.factor",         "desc.rope.low_freq_factor", "desc.rope.high_freq_factor",
+    "desc.rope.original_max_position",
+};
+
+/* A scaling parameter in [ATTN__ROPE_MIN_FACTOR, ATTN__ROPE_MAX_FACTOR]. */
+static int factor_ok(double v) { return v >= ATTN__ROPE_MIN_FACTOR && v <= ATTN__ROPE_MAX_FACTOR; }
+
+static attn_status bad_factor(const attn__rope_names *nm, const char *name, double v, const char *kind,
+                              attn_error *err)
+{
+    return attn__set_error(err, nm->code, "%s = %g, %s scaling needs a value in [%g, %g]", name, v, kind,
+                           ATTN__ROPE_MIN_FACTOR, ATTN__ROPE_MAX_FACTOR);
+}
+
+static float freq_at(const attn_rope *rope, int i, float *unscaled);
+
+/* Every inverse frequency of r (resolved, not NONE) is a finite float32 > 0,
+ * so every angle p * inv_freq (p <= 2^53) and its cos/sin are finite. The
+ * error blames the base when the unscaled frequency already fails, else the
+ * scaling factor. */
+static attn_status check_freqs(const attn_rope *r, const attn__rope_names *nm, attn_error *err)
+{
+    const int half = r->rotary_dim / 2;
+    for (int i = 0; i < half; i++) {
+        float raw;
+        const float f = freq_at(r, i, &raw);
+        if (!(raw > 0.0f) || !(raw <= FLT_MAX))
+            return attn__set_error(err, nm->code,
+                                   "%s = %g gives inverse frequency %d of %d = %g (rotary_dim %d), not a "
+                                   "finite float32 > 0", nm->theta, r->theta, i, half, (double)raw,
+                                   r->rotary_dim);
+        if (!(f > 0.0f) || !(f <= FLT_MAX))
+            return attn__set_error(err, nm->code,
+                                   "%s = %g (with %s = %g) gives inverse frequency %d of %d = %g, not a "
+                                   "finite float32 > 0", nm->factor, r->factor, nm->theta, r->theta, i,
+                                   half, (double)f);
+    }
+    return ATTN_OK;
+}
+
+attn_status attn__rope_check(const attn_rope *in, int d_k, const attn__rope_names *nm, attn_rope *out,
+                             attn_error *err)
 {
     attn_rope r = *in;
     if (r.style == ATTN_ROPE_NONE) {
@@ -21,66 +64,66 @@ attn_status attn__rope_resolve(const attn_rope *in, int d_k, attn_rope *out, att
         return ATTN_OK;
     }
     if (r.style != ATTN_ROPE_HALF && r.style != ATTN_ROPE_INTERLEAVED)
-        return attn__set_error(err, ATTN_ERR_INVALID_ARG, "desc.rope.style = %d is not an attn_rope_style",
-                               (int)r.style);
+        return attn__set_error(err, nm->code, "desc.rope.style = %d is not an attn_rope_style", (int)r.style);
     if (r.theta == 0.0) r.theta = 10000.0;
     /* HF rounds the base to float32 (torch.tensor(base, dtype=float32) ** x). */
     if (!(r.theta > 0.0) || !(r.theta <= FLT_MAX) || !((float)r.theta > 0.0f))
-        return attn__set_error(err, ATTN_ERR_INVALID_ARG,
-                               "desc.rope.theta = %g, must be > 0 and finite in float32 (0 = 10000)",
-                               r.theta);
+        return attn__set_error(err, nm->code, "%s = %g, must be > 0 and finite in float32 (0 = 10000)",
+                               nm->theta, r.theta);
     if (r.rotary_dim == 0) {
         if (d_k % 2 != 0)
-            return attn__set_error(err, ATTN_ERR_INVALID_ARG,
-                                   "desc.rope.rotary_dim = 0 means head_dim_k = %d, which is odd: "
-                                   "rotary dims pair up, give an even rotary_dim", d_k);
+            return attn__set_error(err, nm->code,
+                                   "%s = 0 means head_dim_k = %d, which is odd: "
+                                   "rotary dims pair up, give an even rotary_dim", nm->rotary_dim, d_k);
         r.rotary_dim = d_k;
     }
     if (r.rotary_dim < 2 || r.rotary_dim % 2 != 0 || r.rotary_dim > d_k)
-        return attn__set_error(err, ATTN_ERR_INVALID_ARG,
-                               "desc.rope.rotary_dim = %d, must be even and in 2..head_dim_k (%d)",
-                               r.rotary_dim, d_k);
+        return attn__set_error(err, nm->code, "%s = %d, must be even and in 2..head_dim_k (%d)",
+                               nm->rotary_dim, r.rotary_dim, d_k);
     switch (r.scaling) {
     case ATTN_ROPE_SCALING_NONE:
         r.factor = r.low_freq_factor = r.high_freq_factor = 0.0;
         r.original_max_position = 0;
         break;
     case ATTN_ROPE_SCALING_LINEAR:
-        if (!finite_pos(r.factor) || !((float)r.factor > 0.0f) || !((float)r.factor <= FLT_MAX))
-            return attn__set_error(err, ATTN_ERR_INVALID_ARG,
-                                   "desc.rope.factor = %g, linear scaling needs a finite factor > 0",
-                                   r.factor);
+        if (!finite_pos(r.factor) || !factor_ok(r.factor)) return bad_factor(nm, nm->factor, r.factor, "linear", err);
         r.low_freq_factor = r.high_freq_factor = 0.0;
         r.original_max_position = 0;
         break;
     case ATTN_ROPE_SCALING_LLAMA3:
-        if (!finite_pos(r.factor) || !((float)r.factor > 0.0f) || !((float)r.factor <= FLT_MAX))
-            return attn__set_error(err, ATTN_ERR_INVALID_ARG,
-                                   "desc.rope.factor = %g, llama3 scaling needs a finite factor > 0",
-                                   r.factor);
-        if (!finite_pos(r.low_freq_factor) || !((float)r.low_freq_factor > 0.0f))
-            return attn__set_error(err, ATTN_ERR_INVALID_ARG,
-                                   "desc.rope.low_freq_factor = %g, llama3 scaling needs a finite value > 0",
-                                   r.low_freq_factor);
-        if (!(r.high_freq_factor > r.low_freq_factor) || !(r.high_freq_factor <= FLT_MAX) ||
+        if (!finite_pos(r.factor) || !factor_ok(r.factor)) return bad_factor(nm, nm->factor, r.factor, "llama3", err);
+        if (!finite_pos(r.low_freq_factor) || !factor_ok(r.low_freq_factor))
+            return bad_factor(nm, nm->low_freq_factor, r.low_freq_factor, "llama3", err);
+        if (!finite_pos(r.high_freq_factor) || !factor_ok(r.high_freq_factor))
+            return bad_factor(nm, nm->high_freq_factor, r.high_freq_factor, "llama3", err);
+        /* the smoothing divides by (high - low) in float32 */
+        if (!(r.high_freq_factor > r.low_freq_factor) ||
             !((float)(r.high_freq_factor - r.low_freq_factor) > 0.0f))
-            return attn__set_error(err, ATTN_ERR_INVALID_ARG,
-                                   "desc.rope.high_freq_factor = %g, llama3 scaling needs a finite value "
-                                   "> low_freq_factor (%g)", r.high_freq_factor, r.low_freq_factor);
-        if (r.original_max_position < 1)
-            return attn__set_error(err, ATTN_ERR_INVALID_ARG,
-                                   "desc.rope.original_max_position = %d, llama3 scaling needs >= 1",
-                                   r.original_max_position);
+            return attn__set_error(err, nm->code, "%s = %g, llama3 scaling needs a value > %s (%g)",
+                                   nm->high_freq_factor, r.high_freq_factor, nm->low_freq_factor,
+                                   r.low_freq_factor);
+        if (r.original_max_position < 1 || r.original_max_position > ATTN__ROPE_MAX_ORIGINAL)
+            return attn__set_error(err, nm->code, "%s = %d, llama3 scaling needs a value in [1, %d]",
+                                   nm->original_max_position, r.original_max_position,
+                                   ATTN__ROPE_MAX_ORIGINAL);
         break;
     default:
-        return attn__set_error(err, ATTN_ERR_INVALID_ARG,
-                               "desc.rope.scaling = %d is not an attn_rope_scaling", (int)r.scaling);
+        return attn__set_error(err, nm->code, "desc.rope.scaling = %d is not an attn_rope_scaling",
+                               (int)r.scaling);
     }
+    attn_status st = check_freqs(&r, nm, err);
+    if (st != ATTN_OK) return st;
     *out = r;
     return ATTN_OK;
 }
 
-/* HF's float32 vector, operation by operation. Each line names the torch
+attn_status attn__rope_resolve(const attn_rope *in, int d_k, attn_rope *out, attn_error *err)
+{
+    return attn__rope_check(in, d_k, &desc_names, out, err);
+}
+
+/* Element i of HF's float32 vector (*unscaled: before the scaling),
+ * operation by operation. Each line names the torch
  * expression it reproduces; python scalars meet float32 tensors as float32
  * (torch's type promotion keeps the tensor's dtype), and `scalar / tensor` is
  * torch's tensor.reciprocal() * scalar. This file is compiled without
@@ -92,40 +135,39 @@ attn_status attn__rope_resolve(const attn_rope *in, int d_k, attn_rope *out, att
  * powf_u10 (1-ulp), which differs from powf by one ulp for ~1.5% of
  * (theta, dim, i). We use powf throughout: the value torch's scalar path
  * gives, and torch's vectorised value in the other ~98.5%. */
+static float freq_at(const attn_rope *rope, int i, float *unscaled)
+{
+    const int dim = rope->rotary_dim;
+    const float base = (float)rope->theta;
+    const float e = (float)(2 * i) / (float)dim;      /* arange(0, dim, 2).float() / dim */
+    const float f = 1.0f / powf(base, e);             /* 1.0 / (base ** e)               */
+    *unscaled = f;
+    if (rope->scaling == ATTN_ROPE_SCALING_LINEAR) return f / (float)rope->factor; /* inv_freq /= factor */
+    if (rope->scaling != ATTN_ROPE_SCALING_LLAMA3) return f;
+    /* _compute_llama3_parameters */
+    const double old = (double)rope->original_max_position;
+    const float factor = (float)rope->factor;
+    const float low = (float)rope->low_freq_factor;
+    const float low_wavelen = (float)(old / rope->low_freq_factor);   /* old / low   (python) */
+    const float high_wavelen = (float)(old / rope->high_freq_factor); /* old / high  (python) */
+    const float span = (float)(rope->high_freq_factor - rope->low_freq_factor); /* hi - lo */
+    const float two_pi = (float)(2.0 * PI_DOUBLE);                     /* 2 * math.pi */
+    const float old_f = (float)old;
+    const float wavelen = (1.0f / f) * two_pi;                         /* 2π / inv_freq */
+    /* where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq) */
+    const float llama = wavelen > low_wavelen ? f / factor : f;
+    /* (old_context_len / wavelen - low_freq_factor) / (high - low) */
+    const float smooth = ((1.0f / wavelen) * old_f - low) / span;
+    /* (1 - smooth) * inv_freq_llama / factor + smooth * inv_freq_llama */
+    const float smoothed = (1.0f - smooth) * llama / factor + smooth * llama;
+    const int medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+    return medium ? smoothed : llama;
+}
+
 void attn__rope_inv_freq(const attn_rope *rope, float *inv_freq)
 {
-    const int dim = rope->rotary_dim, half = dim / 2;
-    const float base = (float)rope->theta;
-    for (int i = 0; i < half; i++) {
-        float e = (float)(2 * i) / (float)dim;       /* arange(0, dim, 2).float() / dim */
-        inv_freq[i] = 1.0f / powf(base, e);           /* 1.0 / (base ** e)               */
-    }
-    if (rope->scaling == ATTN_ROPE_SCALING_LINEAR) {
-        const float factor = (float)rope->factor;
-        for (int i = 0; i < half; i++) inv_freq[i] = inv_freq[i] / factor; /* inv_freq /= factor */
-    } else if (rope->scaling == ATTN_ROPE_SCALING_LLAMA3) {
-        /* _compute_llama3_parameters */
-        const double old = (double)rope->original_max_position;
-        const float factor = (float)rope->factor;
-        const float low = (float)rope->low_freq_factor;
-        const float low_wavelen = (float)(old / rope->low_freq_factor);   /* old / low   (python) */
-        const float high_wavelen = (float)(old / rope->high_freq_factor); /* old / high  (python) */
-        const float span = (float)(rope->high_freq_factor - rope->low_freq_factor); /* hi - lo */
-        const float two_pi = (float)(2.0 * PI_DOUBLE);                     /* 2 * math.pi */
-        const float old_f = (float)old;
-        for (int i = 0; i < half; i++) {
-            const float f = inv_freq[i];
-            const float wavelen = (1.0f / f) * two_pi;                     /* 2π / inv_freq */
-            /* where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq) */
-            const float llama = wavelen > low_wavelen ? f / factor : f;
-            /* (old_context_len / wavelen - low_freq_factor) / (high - low) */
-            const float smooth = ((1.0f / wavelen) * old_f - low) / span;
-            /* (1 - smooth) * inv_freq_llama / factor + smooth * inv_freq_llama */
-            const float smoothed = (1.0f - smooth) * llama / factor + smooth * llama;
-            const int medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
-            inv_freq[i] = medium ? smoothed : llama;
-        }
-    }
+    float raw;
+    for (int i = 0; i < rope->rotary_dim / 2; i++) inv_freq[i] = freq_at(rope, i, &raw);
 }
 
 /* The angle of position p is p * inv_freq[i]. HF (LlamaRotaryEmbedding.forward)

@@ -14,11 +14,39 @@
 /* Largest position accepted (2^53: every integer up to it is a double). */
 #define ATTN__ROPE_MAX_POSITION ((int64_t)1 << 53)
 
-/* Checks desc-style rope parameters for a layer whose heads are d_k wide and
- * writes the resolved form to *out: theta 0 -> 10000, rotary_dim 0 -> d_k.
- * style NONE resolves to all zeros (the other fields are ignored). Returns
- * INVALID_ARG naming the field ("desc.rope.rotary_dim = 7, must be even"),
- * *out untouched then. */
+/* The accepted range of every scaling parameter (factor, low_freq_factor,
+ * high_freq_factor): real checkpoints use 1..64 (Llama 3.1: 8, 1, 4); a value
+ * outside this range is a broken file, and a subnormal one (1e-40) would make
+ * the inverse frequencies infinite. */
+#define ATTN__ROPE_MIN_FACTOR 1e-3
+#define ATTN__ROPE_MAX_FACTOR 1e6
+/* Largest llama3 original_max_position (Llama 3.1: 8192). */
+#define ATTN__ROPE_MAX_ORIGINAL (1 << 24)
+
+/* How the fields of an attn_rope are named in errors, and the code an error
+ * gets: desc.rope.* / INVALID_ARG for attn_layer_create, the config.json keys
+ * / FORMAT for hfconfig.c. */
+typedef struct attn__rope_names {
+    attn_status code;
+    const char *theta, *rotary_dim, *factor, *low_freq_factor, *high_freq_factor,
+        *original_max_position;
+} attn__rope_names;
+
+/* Checks rope parameters for a layer whose heads are d_k wide and writes the
+ * resolved form to *out: theta 0 -> 10000, rotary_dim 0 -> d_k. style NONE
+ * resolves to all zeros (the other fields are ignored). Checks every field's
+ * range (theta > 0 and finite in float32; rotary_dim even, 2..d_k; factors in
+ * [ATTN__ROPE_MIN_FACTOR, ATTN__ROPE_MAX_FACTOR], high_freq_factor >
+ * low_freq_factor also in float32; original_max_position in [1,
+ * ATTN__ROPE_MAX_ORIGINAL]) and then the derived quantities: every one of the
+ * rotary_dim / 2 inverse frequencies attn__rope_inv_freq computes must be a
+ * finite float32 > 0 (so every angle and cos/sin is finite). An error has
+ * nm->code and names the field as nm says ("desc.rope.factor = 1e-40, ...");
+ * *out is untouched then. O(rotary_dim), no allocation. */
+attn_status attn__rope_check(const attn_rope *in, int d_k, const attn__rope_names *nm, attn_rope *out,
+                             attn_error *err);
+
+/* attn__rope_check with the desc.rope.* names and INVALID_ARG. */
 attn_status attn__rope_resolve(const attn_rope *in, int d_k, attn_rope *out, attn_error *err);
 
 /* The rope.rotary_dim / 2 inverse frequencies of a resolved, non-NONE rope,

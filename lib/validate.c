@@ -263,7 +263,7 @@ static int scan(const float *m, size_t rows, size_t cols, double *maxabs, size_t
 static attn_status scan_input(const float *m, int rows, int cols, int i, const char *field,
                               double *maxabs, attn_error *err)
 {
-    size_t n, bad;
+    size_t n, bad = 0;
     if (!attn__mul_size((size_t)rows, (size_t)cols, &n))
         return attn__set_error(err, ATTN_ERR_LIMIT, "seqs[%d].%s is too large", i, field);
     if (!scan(m, (size_t)rows, (size_t)cols, maxabs, &bad))
@@ -388,7 +388,7 @@ attn_status attn__validate_project_kv(const attn_layer *l, const float *key, con
         !attn__mul_size(n, sizeof(float), &n))
         return attn__set_error(err, ATTN_ERR_LIMIT, "s * h * d overflows");
     double mk, mv;
-    size_t bad;
+    size_t bad = 0;
     if (!scan(key, (size_t)s, (size_t)l->e_k, &mk, &bad))
         return attn__set_error(err, ATTN_ERR_NONFINITE, "key[%zu][%zu] is not finite",
                                bad / (size_t)l->e_k, bad % (size_t)l->e_k);
@@ -398,5 +398,83 @@ attn_status attn__validate_project_kv(const attn_layer *l, const float *key, con
     if (l->l1_k * mk + l->bmax_k > MAGNITUDE_LIMIT || l->l1_v * mv + l->bmax_v > MAGNITUDE_LIMIT)
         return attn__set_error(err, ATTN_ERR_LIMIT,
                                "input magnitudes are so large that the projections would overflow float32");
+    return ATTN_OK;
+}
+
+/* 1 when all n floats of m are finite: x - x is 0 for a finite x and NaN for
+ * inf or NaN, and a NaN never compares equal, so one subtract and compare per
+ * four lanes, eight floats a step (no max, unlike max_abs_finite). */
+static int all_finite(const float *m, size_t n)
+{
+    size_t i = 0;
+#if defined(__SSE2__)
+    __m128 a0 = _mm_setzero_ps(), a1 = _mm_setzero_ps();
+    for (; i + 8 <= n; i += 8) {
+        const __m128 x0 = _mm_loadu_ps(m + i), x1 = _mm_loadu_ps(m + i + 4);
+        a0 = _mm_add_ps(a0, _mm_sub_ps(x0, x0)); /* stays 0 until a NaN enters */
+        a1 = _mm_add_ps(a1, _mm_sub_ps(x1, x1));
+    }
+    const __m128 z = _mm_add_ps(a0, a1);
+    if (_mm_movemask_ps(_mm_cmpeq_ps(z, z)) != 0xf) return 0;
+#endif
+    float acc = 0.0f;
+    for (; i < n; i++) acc += m[i] - m[i];
+    return acc == acc;
+}
+
+/* The first non-finite entry of m (n floats), or n when all are finite. */
+static size_t first_nonfinite(const float *m, size_t n)
+{
+    if (all_finite(m, n)) return n;
+    size_t i = 0;
+    while (i < n && fabsf(m[i]) <= FLT_MAX) i++;
+    return i;
+}
+
+static attn_status nonfinite_result(const attn_seq *s, int i, const char *what, size_t k, size_t cols,
+                                    attn_error *err)
+{
+    /* A sequence reading cache rows the library trusts without rescanning
+     * (attn_kv_store, attn_project_kv, earlier appends) may have met rows too
+     * large for these queries: the caller's data, LIMIT. Otherwise every
+     * input was bounded above, and a non-finite result is a library defect. */
+    const attn_status code = s->cache_k != NULL ? ATTN_ERR_LIMIT : ATTN_ERR_INTERNAL;
+    return attn__set_error(err, code,
+                           "non-finite values in the %s: seqs[%d].%s[%zu][%zu] is not finite after the "
+                           "forward (%s); no result is returned",
+                           what, i, what, k / cols, k % cols,
+                           s->cache_k != NULL ? "the KV cache rows are too large for these queries"
+                                              : "an intermediate overflowed float32 although the inputs "
+                                                "were bounded: please report");
+}
+
+attn_status attn__check_results(const attn_layer *l, const attn_seq *seqs, int n_seqs, attn_error *err)
+{
+    for (int i = 0; i < n_seqs; i++) {
+        const attn_seq *s = &seqs[i];
+        const size_t n_out = (size_t)s->t * (size_t)l->e_out; /* sizes validated */
+        size_t k = first_nonfinite(s->output, n_out);
+        if (k < n_out) return nonfinite_result(s, i, "output", k, (size_t)l->e_out, err);
+        if (s->weights_mode == ATTN_WEIGHTS_NONE) continue;
+        const size_t n_w = (size_t)s->t * (size_t)s->s * (s->weights_mode == ATTN_WEIGHTS_PER_HEAD ? (size_t)l->h : 1);
+        k = first_nonfinite(s->weights, n_w);
+        if (k < n_w) return nonfinite_result(s, i, "weights", k, (size_t)s->s, err);
+    }
+    return ATTN_OK;
+}
+
+attn_status attn__check_projected(const float *k_out, size_t n_k, const float *v_out, size_t n_v,
+                                  attn_error *err)
+{
+    size_t bad = first_nonfinite(k_out, n_k);
+    if (bad < n_k)
+        return attn__set_error(err, ATTN_ERR_INTERNAL,
+                               "non-finite values in the projected keys: k_out element %zu is not finite "
+                               "although the inputs were bounded: please report", bad);
+    bad = first_nonfinite(v_out, n_v);
+    if (bad < n_v)
+        return attn__set_error(err, ATTN_ERR_INTERNAL,
+                               "non-finite values in the projected values: v_out element %zu is not "
+                               "finite although the inputs were bounded: please report", bad);
     return ATTN_OK;
 }

@@ -31,4 +31,19 @@ attn_status attn__validate_forward(const attn_layer *layer, const attn_seq *seqs
 attn_status attn__validate_project_kv(const attn_layer *l, const float *key, const float *value, int s,
                                       const float *k_out, const float *v_out, attn_error *err);
 
+/* The last check of attn_forward, after the compute: every output (and
+ * weights) element is finite. The checks above bound every intermediate from
+ * the inputs, so this never fires on a correct library and checked inputs; it
+ * keeps a defect (or cache rows outside those bounds) from becoming an answer
+ * of NaN or garbage. Cost: one pass over T * E_out (+ the weights), against
+ * the forward's O(T * E * (E + S)). Error: LIMIT when the sequence reads a KV
+ * cache (trusted rows, see check_values), else INTERNAL; the message names the
+ * sequence, the array and the element ("non-finite values in the output:
+ * seqs[0].output[2][5] ..."). The outputs then hold the garbage. */
+attn_status attn__check_results(const attn_layer *l, const attn_seq *seqs, int n_seqs, attn_error *err);
+
+/* The same for attn_project_kv's k_out (n_k floats) and v_out (n_v): INTERNAL. */
+attn_status attn__check_projected(const float *k_out, size_t n_k, const float *v_out, size_t n_v,
+                                  attn_error *err);
+
 #endif /* ATTN_VALIDATE_H */
