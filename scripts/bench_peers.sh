@@ -16,6 +16,7 @@
 # Env: BUILD (build), BENCH_SECONDS (1.0 per measurement), PEER_ROUNDS (3),
 #      PEER_CACHE (${XDG_CACHE_HOME:-~/.cache}/attnd-bench: outside the checkout),
 #      ORT_VERSION (1.30.0), PEER_ORT=0 (skip ORT), PEER_ORT_COPY=1 (also ORT's copying decode),
+#      PEER_NO_INSTALL=1 (run: never install; what is missing is reported as missing),
 #      LLAMA_SRC (a ggml-org/ggml or llama.cpp tree), PEER_GGML_ROWS (2048x1,2048x16,8192x1,8192x16).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 0
@@ -75,12 +76,12 @@ ort_section() {
     echo
     echo "-- ONNX Runtime $ORT_VERSION (onnxruntime-node, CPU EP) vs attn_forward --"
     if [ "${PEER_ORT:-1}" = 0 ]; then ort_absent "skipped (PEER_ORT=0)"; return; fi
-    if ! have_onnx || ! have_ort; then
+    if { ! have_onnx || ! have_ort; } && [ "${PEER_NO_INSTALL:-0}" != 1 ]; then
         echo "bench_peers: installing the ORT peer's dependencies (scripts/bench_peers.sh setup)" >&2
         setup >&2
     fi
-    have_onnx || { ort_absent "python3-onnx unavailable ($PY cannot import onnx, numpy; apt-get failed)"; return; }
-    have_ort || { ort_absent "onnxruntime-node $ORT_VERSION unavailable in $ORT_DIR (npm install failed)"; return; }
+    have_onnx || { ort_absent "python3-onnx unavailable ($PY cannot import onnx, numpy)"; return; }
+    have_ort || { ort_absent "onnxruntime-node $ORT_VERSION unavailable in $ORT_DIR (not installed by npm)"; return; }
     "$PEER_BIN" export "$WORK" || { ort_absent "bench_peer export failed"; return; }
     "$PY" tests/bench/peers/build_graphs.py "$WORK" || { ort_absent "build_graphs.py failed"; return; }
     local before
