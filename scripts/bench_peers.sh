@@ -107,7 +107,7 @@ run() {
     echo "== peers: ONNX Runtime and ggml vs attn_forward (scripts/bench_peers.sh) =="
     echo "$(date -u +%H:%M:%SZ); load average $(cut -d' ' -f1-3 /proc/loadavg); $PEER_ROUNDS rounds," \
          "BENCH_SECONDS=$BENCH_SECONDS, 2 threads each side"
-    local own=""
+    own=""   # global: the EXIT trap removes it after run() returns
     if [ -z "${BENCH_TARGETS:-}" ]; then
         BENCH_TARGETS=$(mktemp "${TMPDIR:-/tmp}/attnd-peer-targets.XXXXXX") && own=$BENCH_TARGETS
         export BENCH_TARGETS
