@@ -117,8 +117,8 @@ static int write_f32(const char *path, const float *p, size_t n)
 {
     if (path == NULL || !strcmp(path, "-")) return 0;
     FILE *f = fopen(path, "wb");
-    const int bad = f == NULL || fwrite(p, sizeof *p, n, f) != n;
-    if (f && fclose(f) != 0) return printf("ERROR\twriting %s: %s\n", path, strerror(errno)), -1;
+    int bad = f == NULL || fwrite(p, sizeof *p, n, f) != n;
+    if (f != NULL && fclose(f) != 0) bad = 1;
     if (bad) printf("ERROR\twriting %s: %s\n", path, strerror(errno));
     return bad ? -1 : 0;
 }
