@@ -297,6 +297,9 @@ async function main() {
       if (counted.includes(name)) best = Math.min(best, m.sec);
     }
     if (best < Infinity) row.ratio.push(best / a.med);
+    console.log(`  ${key.padEnd(22)} attnd ${(a.med * 1e3).toPrecision(4)} ms | ORT ` +
+      `${o.map(([name, m]) => `${name} ${m.error ? 'error' : (m.sec * 1e3).toPrecision(4)}`).join(', ')} ms` +
+      `${best < Infinity ? ` | ${(best / a.med).toFixed(2)}x` : ''}`);
   }
 
   const cpus = os.cpus().length;
