@@ -75,6 +75,7 @@ $1 == "RESULT" && ($2 == "ggml" || $2 == "attn") { t[$2 "|" $3] = t[$2 "|" $3] "
 END {
     b = med(bw)
     printf "streaming read bandwidth, 2 threads (sum of floats over 1 GiB, best of 5): median %.2f GB/s over the rounds\n", b
+    printf "(K/V GB/s = n P 8 64 2 elem / median ms, both sides; K/V that fits the last-level cache, e.g. P 2048 n 1, can beat it)\n"
     printf "%-6s %3s %-4s | %10s %7s %5s | %10s %7s %5s | %s\n", "P", "n", "K/V", "ggml ms", "GB/s", "%bw", "attnd ms", "GB/s", "%bw", "ggml/attnd"
     nr = split(rows, rr, ",")
     for (i = 1; i <= nr; i++) for (k = 0; k < 2; k++) {
