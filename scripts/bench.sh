@@ -46,7 +46,7 @@ fi
 ran=0
 for b in "$BUILD"/bench/bench_*; do
     [ -x "$b" ] && [ -f "$b" ] || continue
-    case "$b" in *.d|*.o) continue ;; esac
+    case "$b" in *.d|*.o|*/bench_peer) continue ;; esac   # bench_peer: run by bench_peers.sh below
     echo
     echo "== $(basename "$b") =="
     if [ "$(basename "$b")" = bench_core ]; then
@@ -68,6 +68,9 @@ if [ "$ran" -eq 0 ]; then
     echo "bench.sh: no benchmark binaries in $BUILD/bench (run: make BUILD=$BUILD bench)" >&2
     exit 1
 fi
+
+# attnd vs ONNX Runtime (scripts/bench_peers.sh), its targets into the table below
+scripts/bench_peers.sh || echo "bench_peers.sh failed (see above)"
 
 # The closing table: every issue-18 target the benches measured in this run.
 echo

@@ -2,7 +2,7 @@
 # deps.sh — installs the Debian packages attnd needs to build and test, when missing.
 # Usage: scripts/deps.sh [--bench] [extra-package ...]
 #   --bench adds what make bench needs beyond make test: wrk (bench_daemon drives every
-#   target with it).
+#   target with it), and the ONNX Runtime peer (scripts/bench_peers.sh setup).
 # Runs apt-get only when something is missing; needs root for that (as CI has).
 # nginx-light, gettext-base (envsubst): tests/scripts/test_gateway.sh and test_k8s_manifests.sh
 # run docker/nginx.conf and the k8s gateway template in front of local replicas.
@@ -16,6 +16,10 @@ packages=(gcc make pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev
           nginx-light gettext-base
           openssl valgrind
           ${bench[@]+"${bench[@]}"} "$@")
+
+# --bench: the ONNX Runtime peer's python3-onnx (apt) and onnxruntime-node (npm, into a cache
+# outside the checkout); optional: when it fails, make bench's peers section says why.
+[ ${#bench[@]} -eq 0 ] || "$(dirname "$0")/bench_peers.sh" setup || echo "deps: ONNX Runtime peer not set up" >&2
 
 missing=()
 for p in "${packages[@]}"; do
