@@ -77,7 +77,29 @@ typedef struct attnd_session {
     int evict_on_release;                    /* evicted while busy (retired model)      */
     int64_t last_used_ns;
     struct attnd_session *lru_prev, *lru_next, *hash_next;
+
+    /* A sequence session (a model group's, attnd_sessions_open_group): n_layers
+     * member caches in layers[], each an attnd_session of its own for its
+     * layer (model, fixed fields, block table, rows, length) that is never in
+     * the table or the LRU list. The head (this) holds the id, the TTL, the
+     * LRU place and the one append slot of the whole sequence; its own cache
+     * is empty and model NULL. Appends name a member (attnd_sessions_layer):
+     * reserve and release take a member and act on its head for the rest. */
+    struct attnd_session *layers;            /* (fixed) n_layers members, or NULL      */
+    int n_layers;                            /* (fixed) 0: a single-layer session      */
+    struct attnd_session *group;             /* (fixed) a member's head; NULL: a head  */
+    int layer;                               /* (fixed) a member's index in its group  */
 } attnd_session;
+
+/* The most layers a sequence session holds. */
+#define ATTND_SESSION_LAYERS_MAX 256
+
+/* Member l of sequence session s (0 <= l < s->n_layers), or NULL (s is a
+ * single-layer session, or l out of range). */
+static inline attnd_session *attnd_sessions_layer(attnd_session *s, int l)
+{
+    return s->n_layers > 0 && l >= 0 && l < s->n_layers ? &s->layers[l] : NULL;
+}
 
 typedef struct attnd_sessions_config {
     size_t budget_bytes;       /* the page pool: KV memory of all sessions together  */
@@ -109,7 +131,8 @@ typedef enum attnd_session_result {
     ATTND_SESSION_TOO_LARGE,   /* more than the whole pool or max_length alone       */
     ATTND_SESSION_CACHE_FULL,  /* no room now: the pool is held by busy sessions     */
     ATTND_SESSION_TOO_MANY,    /* max_sessions exist and every one is busy           */
-    ATTND_SESSION_INTERNAL     /* out of memory, no entropy, or a caller's bug       */
+    ATTND_SESSION_INTERNAL,    /* out of memory, no entropy, or a caller's bug       */
+    ATTND_SESSION_OUT_OF_ORDER /* a sequence's layer would pass the layer before it  */
 } attnd_session_result;
 
 /* The detail of a result other than OK: the parameter to blame ("id", "ttl_s",
@@ -147,6 +170,12 @@ typedef struct attnd_session_info {
     size_t bytes;              /* blocks * page bytes (shared pages included)        */
     double idle_s;
     int busy;
+    /* A sequence session: its layers (0 = a single-layer session), and each
+     * layer's length and cached rows; length and rows above are its last
+     * layer's (the positions every layer holds). */
+    int n_layers;
+    int64_t layer_length[ATTND_SESSION_LAYERS_MAX];
+    int layer_rows[ATTND_SESSION_LAYERS_MAX];
 } attnd_session_info;
 
 /* Creates a store and maps its page pool. Returns NULL with err on a bad
@@ -171,12 +200,26 @@ int attnd_sessions_start_sweeper(attnd_sessions *st, int interval_ms);
 attnd_session_result attnd_sessions_open(attnd_sessions *st, const attnd_session_params *p,
                                          attnd_session **out, attnd_session_error *err);
 
+/* Registers a new sequence session of n_layers layers (1..ATTND_SESSION_LAYERS_MAX)
+ * with a fresh id, its append slot held by the caller (release it with 0): p[l]
+ * describes layer l's cache (self only; window and ttl_s are p[0]'s for all;
+ * model_name = the group's name in group_name). Evicts as open does; the
+ * session's budget is the sum of its layers' pages, and it is evicted, expired,
+ * forked and deleted whole. Returns as open; on failure no p[l].model is
+ * released (still the caller's); on success each member holds its p[l].model. */
+attnd_session_result attnd_sessions_open_group(attnd_sessions *st, const attnd_session_params *p,
+                                               int n_layers, const char *group_name,
+                                               attnd_session **out, attnd_session_error *err);
+
 /* Takes the append slot of session id. Returns OK and *out; or NOT_FOUND,
  * EXPIRED (evicted or expired; an idle session past its TTL is expired here),
  * BUSY, with *err. */
 attnd_session_result attnd_sessions_acquire(attnd_sessions *st, const char *id,
                                             attnd_session **out, attnd_session_error *err);
 
+/* Makes room for t more rows (slot held; s a single-layer session, or a
+ * member of a sequence whose head's slot is held: then OUT_OF_ORDER when layer
+ * l would hold more positions than layer l-1, field "layer"). */
 /* Makes room for t more rows (slot held). Self windowed sessions first give
  * back their leading blocks that no new position can see (every row older
  * than the last window-1; positions are relative, so causal + window stay
@@ -189,7 +232,8 @@ attnd_session_result attnd_sessions_acquire(attnd_sessions *st, const char *id,
 attnd_session_result attnd_sessions_reserve(attnd_sessions *st, attnd_session *s, int t,
                                             attnd_session_error *err);
 
-/* Gives the append slot back. committed > 0: the compute succeeded and wrote t
+/* Gives the append slot back (s a session, or a member of a sequence: the
+ * commit goes to the member, the slot is its head's). committed > 0: the compute succeeded and wrote t
  * = committed new rows (self: rows and length advance; cross: length advances).
  * *length and *rows (each may be NULL) get the values after the commit. Frees
  * the session if it was deleted meanwhile: s is invalid after this call. */
