@@ -710,7 +710,10 @@ static int attach_cache(attnd_app *app, const attnd_model *m, attnd_session *s,
         q->weights = call->weights;
         req->bytes += n * sizeof(float);
     }
-    if (m->info.rope.style != ATTN_ROPE_NONE) {
+    if (q->position_ids) {
+        /* The append's own (a left-padded batch's), decoded and checked by the
+         * codec: T integers in 0..2^53. Without RoPE positions change nothing. */
+    } else if (m->info.rope.style != ATTN_ROPE_NONE) {
         /* The stream's absolute positions: a window may have dropped rows, so
          * cache_len + i is not always the position. */
         call->positions = malloc((size_t)t * sizeof *call->positions);
@@ -745,7 +748,7 @@ static int attach_cache(attnd_app *app, const attnd_model *m, attnd_session *s,
  * session's model version, x->state the call. On failure nothing is held. */
 /* The body's query rows: the JSON form, or a v2 infer body with binary tensors
  * (Inference-Header-Content-Length), which may carry only query [1,T,E_q] and
- * asks for no weights: positions, masks and keys come from the session. */
+ * position_ids, and asks for no weights: masks and keys come from the session. */
 static int decode_rows(attnd_exchange *x, attnd_session_call *call, const attnd_model *m,
                        const attnd_decode_opts *opts, attnd_request **req,
                        attnd_http_error *err)
@@ -765,7 +768,6 @@ static int decode_rows(attnd_exchange *x, attnd_session_call *call, const attnd_
     const char *bad = (*req)->n_seqs != 1 ? "query"
                       : q->key                               ? "key"
                       : q->key_padding_mask || q->attn_mask ? "attn_mask"
-                      : q->position_ids                      ? "position_ids"
                       : (*req)->need_weights                 ? "attn_weights"
                                                               : NULL;
     if (!bad)
@@ -774,8 +776,8 @@ static int decode_rows(attnd_exchange *x, attnd_session_call *call, const attnd_
     *req = NULL;
     return attnd_http_fail(err, 400, "invalid_value", bad,
                            "a binary append carries the next rows of one stream: query "
-                           "[1,T,E_q] only (no key, masks or position_ids: the session has "
-                           "them; attention weights: use the JSON form)");
+                           "[1,T,E_q] and optionally position_ids [1,T] (no key or masks: "
+                           "the session has them; attention weights: use the JSON form)");
 }
 
 /* The layer an append names: /v1/sessions/{id}/layers/{l}/append on a sequence
