@@ -156,7 +156,8 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
  * them: one small self-attention forward over a fixed input (deterministic for
  * a given build and machine) is hashed bit for bit, with the shape and the kv
  * dtype. A different checkpoint changes it; so may another CPU's BLAS kernels,
- * and then saved sessions are dropped, never trusted. 0 when it cannot run. */
+ * and then saved sessions are dropped, never trusted. 0 when it cannot run
+ * (0 matches nothing: persist.c drops a session whose hash is 0). */
 uint64_t attnd_model_weights_hash(const attnd_model *m)
 {
     const attn_layer_info *in = &m->info;
@@ -174,7 +175,9 @@ uint64_t attnd_model_weights_hash(const attnd_model *m)
         x ^= x << 5;
         buf[i] = (float)((double)(x >> 8) / (double)(1u << 24) * 2.0 - 1.0);
     }
-    attn_seq s = {.t = T, .s = T, .query = q, .key = k, .value = v, .output = out};
+    const int self = in->embed_k == in->embed_q && in->embed_v == in->embed_q;
+    attn_seq s = {.t = T, .s = T, .query = q, .key = self ? NULL : k, .value = self ? NULL : v,
+                  .output = out, .is_causal = self};
     attn_error ae;
     uint64_t h = UINT64_C(0xcbf29ce484222325);
     if (attn_forward(m->layer, &s, 1, NULL, NULL, &ae) != ATTN_OK) {

@@ -1038,3 +1038,139 @@ void attnd_sessions_kv(const attnd_sessions *st, const attnd_session *s, attnd_s
     out->block_rows = s->block_rows;
     out->table = s->blocks;
 }
+
+/* ------------------------------------------------------------ saving and restoring */
+
+int attnd_sessions_foreach(attnd_sessions *st,
+                           int (*fn)(void *ctx, const attnd_sessions *st, const attnd_session *s,
+                                     int64_t idle_ns),
+                           void *ctx)
+{
+    int n = 0;
+    pthread_mutex_lock(&st->mu);
+    int64_t now = now_ns(st);
+    for (attnd_session *s = st->lru_head; s; s = s->lru_next) {
+        if (s->busy || s->removed || expired(s, now)) continue;
+        n++;
+        if (fn(ctx, st, s, now > s->last_used_ns ? now - s->last_used_ns : 0) != 0) break;
+    }
+    pthread_mutex_unlock(&st->mu);
+    return n;
+}
+
+const char *attnd_sessions_id_prefix(const attnd_sessions *st) { return st->prefix; }
+
+static void lru_push_back(attnd_sessions *st, attnd_session *s)
+{
+    s->lru_next = NULL;
+    s->lru_prev = st->lru_tail;
+    if (st->lru_tail) st->lru_tail->lru_next = s;
+    else st->lru_head = s;
+    st->lru_tail = s;
+}
+
+/* 1 when img fits cache s: its blocks hold its rows, its length holds them,
+ * a cross memory keeps its rows. */
+static int image_fits(const attnd_session *s, const attnd_session_image *img, int max_length)
+{
+    if (img->n_blocks < 0 || img->rows < 0 || img->length < 0 || !(img->data || !img->n_blocks) ||
+        (s->kind == ATTND_SESSION_SELF && img->length < img->rows))
+        return 0;
+    if ((int64_t)img->n_blocks * s->block_rows < img->rows) /* more blocks than rows: a failed
+                                                                  append's room, kept */
+        return 0;
+    if (s->kind == ATTND_SESSION_SELF && s->window == 0 && img->length > max_length) return 0;
+    if (s->kind == ATTND_SESSION_CROSS && (img->rows != s->rows || img->rows < 1)) return 0;
+    return 1;
+}
+
+/* Fills cache s from img (mu held, pages free). */
+static void fill_image(attnd_sessions *st, attnd_session *s, const attnd_session_image *img)
+{
+    char *base = attnd_kvpool_base(st->pool);
+    const size_t page = attnd_kvpool_page_bytes(st->pool);
+    for (int b = 0; b < img->n_blocks; b++) {
+        attnd_kvpool_alloc(st->pool, &s->blocks[s->n_blocks]);
+        memcpy(base + (size_t)s->blocks[s->n_blocks] * page, img->data + (size_t)b * s->block_bytes,
+               s->block_bytes);
+        s->n_blocks++;
+    }
+    s->rows = img->rows;
+    s->length = img->length;
+}
+
+attnd_session_result attnd_sessions_restore(attnd_sessions *st, const char *id,
+                                            const attnd_session_params *p,
+                                            const attnd_session_params *lp, int n_layers,
+                                            const attnd_session_image *img, float query_limit,
+                                            int64_t idle_ns, attnd_session_error *err)
+{
+    attnd_session_error local;
+    if (!err)
+        err = &local;
+    if (!id_valid(st, id))
+        return session_fail(err, ATTND_SESSION_INVALID, "id",
+                            "id %.80s is not one of this replica's (prefix \"%s\")", id, st->prefix);
+    if (check_params(st, p, err) != 0) return err->result;
+    if (n_layers < 0 || n_layers > ATTND_SESSION_LAYERS_MAX)
+        return session_fail(err, ATTND_SESSION_INVALID, "layers", "%d layers", n_layers);
+    for (int l = 0; l < n_layers; l++) {
+        attnd_session_params one = lp[l];
+        one.window = p->window;
+        one.ttl_s = p->ttl_s;
+        if (lp[l].kind != ATTND_SESSION_SELF || check_params(st, &one, err) != 0)
+            return session_fail(err, ATTND_SESSION_INVALID, "layers", "layer %d does not fit", l);
+    }
+    attnd_session *s = new_session(st, p, lp, n_layers, p->model_name, err), *freelist = NULL;
+    if (!s) return err->result;
+    int pages = 0, rc = -1;
+    for (int c = 0; c < (n_layers ? n_layers : 1); c++) {
+        attnd_session *m = n_layers ? &s->layers[c] : s;
+        if (!image_fits(m, &img[c], st->cfg.max_length) || table_room(m, img[c].n_blocks) != 0) {
+            session_fail(err, ATTND_SESSION_INVALID, "layers",
+                         "cache %d: %d blocks of %d rows for %d rows and length %lld do not fit "
+                         "the session", c, img[c].n_blocks, m->block_rows, img[c].rows,
+                         (long long)img[c].length);
+            goto out;
+        }
+        pages += img[c].n_blocks;
+    }
+    pthread_mutex_lock(&st->mu);
+    if (table_find(st, id)) {
+        session_fail(err, ATTND_SESSION_INVALID, "id", "session %.80s exists already", id);
+    } else if (st->count >= st->cfg.max_sessions) {
+        session_fail(err, ATTND_SESSION_TOO_MANY, "", "%d sessions exist (max_sessions)", st->count);
+    } else if (attnd_kvpool_free_pages(st->pool) < pages) {
+        session_fail(err, ATTND_SESSION_CACHE_FULL, "",
+                     "it needs %d KV pages, %d of %d are free (kv_cache_bytes)", pages,
+                     attnd_kvpool_free_pages(st->pool), attnd_kvpool_pages(st->pool));
+    } else {
+        snprintf(s->id, sizeof s->id, "%s", id);
+        for (int l = 0; l < s->n_layers; l++)
+            memcpy(s->layers[l].id, s->id, sizeof s->id);
+        if (n_layers)
+            for (int l = 0; l < n_layers; l++)
+                fill_image(st, &s->layers[l], &img[l]);
+        else
+            fill_image(st, s, &img[0]);
+        s->query_limit = query_limit;
+        size_t b = id_hash(st, s->id);
+        s->hash_next = st->buckets[b];
+        st->buckets[b] = s;
+        lru_push_back(st, s);
+        s->last_used_ns = now_ns(st) - idle_ns;
+        st->count++;
+        publish(st);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&st->mu);
+out:
+    if (rc != 0) {
+        s->model = NULL; /* still the caller's */
+        for (int l = 0; l < s->n_layers; l++)
+            s->layers[l].model = NULL;
+        destroy(st, s);
+    }
+    (void)freelist;
+    return result_of(rc, err);
+}

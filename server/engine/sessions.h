@@ -295,4 +295,43 @@ typedef struct attnd_session_kv {
 } attnd_session_kv;
 void attnd_sessions_kv(const attnd_sessions *st, const attnd_session *s, attnd_session_kv *out);
 
+/* ---- saving and restoring (persist.c, --session-dir) ---- */
+
+/* Calls fn for every live idle session, most recently used first, under the
+ * store's lock (fn must not call the store; busy and expired ones are left
+ * out), with its idle time; fn returns 0 to go on, else the walk stops.
+ * Page contents are read through attnd_sessions_kv. Returns how many fn saw. */
+int attnd_sessions_foreach(attnd_sessions *st,
+                           int (*fn)(void *ctx, const attnd_sessions *st, const attnd_session *s,
+                                     int64_t idle_ns),
+                           void *ctx);
+
+/* A saved cache, as attnd_sessions_restore takes it back: its length, rows and
+ * n_blocks blocks of block_bytes (the params' k + v block bytes) each, K rows
+ * then V rows at k_block_bytes, as a page holds them. */
+typedef struct attnd_session_image {
+    int64_t length;
+    int rows;
+    int n_blocks;
+    const unsigned char *data;
+} attnd_session_image;
+
+/* Registers a session read back from disk under its old id (which must be
+ * this store's: its replica prefix, not in use): one cache (n_layers = 0,
+ * img[0], model p->model) or a sequence (n_layers, lp[l] and img[l] each
+ * layer's; p the head's as open_group makes it). It comes idle, idle_ns old,
+ * as the least recently used so far (restore the most recent first), and
+ * never evicts another: CACHE_FULL / TOO_MANY when the pool or max_sessions
+ * has no room. Returns OK (the store holds each model reference now), or what
+ * failed with *err (INVALID: a bad id or image, NOT_FOUND never); on failure no
+ * model is released. */
+attnd_session_result attnd_sessions_restore(attnd_sessions *st, const char *id,
+                                            const attnd_session_params *p,
+                                            const attnd_session_params *lp, int n_layers,
+                                            const attnd_session_image *img, float query_limit,
+                                            int64_t idle_ns, attnd_session_error *err);
+
+/* The replica prefix ids of this store start with ("NAME." or ""). */
+const char *attnd_sessions_id_prefix(const attnd_sessions *st);
+
 #endif
