@@ -975,10 +975,11 @@ int attnd_handler_session_is_group(const attnd_app *app, const char *path)
     return path_group(app, path) != NULL;
 }
 
-/* 503 model_unavailable for group g whose layer `missing` is unloaded. */
+/* 404 model_not_found for group g whose layer `missing` is unloaded (as for an
+ * unloaded model). */
 static int group_unavailable(const attnd_model_group *g, int missing, attnd_http_error *e)
 {
-    return attnd_http_fail(e, 503, "model_unavailable", "",
+    return attnd_http_fail(e, 404, "model_not_found", "",
                            "model group %s: its layer %d (model %s.%d) is not loaded", g->name,
                            missing, g->name, g->checkpoint_layers[missing]);
 }
