@@ -9,7 +9,7 @@ from . import _tensors as T
 from ._http import ConnectFailed, Transport
 from .errors import TransportError, error_for
 
-__all__ = ["Client", "Session", "Result"]
+__all__ = ["Client", "Session", "SessionLayer", "Result"]
 
 _VERSION = "0.1.0"
 
@@ -654,6 +654,14 @@ class Session:
             self.cached = r.session["cached"]
         return r
 
+    def layer(self, layer):
+        """Layer ``layer`` of a sequence session (one opened on a model group,
+        ``--model NAME=DIR,layers=...``, which holds a cache for every layer):
+        ``s.layer(l).append(rows)`` appends to that layer, ``POST
+        /v1/sessions/{id}/layers/{l}/append`` (see :class:`SessionLayer`). Fork, close and
+        expiry act on the whole sequence."""
+        return SessionLayer(self, layer)
+
     def fork(self):
         """``POST /v1/sessions/{id}/fork``: a new :class:`Session` starting from a copy of
         this one's cache (``forked_from`` names this one); appends to either never change
@@ -683,3 +691,47 @@ class Session:
             except (NotFound, Gone):
                 pass
             self.closed = True
+
+
+class SessionLayer:
+    """One layer of a sequence session (:meth:`Session.layer`). ``length`` and ``cached``
+    are this layer's, updated by :meth:`append`. Layer ``l`` may never hold more positions
+    than layer ``l-1``: such an append raises :class:`attnd.Conflict` (409
+    ``layer_out_of_order``, both lengths in the message); a decode loop appends layer 0,
+    then 1, ... for every step."""
+
+    def __init__(self, session, layer):
+        self.session = session
+        self.layer = int(layer)
+        self.length = None
+        self.cached = None
+
+    def __repr__(self):
+        return "SessionLayer(%r, layer=%d, length=%r)" % (self.session.id, self.layer, self.length)
+
+    def append(self, query, need_weights=False, average_attn_weights=True, timeout_ms=None,
+               id=None, *, position_ids=None):
+        """The next ``T×E_q`` rows of this layer, as JSON (``position_ids``, one per row,
+        are sent: the server places the rows at them). Returns a :class:`Result` whose
+        ``session`` is ``{"id", "layer", "length", "cached"}``. Never re-sent after a lost
+        connection."""
+        body = {"query": query}
+        if position_ids is not None:
+            body["position_ids"] = [int(p) for p in T.flat_ints(position_ids)]
+        if need_weights:
+            body["need_weights"] = True
+        if not average_attn_weights:
+            body["average_attn_weights"] = False
+        if timeout_ms is not None:
+            body["timeout_ms"] = timeout_ms
+        if id is not None:
+            body["id"] = id
+        c = self.session._client
+        j = c._json("POST", "/v1/sessions/%s/layers/%d/append" % (_quote(self.session.id), self.layer),
+                    body, idempotent=False)
+        r = c._v1_result(j, _input_is_numpy(query))
+        if r.session:
+            self.length = r.session.get("length", self.length)
+            self.cached = r.session.get("cached", self.cached)
+        return r
+
