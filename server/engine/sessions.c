@@ -820,8 +820,6 @@ static void fill_info(const attnd_sessions *st, const attnd_session *s, int64_t 
         const attnd_session *m = &s->layers[l];
         for (int b = 0; b < m->n_blocks; b++)
             out->shared_blocks += attnd_kvpool_refs(st->pool, m->blocks[b]) > 1;
-        out->layer_length[l] = m->length;
-        out->layer_rows[l] = m->rows;
     }
     if (s->n_layers > 0) {
         out->length = s->layers[s->n_layers - 1].length;
@@ -836,6 +834,13 @@ static void fill_info(const attnd_sessions *st, const attnd_session *s, int64_t 
 attnd_session_result attnd_sessions_get(attnd_sessions *st, const char *id,
                                         attnd_session_info *out, attnd_session_error *err)
 {
+    return attnd_sessions_get_layers(st, id, out, NULL, NULL, 0, err);
+}
+
+attnd_session_result attnd_sessions_get_layers(attnd_sessions *st, const char *id,
+                                               attnd_session_info *out, int64_t *length,
+                                               int *rows, int cap, attnd_session_error *err)
+{
     attnd_session_error local;
     if (!err)
         err = &local;
@@ -845,6 +850,10 @@ attnd_session_result attnd_sessions_get(attnd_sessions *st, const char *id,
     attnd_session *s = lookup(st, id, now, &freelist, err);
     if (s)
         fill_info(st, s, now, out);
+    for (int l = 0; s && l < s->n_layers && l < cap; l++) {
+        length[l] = s->layers[l].length;
+        rows[l] = s->layers[l].rows;
+    }
     pthread_mutex_unlock(&st->mu);
     destroy_list(st, freelist);
     return s ? ATTND_SESSION_OK : err->result;

@@ -170,12 +170,10 @@ typedef struct attnd_session_info {
     size_t bytes;              /* blocks * page bytes (shared pages included)        */
     double idle_s;
     int busy;
-    /* A sequence session: its layers (0 = a single-layer session), and each
-     * layer's length and cached rows; length and rows above are its last
-     * layer's (the positions every layer holds). */
+    /* A sequence session: its layers (0 = a single-layer session); length and
+     * rows above are then its last layer's (the positions every layer holds),
+     * each layer's come from attnd_sessions_get_layers. */
     int n_layers;
-    int64_t layer_length[ATTND_SESSION_LAYERS_MAX];
-    int layer_rows[ATTND_SESSION_LAYERS_MAX];
 } attnd_session_info;
 
 /* Creates a store and maps its page pool. Returns NULL with err on a bad
@@ -244,6 +242,12 @@ void attnd_sessions_release(attnd_sessions *st, attnd_session *s, int committed,
  * expired idle session is expired here too). Does not count as use. */
 attnd_session_result attnd_sessions_get(attnd_sessions *st, const char *id,
                                         attnd_session_info *out, attnd_session_error *err);
+
+/* attnd_sessions_get, and a sequence's layers' lengths and cached rows (the
+ * first cap of them) into length[] and rows[], read at the same instant. */
+attnd_session_result attnd_sessions_get_layers(attnd_sessions *st, const char *id,
+                                               attnd_session_info *out, int64_t *length,
+                                               int *rows, int cap, attnd_session_error *err);
 
 /* Deletes session id (a busy one is unlinked now and freed by its slot holder).
  * Returns OK, or NOT_FOUND / EXPIRED. */

@@ -522,8 +522,11 @@ fail:
 
 /* ------------------------------------------------------------ GET, DELETE */
 
-/* One session's description (GET /v1/sessions/{id}, and each entry of the list). */
-static void put_info(attnd_jsonbuf *b, const attnd_session_info *si)
+/* One session's description (GET /v1/sessions/{id}, and each entry of the
+ * list); a sequence's layers when length/rows are given (GET), else its
+ * num_layers. */
+static void put_info(attnd_jsonbuf *b, const attnd_session_info *si, const int64_t *length,
+                     const int *rows)
 {
     put_session_head(b, si->id, si->model_name, si->kind, si->window, si->ttl_s);
     attnd_jb_puts(b, ",\"length\":");
@@ -538,12 +541,15 @@ static void put_info(attnd_jsonbuf *b, const attnd_session_info *si)
     attnd_jb_i64(b, si->shared_blocks);
     attnd_jb_printf(b, ",\"idle_s\":%.3f,\"busy\":%s", si->idle_s,
                     si->busy ? "true" : "false");
-    if (si->n_layers > 0) { /* a sequence: each layer's length */
-        attnd_jb_puts(b, ",\"layers\":[");
-        for (int l = 0; l < si->n_layers; l++)
-            attnd_jb_printf(b, "%s{\"layer\":%d,\"length\":%lld,\"cached\":%d}", l ? "," : "", l,
-                            (long long)si->layer_length[l], si->layer_rows[l]);
-        attnd_jb_putc(b, ']');
+    if (si->n_layers > 0) { /* a sequence */
+        attnd_jb_printf(b, ",\"num_layers\":%d", si->n_layers);
+        if (length) { /* each layer's length */
+            attnd_jb_puts(b, ",\"layers\":[");
+            for (int l = 0; l < si->n_layers; l++)
+                attnd_jb_printf(b, "%s{\"layer\":%d,\"length\":%lld,\"cached\":%d}", l ? "," : "",
+                                l, (long long)length[l], rows[l]);
+            attnd_jb_putc(b, ']');
+        }
     }
     attnd_jb_putc(b, '}');
 }
@@ -553,13 +559,16 @@ static void get_info(attnd_app *app, const char *id, attnd_reply *out)
     attnd_session_info si;
     attnd_session_error se;
     attnd_http_error e;
-    if (attnd_sessions_get(app->sessions, id, &si, &se) != ATTND_SESSION_OK) {
+    int64_t length[ATTND_SESSION_LAYERS_MAX];
+    int rows[ATTND_SESSION_LAYERS_MAX];
+    if (attnd_sessions_get_layers(app->sessions, id, &si, length, rows, ATTND_SESSION_LAYERS_MAX,
+                                  &se) != ATTND_SESSION_OK) {
         store_error(&se, &e);
         attnd_reply_error(out, &e);
         return;
     }
     attnd_jsonbuf b = {0};
-    put_info(&b, &si);
+    put_info(&b, &si, length, rows);
     reply_json(out, 200, &b);
 }
 
@@ -599,7 +608,7 @@ static void list(attnd_exchange *x, attnd_reply *out)
     for (int i = 0; i < n; i++) {
         if (i)
             attnd_jb_putc(&b, ',');
-        put_info(&b, &page[i]);
+        put_info(&b, &page[i], NULL, NULL);
     }
     attnd_jb_puts(&b, "],\"total\":");
     attnd_jb_i64(&b, total);

@@ -549,11 +549,16 @@ TEST(sequence_layers_in_order)
     CHECK_INT_EQ(seq_append(st, id, 1, 2), 0);
     CHECK_INT_EQ(seq_append(st, id, 0, 5), 0); /* layer 0 may run ahead */
     attnd_session_info info;
-    CHECK_INT_EQ(attnd_sessions_get(st, id, &info, NULL), ATTND_SESSION_OK);
+    int64_t len[4] = {-1, -1, -1, -1};
+    int rows[4];
+    CHECK_INT_EQ(attnd_sessions_get_layers(st, id, &info, len, rows, 2, NULL), ATTND_SESSION_OK);
     CHECK_INT_EQ(info.n_layers, 3);
-    CHECK_INT_EQ(info.layer_length[0], 7);
-    CHECK_INT_EQ(info.layer_length[1], 2);
-    CHECK_INT_EQ(info.layer_length[2], 0);
+    CHECK_INT_EQ(len[0], 7);
+    CHECK_INT_EQ(len[1], 2);
+    CHECK_INT_EQ(len[2], -1); /* past cap: untouched */
+    CHECK_INT_EQ(attnd_sessions_get_layers(st, id, &info, len, rows, 4, NULL), ATTND_SESSION_OK);
+    CHECK_INT_EQ(len[2], 0);
+    CHECK_INT_EQ(rows[0], 7);
     CHECK_INT_EQ(info.length, 0); /* the last layer's: what every layer holds */
     CHECK_INT_EQ(info.blocks, 2 + 1);
     CHECK_STR_EQ(info.model_name, "g");
@@ -709,9 +714,11 @@ TEST(restore)
     CHECK_INT_EQ(attnd_sessions_restore(st, sv.id, &head, p, 2, sv.img, 0, sv.idle, &e),
                  ATTND_SESSION_INVALID); /* the id is taken now */
     attnd_session_info info;
-    CHECK_INT_EQ(attnd_sessions_get(st, a, &info, NULL), ATTND_SESSION_OK);
-    CHECK_INT_EQ(info.layer_length[0], 6);
-    CHECK_INT_EQ(info.layer_length[1], 5);
+    int64_t len[2];
+    int rows[2];
+    CHECK_INT_EQ(attnd_sessions_get_layers(st, a, &info, len, rows, 2, NULL), ATTND_SESSION_OK);
+    CHECK_INT_EQ(len[0], 6);
+    CHECK_INT_EQ(len[1], 5);
     CHECK(info.idle_s > 6.9 && info.idle_s < 7.1);
     attnd_session *h;
     CHECK_INT_EQ(attnd_sessions_acquire(st, a, &h, NULL), ATTND_SESSION_OK);
