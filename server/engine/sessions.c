@@ -1130,7 +1130,7 @@ attnd_session_result attnd_sessions_restore(attnd_sessions *st, const char *id,
         if (lp[l].kind != ATTND_SESSION_SELF || check_params(st, &one, err) != 0)
             return session_fail(err, ATTND_SESSION_INVALID, "layers", "layer %d does not fit", l);
     }
-    attnd_session *s = new_session(st, p, lp, n_layers, p->model_name, err), *freelist = NULL;
+    attnd_session *s = new_session(st, p, lp, n_layers, p->model_name, err);
     if (!s) return err->result;
     int pages = 0, rc = -1;
     for (int c = 0; c < (n_layers ? n_layers : 1); c++) {
@@ -1180,6 +1180,5 @@ out:
             s->layers[l].model = NULL;
         destroy(st, s);
     }
-    (void)freelist;
     return result_of(rc, err);
 }
