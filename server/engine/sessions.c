@@ -726,6 +726,15 @@ static int grow_blocks(attnd_sessions *st, attnd_session *s, int t, attnd_sessio
                             "the session would need %d KV pages of %zu bytes; the whole cache "
                             "(kv_cache_bytes) has %d", need, attnd_kvpool_page_bytes(st->pool),
                             attnd_kvpool_pages(st->pool)), -1;
+    int total = need; /* a sequence's layers are evicted together: they must fit together */
+    for (int l = 0; s->group && l < s->group->n_layers; l++)
+        if (&s->group->layers[l] != s) total += s->group->layers[l].n_blocks;
+    if (total > attnd_kvpool_pages(st->pool))
+        return session_fail(err, ATTND_SESSION_TOO_LARGE, "query",
+                            "the sequence would need %d KV pages of %zu bytes over its %d layers; "
+                            "the whole cache (kv_cache_bytes) has %d", total,
+                            attnd_kvpool_page_bytes(st->pool), s->group->n_layers,
+                            attnd_kvpool_pages(st->pool)), -1;
     if (pages <= 0) return 0;
     if (table_room(s, need) != 0)
         return session_fail(err, ATTND_SESSION_INTERNAL, "", "out of memory for a block table"), -1;

@@ -609,6 +609,15 @@ TEST(sequence_evicted_whole)
     CHECK_INT_EQ(used, pages(4));
     /* too large alone: a layer of more rows than the pool's pages hold */
     CHECK_INT_EQ(seq_append(st, b, 0, 6 * BLOCK), ATTND_SESSION_TOO_LARGE);
+    /* and a sequence whose layers fit one by one but not together: 413, nothing evicted */
+    CHECK_INT_EQ(seq_append(st, b, 0, 2 * BLOCK), 0); /* layer 0: 3 pages (c evicted) */
+    CHECK_INT_EQ(attnd_sessions_get(st, c, &info, NULL), ATTND_SESSION_EXPIRED);
+    attnd_session_error e;
+    attnd_session *h;
+    CHECK_INT_EQ(attnd_sessions_acquire(st, b, &h, NULL), ATTND_SESSION_OK);
+    CHECK_INT_EQ(attnd_sessions_reserve(st, &h->layers[1], 2 * BLOCK, &e), ATTND_SESSION_TOO_LARGE);
+    CHECK_MSG(strstr(e.message, "over its 2 layers") != NULL, "%s", e.message);
+    attnd_sessions_release(st, &h->layers[1], 0, NULL, NULL);
     attnd_sessions_free(st);
     released = 0;
 }
