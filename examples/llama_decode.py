@@ -206,9 +206,15 @@ class AttndTier:
         def call(x, pos):  # positions: the session gives each row length, length + 1, ...
             self.round_trips += 1
             if self.grouped:
-                return _tensor(self.sessions[0].append(x.numpy(), layer=i).output)
+                return _tensor(self.sessions[0].layer(i).append(x.numpy()).output)
             return _tensor(self.sessions[i].append(x.numpy()).output)
         return call
+
+    def lengths(self):
+        """Each layer's cached positions, as attnd reports them."""
+        if self.grouped:
+            return [layer["length"] for layer in self.sessions[0].info()["layers"]]
+        return [s.info()["length"] for s in self.sessions]
 
     def close(self):
         for s in self.sessions:
@@ -268,6 +274,7 @@ def cmd_run(a):
         model, tier = attnd_model(cfg, t, c, a.model)
         try:
             tokens, logits = greedy(model, prompt, a.tokens)
+            lengths = tier.lengths()
         finally:
             tier.close()
         diff = max(float((x - y).abs().max()) for x, y in zip(logits, ref_logits))
@@ -275,6 +282,7 @@ def cmd_run(a):
         print("prompt         ", prompt)
         print("PyTorch alone  ", ref_tokens)
         print("attnd attention", tokens)
+        print("layer lengths  ", lengths)
         print("max |logits difference| over %d steps: %.3g (tolerance %g)" % (a.tokens, diff,
                                                                          a.tolerance))
         ok = tokens == ref_tokens and diff <= a.tolerance

@@ -4,7 +4,7 @@
 # crashes, leaks, times out or runs out of memory, after copying the (minimized)
 # input to tests/fuzz/regressions/<target>/, which every `make test` replays.
 #
-#   scripts/fuzz.sh [target ...]        targets: safetensors decode http (default: all)
+#   scripts/fuzz.sh [target ...]        targets: safetensors decode http session (default: all)
 #   scripts/fuzz.sh --build-only        just build $FUZZ_BUILD/fuzz_<target>
 #   scripts/fuzz.sh --merge [target]    fold new coverage from the working corpus
 #                                       into tests/fuzz/corpus/<target>/ (to commit)
@@ -19,15 +19,15 @@ FUZZ_BUILD=${FUZZ_BUILD:-build-fuzz}
 FUZZ_TIMEOUT=${FUZZ_TIMEOUT:-10}
 FUZZ_MINIMIZE_SECONDS=${FUZZ_MINIMIZE_SECONDS:-60}
 CC_FUZZ=${CC_FUZZ:-clang}
-ALL_TARGETS=(safetensors decode http)
+ALL_TARGETS=(safetensors decode http session)
 
 # Per target: longest input (bytes) and the sources besides lib/*.c.
-max_len_of() { case $1 in safetensors) echo 8192 ;; decode | http) echo 16384 ;; esac; }
+max_len_of() { case $1 in safetensors) echo 8192 ;; decode | http | session) echo 16384 ;; esac; }
 server_srcs_of() {
     case $1 in
     safetensors) ;;
     decode) echo server/protocol/codec.c server/protocol/jsonbuf.c server/core/request.c server/protocol/jsonnum.c server/core/jsonload.c server/protocol/jsonscan.c ;;
-    http) # the daemon's modules but its entry point and the socket glue
+    http | session) # the daemon's modules but its entry point and the socket glue
         find server -name '*.c' ! -name main.c ! -name http.c | sort
         echo tests/common/inproc.c ;;
     esac
@@ -98,6 +98,7 @@ stage_seeds() {
     decode)
         cp proto/examples/*.request.json proto/examples/*.request.txt "$dir"/
         ;;
+    session) ;; # its seeds are real files, in tests/fuzz/corpus/session/
     http) # every proto/examples request as a whole request (fuzz_http_entry.h's form)
         /usr/bin/python3 - "$dir" <<'PY'
 import json, sys
@@ -198,7 +199,7 @@ main() {
         case $1 in
         --build-only) mode=build ;;
         --merge) mode=merge ;;
-        safetensors | decode | http) targets+=("$1") ;;
+        safetensors | decode | http | session) targets+=("$1") ;;
         -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
         *) log "unknown argument $1"; exit 2 ;;
         esac

@@ -27,6 +27,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "engine/models.h"
+#include "engine/persist.h"
 #include "protocol/handler_session.h"
 #include "engine/retire.h"
 #include "http/route.h"
@@ -264,6 +265,8 @@ int main(int argc, char **argv)
         attnd_log(ATTND_LOG_ERROR, "%s", err);
         goto done;
     }
+    if (*cfg.session_dir) /* sessions a graceful stop saved, under their ids */
+        attnd_persist_load(app.sessions, &models, &cfg);
     atomic_store_explicit(&app.state, ATTND_STATE_READY, memory_order_release);
     attnd_log(ATTND_LOG_INFO, "ready: serving %d model(s) on %s", models.n, cfg.listen);
 
@@ -277,6 +280,8 @@ int main(int argc, char **argv)
     rc = 0;
 done:
     attnd_http_stop(http); /* before the models: no handler may touch them after */
+    if (rc == 0 && app.sessions && *cfg.session_dir) /* drained: every session idle */
+        attnd_persist_save(app.sessions, &cfg);
     attnd_sessions_free(app.sessions); /* gives back the model versions they hold */
     attnd_models_free(&models);
     attnd_auth_free(app.auth);

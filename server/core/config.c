@@ -135,6 +135,12 @@ static const option options[] = {
     {"replica-name", NULL, NULL, OPT_STR, F(replica_name), "", 0, 0, "NAME",
      "this replica's name behind a gateway: session ids become NAME.<32 hex> so the gateway "
      "routes each session's calls here; [a-z0-9-], 1..40, a letter or digit at each end"},
+    {"session-dir", NULL, NULL, OPT_STR, F(session_dir), "", 0, 0, "DIR",
+     "on a graceful stop write every live session to DIR; at start-up read back those whose "
+     "model weights are unchanged, under the same ids (default: off)"},
+    {"session-dir-max-bytes", NULL, NULL, OPT_SIZE, F(session_dir_max_bytes), "0", 0, BIG, "BYTES",
+     "what --session-dir may hold: sessions beyond it (least recently used first) are not "
+     "saved (0 = no bound)"},
 };
 #define N_OPTIONS (sizeof options / sizeof options[0])
 _Static_assert(N_OPTIONS <= sizeof(((attnd_config *)0)->source), "source[] too small");
@@ -381,12 +387,17 @@ static int set_spec_key(attnd_model_spec *m, const char *key, const char *v, cha
         }
         m->layer = (int)n;
     } else if (strcmp(key, "layers") == 0) {
-        if (strcmp(v, "all") != 0) {
-            set_err(err, errlen, "model '%s': layers takes only 'all' (one model per layer, "
-                    "named %s.N); for one layer use layer=N", m->name, m->name);
+        int ok = strcmp(v, "all") == 0 || (*v && strlen(v) < sizeof m->layer_sel);
+        for (const char *c = v; ok && strcmp(v, "all") != 0 && *c; c++)
+            ok = isdigit((unsigned char)*c) || *c == ',' || *c == '-';
+        if (!ok) {
+            set_err(err, errlen, "model '%s': layers takes only 'all' or a list of layers "
+                    "and ranges such as 0-7 or 0,2,4 (one model per layer, named %s.N, and the "
+                    "group %s of them); for one layer use layer=N", m->name, m->name, m->name);
             return -1;
         }
         m->all_layers = 1;
+        snprintf(m->layer_sel, sizeof m->layer_sel, "%s", strcmp(v, "all") == 0 ? "" : v);
     } else if (strcmp(key, "format") == 0) {
         if (parse_family(v, &m->family) != 0) {
             set_err(err, errlen, "model '%s': format must be auto, mha, explicit, llama, bert "
@@ -476,8 +487,87 @@ static int add_model_spec(attnd_config *cfg, const char *spec, size_t len, char 
     return add_model(cfg, &m, err, errlen);
 }
 
+int attnd_config_layer_list(const attnd_model_spec *spec, int n_layers, int **out, int *n,
+                            char *err, size_t errlen)
+{
+    *out = NULL;
+    *n = 0;
+    int *list = malloc((size_t)(n_layers > 0 ? n_layers : 1) * sizeof *list);
+    char *seen = calloc((size_t)(n_layers > 0 ? n_layers : 1), 1);
+    int k = 0;
+    if (!list || !seen) {
+        set_err(err, errlen, "out of memory");
+        goto fail;
+    }
+    if (!spec->layer_sel[0]) {
+        for (k = 0; k < n_layers; k++)
+            list[k] = k;
+    }
+    for (const char *c = spec->layer_sel; *c;) {
+        char *end;
+        long a = strtol(c, &end, 10), b = a;
+        if (end == c || a < 0)
+            goto bad;
+        if (*end == '-') {
+            const char *c2 = end + 1;
+            b = strtol(c2, &end, 10);
+            if (end == c2 || b < a)
+                goto bad;
+        }
+        if (*end && *end != ',')
+            goto bad;
+        for (long l = a; l <= b; l++) {
+            if (l >= n_layers) {
+                set_err(err, errlen, "model '%s': layers=%s names layer %ld; the checkpoint "
+                        "has layers 0..%d", spec->name, spec->layer_sel, l, n_layers - 1);
+                goto fail;
+            }
+            if (seen[l]) {
+                set_err(err, errlen, "model '%s': layers=%s names layer %ld twice", spec->name,
+                        spec->layer_sel, l);
+                goto fail;
+            }
+            seen[l] = 1;
+            list[k++] = (int)l;
+        }
+        c = *end ? end + 1 : end;
+        if (*end && !*c)
+            goto bad;
+    }
+    free(seen);
+    *out = list;
+    *n = k;
+    return 0;
+bad:
+    set_err(err, errlen, "model '%s': layers=%s is not a list of layers and ranges (e.g. "
+            "0-7 or 0,2,4)", spec->name, spec->layer_sel);
+fail:
+    free(list);
+    free(seen);
+    return -1;
+}
+
 int attnd_config_expand_layers(attnd_config *cfg, int i, int n_layers, char *err,
                                size_t errlen)
+{
+    if (i < 0 || i >= cfg->n_models || n_layers < 1) {
+        set_err(err, errlen, "expanding layers: bad arguments");
+        return -1;
+    }
+    int *list = malloc((size_t)n_layers * sizeof *list);
+    if (!list) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int k = 0; k < n_layers; k++)
+        list[k] = k;
+    int rc = attnd_config_expand_layer_list(cfg, i, list, n_layers, err, errlen);
+    free(list);
+    return rc;
+}
+
+int attnd_config_expand_layer_list(attnd_config *cfg, int i, const int *layers, int n_layers,
+                                   char *err, size_t errlen)
 {
     if (i < 0 || i >= cfg->n_models || n_layers < 1) {
         set_err(err, errlen, "expanding layers: bad arguments");
@@ -496,12 +586,30 @@ int attnd_config_expand_layers(attnd_config *cfg, int i, int n_layers, char *err
     int rc = 0;
     for (int k = 0; k < n_layers && rc == 0; k++) {
         char name[96];
-        snprintf(name, sizeof name, "%s.%d", base.name, k);
+        snprintf(name, sizeof name, "%s.%d", base.name, layers[k]);
         attnd_model_spec one = base;
         one.name = name;
-        one.layer = k;
+        one.layer = layers[k];
         one.all_layers = 0;
+        one.layer_sel[0] = '\0';
         rc = add_model(cfg, &one, err, errlen);
+    }
+    if (rc == 0) { /* the group of them: one more name, which no model may have */
+        attnd_model_group_spec *g = realloc(cfg->groups, (size_t)(cfg->n_groups + 1) * sizeof *g);
+        int *copy = malloc((size_t)n_layers * sizeof *copy);
+        if (g)
+            cfg->groups = g;
+        if (!g || !copy) {
+            free(copy);
+            set_err(err, errlen, "out of memory");
+            rc = -1;
+        } else {
+            g = &cfg->groups[cfg->n_groups++];
+            snprintf(g->name, sizeof g->name, "%s", base.name);
+            memcpy(copy, layers, (size_t)n_layers * sizeof *copy);
+            g->layers = copy;
+            g->n_layers = n_layers;
+        }
     }
     for (int k = 0; k < n_rest; k++) { /* back after the new ones, names checked again */
         if (rc == 0)
@@ -1036,6 +1144,11 @@ void attnd_config_free(attnd_config *cfg)
         }
     }
     free_models(cfg);
+    for (int i = 0; i < cfg->n_groups; i++)
+        free(cfg->groups[i].layers);
+    free(cfg->groups);
+    cfg->groups = NULL;
+    cfg->n_groups = 0;
     free(cfg->inspect_path);
     cfg->inspect_path = NULL;
 }
@@ -1093,7 +1206,8 @@ static void format_value(const attnd_config *cfg, const option *o, char *buf, si
             if (m->layer >= 0 && n < cap)
                 n += (size_t)snprintf(buf + n, cap - n, ",layer=%d", m->layer);
             if (m->all_layers && n < cap)
-                n += (size_t)snprintf(buf + n, cap - n, ",layers=all");
+                n += (size_t)snprintf(buf + n, cap - n, ",layers=%s",
+                                      m->layer_sel[0] ? m->layer_sel : "all");
             if (m->family && n < cap)
                 n += (size_t)snprintf(buf + n, cap - n, ",format=%s",
                                       attn_family_name((attn_family)m->family));

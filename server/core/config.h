@@ -20,6 +20,8 @@ typedef struct attnd_model_spec {
     int layer;       /* layer=N; -1 = the only one                                */
     int all_layers;  /* layers=all: one model per layer, named NAME.N (expanded by
                         attnd_models_expand before anything is served)             */
+    char layer_sel[64]; /* with all_layers: which layers, "A-B" ranges and numbers,
+                        comma-separated ("0-7", "0,2,4"); "" = every layer         */
     int family;      /* format=: an attn_family (0 = auto)                         */
     char *prefix;    /* prefix=: a state_dict prefix, or NULL                     */
     int kv_dtype;    /* kv_dtype=: an attn_kv_dtype, or -1 = --kv-dtype           */
@@ -31,6 +33,15 @@ typedef struct attnd_model_spec {
     int64_t max_batch_kv_bytes;
     int64_t max_queue_delay_us;
 } attnd_model_spec;
+
+/* A model group: the layer models one --model NAME=DIR,layers=... spec expanded
+ * into (NAME.k for each checkpoint layer k in layers[]), also served as one
+ * model NAME whose sessions hold a sequence's cache for every layer. */
+typedef struct attnd_model_group_spec {
+    char name[72];
+    int *layers;     /* owned: the checkpoint layers, in group order           */
+    int n_layers;
+} attnd_model_group_spec;
 
 typedef struct attnd_config {
     char *config_file;           /* --config                                   */
@@ -75,6 +86,11 @@ typedef struct attnd_config {
     char *access_log;            /* --access-log PATH, "-" = stdout, "" = none  */
     char *cors_origin;           /* --cors-origin: comma-separated (repeats add) */
     char *replica_name;          /* "" = none; else session ids are NAME.hex    */
+    char *session_dir;           /* --session-dir: sessions saved at stop, read
+                                    back at start; "" = none                    */
+    int64_t session_dir_max_bytes; /* what the saved sessions may take; 0 = no bound */
+    attnd_model_group_spec *groups; /* made by attnd_config_expand_layers        */
+    int n_groups;
 
     char *inspect_path;          /* --inspect PATH, or NULL                    */
 
@@ -104,6 +120,18 @@ attnd_config_action attnd_config_load(attnd_config *cfg, int argc, char *const *
  * new names with another model's, no memory). */
 int attnd_config_expand_layers(attnd_config *cfg, int i, int n_layers, char *err,
                                size_t errlen);
+
+/* The layers spec i selects of a checkpoint with n_layers (its layer_sel, or all
+ * of them), into *out (malloc'd, caller frees) and *n. Returns 0, or -1 with err
+ * (a layer out of range, repeated, or a malformed list). */
+int attnd_config_layer_list(const attnd_model_spec *spec, int n_layers, int **out, int *n,
+                            char *err, size_t errlen);
+
+/* As attnd_config_expand_layers for the n given checkpoint layers (NAME.k for
+ * each k), and records the group NAME of them in cfg->groups. Returns 0, or -1
+ * with err (the group's name taken by a model, a clash, no memory). */
+int attnd_config_expand_layer_list(attnd_config *cfg, int i, const int *layers, int n,
+                                   char *err, size_t errlen);
 
 /* A model spec from a JSON object of the config file's model keys (path,
  * heads, layer, format, workers, ...; "name" not allowed: name is given), as

@@ -333,6 +333,8 @@ int attnd_models_load(attnd_models *ms, const attnd_config *cfg, attnd_metrics *
             goto fail;
         publish(ms, i, m); /* the slot was empty: nothing to give back */
     }
+    if (attnd_models_groups_build(ms, cfg, err, errlen) != 0)
+        goto fail;
     return 0;
 fail:
     attnd_models_free(ms);
@@ -527,6 +529,7 @@ void attnd_models_free(attnd_models *ms)
         pthread_mutex_destroy(&ms->retired_mu);
     }
     free(ms->items);
+    attnd_models_groups_free(ms);
     memset(ms, 0, sizeof *ms);
 }
 
@@ -794,10 +797,19 @@ int attnd_models_expand(attnd_config *cfg, char *err, size_t errlen)
                      spec->path, attn_strerror(st), lerr.message[0] ? ": " : "", lerr.message);
             return -1;
         }
-        int n = ci.n_layers;
-        if (attnd_config_expand_layers(cfg, i, n, err, errlen) != 0)
+        int *layers = NULL, n = 0;
+        if (attnd_config_layer_list(spec, ci.n_layers, &layers, &n, err, errlen) != 0)
             return -1;
-        i += n - 1; /* past the new NAME.0 .. NAME.n-1 */
+        if (n < 1) {
+            free(layers);
+            snprintf(err, errlen, "model '%s': %s holds no layers", spec->name, spec->path);
+            return -1;
+        }
+        int rc = attnd_config_expand_layer_list(cfg, i, layers, n, err, errlen);
+        free(layers);
+        if (rc != 0)
+            return -1;
+        i += n - 1; /* past the new NAME.k models */
     }
     return 0;
 }

@@ -90,7 +90,48 @@ typedef struct attnd_models {
     size_t retired_bytes;
     int mu_ready;
     attnd_metrics *metrics;    /* borrowed                                     */
+    struct attnd_model_group *groups; /* n_groups, owned; fixed once loaded     */
+    int n_groups;
 } attnd_models;
+
+/* A model group (--model NAME=DIR,layers=...): the layer models NAME.k, in
+ * group order, served together as the model NAME whose sessions are sequences
+ * (a cache for every layer). Fixed at start-up: the table never changes while
+ * the registry lives (a member's versions do, as any model's). */
+typedef struct attnd_model_group {
+    char name[72];
+    int n_layers;
+    int *slots;                /* owned: each layer's model slot               */
+    int *checkpoint_layers;    /* owned: each layer's layer in the checkpoint  */
+} attnd_model_group;
+
+/* Builds the registry's groups from cfg->groups (attnd_models_load calls it
+ * once the configured models loaded) and frees them (attnd_models_free).
+ * Build returns 0, or -1 with err (a member not loaded, no memory). */
+int attnd_models_groups_build(attnd_models *ms, const attnd_config *cfg, char *err, size_t errlen);
+void attnd_models_groups_free(attnd_models *ms);
+
+/* The group named name[0..len), or NULL. The pointer lives as the registry. */
+const attnd_model_group *attnd_models_group(attnd_models *ms, const char *name, size_t len);
+
+/* The current version of every layer of g into out[0..g->n_layers), each with
+ * a reference taken (release each with attnd_model_release). Returns 0, or -1
+ * when some layer is unloaded (*missing gets its group index; nothing held). */
+int attnd_models_group_acquire(attnd_models *ms, const attnd_model_group *g, attnd_model **out,
+                               int *missing);
+
+/* GET /v1/models/{group}: {"name","kind":"group","num_layers","layers":[...],
+ * "kv_bytes_per_position"} with each layer's model description. malloc'd JSON
+ * (caller frees) and its length; NULL on allocation failure or an unloaded layer. */
+char *attnd_models_group_info_json(attnd_models *ms, const attnd_model_group *g, size_t *len);
+
+/* K + V bytes one cached position of m takes in its kv dtype (block of 1 row;
+ * int8: a 16-row block's bytes / 16). 0 when it cannot say. */
+size_t attnd_model_kv_row_bytes(const attnd_model *m);
+
+/* A 64-bit FNV-1a hash of m's weights as the library holds them, and its shape
+ * and kv dtype: a saved session is read back only onto the same model. */
+uint64_t attnd_model_weights_hash(const attnd_model *m);
 
 /* The weights a version holds in memory (float parameters). */
 static inline size_t attnd_model_weight_bytes(const attnd_model *m)

@@ -132,6 +132,23 @@ static void drop_blocks(attnd_sessions *st, attnd_session *s, int from)
     if (from < s->n_blocks) s->n_blocks = from;
 }
 
+/* Gives back every page of s: its own, and each of its layers' (mu held). */
+static void drop_all(attnd_sessions *st, attnd_session *s)
+{
+    drop_blocks(st, s, 0);
+    for (int l = 0; l < s->n_layers; l++)
+        drop_blocks(st, &s->layers[l], 0);
+}
+
+/* Pages s and its layers reference (mu held). */
+static int n_pages(const attnd_session *s)
+{
+    int n = s->n_blocks;
+    for (int l = 0; l < s->n_layers; l++)
+        n += s->layers[l].n_blocks;
+    return n;
+}
+
 /* Room in s's table for n blocks (mu held). Returns 0, or -1 (no memory). */
 static int table_room(attnd_session *s, int n)
 {
@@ -149,6 +166,12 @@ static int table_room(attnd_session *s, int n)
  * Called without the lock. */
 static void destroy(attnd_sessions *st, attnd_session *s)
 {
+    for (int l = 0; l < s->n_layers; l++) {
+        free(s->layers[l].blocks);
+        if (st->cfg.release_model && s->layers[l].model)
+            st->cfg.release_model(s->layers[l].model);
+    }
+    free(s->layers);
     free(s->blocks);
     if (st->cfg.release_model && s->model)
         st->cfg.release_model(s->model);
@@ -219,7 +242,7 @@ static attnd_session *unlink_session(attnd_sessions *st, attnd_session *s, unlin
     s->hash_next = NULL;
     lru_unlink(st, s);
     st->count--;
-    if (!s->busy) drop_blocks(st, s, 0); /* a busy one's go at its release */
+    if (!s->busy) drop_all(st, s); /* a busy one's go at its release */
     if (why != GONE_DELETE) {
         tomb_add(st, s->id);
         if (st->cfg.metrics)
@@ -376,7 +399,7 @@ void attnd_sessions_free(attnd_sessions *st)
     attnd_session *s = st->lru_head;
     while (s) {
         attnd_session *next = s->lru_next;
-        drop_blocks(st, s, 0);
+        drop_all(st, s);
         destroy(st, s);
         s = next;
     }
@@ -461,16 +484,10 @@ static int check_params(const attnd_sessions *st, const attnd_session_params *p,
     return 0;
 }
 
-/* A new session (not yet registered, no pages yet). NULL + *err on no memory. */
-static attnd_session *new_session(const attnd_sessions *st, const attnd_session_params *p,
-                                  attnd_session_error *err)
+/* Fills the fixed fields of a zeroed session from p. */
+static void init_session(const attnd_sessions *st, attnd_session *s, const attnd_session_params *p)
 {
-    attnd_session *s = calloc(1, sizeof *s);
     int rows = p->kind == ATTND_SESSION_CROSS ? p->rows : 0;
-    if (!s) {
-        session_fail(err, ATTND_SESSION_INTERNAL, "", "out of memory for a session");
-        return NULL;
-    }
     snprintf(s->model_name, sizeof s->model_name, "%s", p->model_name ? p->model_name : "");
     s->model = p->model;
     s->kind = p->kind;
@@ -480,19 +497,66 @@ static attnd_session *new_session(const attnd_sessions *st, const attnd_session_
     s->k_block_bytes = p->k_block_bytes;
     s->block_bytes = p->k_block_bytes + p->v_block_bytes;
     s->rows = rows;
+}
+
+/* A new session (not yet registered, no pages yet): with n_layers > 0 (lp[l]
+ * each layer's), a sequence named group_name whose head's fields are lp[0]'s.
+ * NULL + *err on no memory. */
+static attnd_session *new_session(const attnd_sessions *st, const attnd_session_params *p,
+                                  const attnd_session_params *lp, int n_layers,
+                                  const char *group_name, attnd_session_error *err)
+{
+    attnd_session *s = calloc(1, sizeof *s);
+    attnd_session *layers = n_layers > 0 ? calloc((size_t)n_layers, sizeof *layers) : NULL;
+    if (!s || (n_layers > 0 && !layers)) {
+        free(s);
+        free(layers);
+        session_fail(err, ATTND_SESSION_INTERNAL, "", "out of memory for a session");
+        return NULL;
+    }
+    init_session(st, s, p);
+    if (n_layers > 0) {
+        snprintf(s->model_name, sizeof s->model_name, "%s", group_name ? group_name : "");
+        s->model = NULL;
+        s->layers = layers;
+        s->n_layers = n_layers;
+        for (int l = 0; l < n_layers; l++) {
+            attnd_session_params one = lp[l];
+            one.window = p->window; /* the sequence's, on every layer */
+            one.ttl_s = p->ttl_s;
+            init_session(st, &layers[l], &one);
+            layers[l].group = s;
+            layers[l].layer = l;
+        }
+    }
     return s;
 }
 
 /* Opens a session as attnd_sessions_open says; with_pages = 0 (a fork, which
  * will share its parent's) takes no pages for a cross memory. */
-static attnd_session_result open_session(attnd_sessions *st, const attnd_session_params *p,
-                                         int with_pages, attnd_session **out, attnd_session_error *err)
+static attnd_session_result open_any(attnd_sessions *st, const attnd_session_params *p,
+                                     int with_pages, const attnd_session_params *lp, int n_layers,
+                                     const char *group_name, attnd_session **out,
+                                     attnd_session_error *err)
 {
     attnd_session_error local;
     if (!err)
         err = &local;
     *out = NULL;
     if (check_params(st, p, err) != 0) return err->result;
+    if (n_layers < 0 || n_layers > ATTND_SESSION_LAYERS_MAX)
+        return session_fail(err, ATTND_SESSION_INVALID, "layers",
+                            "a sequence session holds 1..%d layers, got %d",
+                            ATTND_SESSION_LAYERS_MAX, n_layers);
+    for (int l = 0; l < n_layers; l++) {
+        if (lp[l].kind != ATTND_SESSION_SELF)
+            return session_fail(err, ATTND_SESSION_INVALID, "key",
+                                "a sequence session's layers are self-attention streams");
+        attnd_session_params one = lp[l];
+        one.window = p->window;
+        one.ttl_s = p->ttl_s;
+        if (check_params(st, &one, err) != 0) return err->result;
+    }
     const int rows = p->kind == ATTND_SESSION_CROSS && with_pages ? p->rows : 0;
     const int pages = (int)(((int64_t)rows + p->block_rows - 1) / p->block_rows);
     if (pages > attnd_kvpool_pages(st->pool)) {
@@ -502,7 +566,7 @@ static attnd_session_result open_session(attnd_sessions *st, const attnd_session
                      attnd_kvpool_pages(st->pool));
         return err->result;
     }
-    attnd_session *s = new_session(st, p, err), *freelist = NULL;
+    attnd_session *s = new_session(st, p, lp, n_layers, group_name, err), *freelist = NULL;
     if (!s) return err->result;
     int rc = -1;
     pthread_mutex_lock(&st->mu);
@@ -513,6 +577,8 @@ static attnd_session_result open_session(attnd_sessions *st, const attnd_session
             goto unlock;
         }
     } while (table_find(st, s->id));
+    for (int l = 0; l < s->n_layers; l++)
+        memcpy(s->layers[l].id, s->id, sizeof s->id); /* a member answers in its head's name */
     while (st->count >= st->cfg.max_sessions) {
         if (evict_one(st, NULL, &freelist) != 0) {
             session_fail(err, ATTND_SESSION_TOO_MANY, "",
@@ -538,14 +604,40 @@ static attnd_session_result open_session(attnd_sessions *st, const attnd_session
     *out = s;
     rc = 0;
 unlock:
-    if (rc != 0) drop_blocks(st, s, 0);
+    if (rc != 0) drop_all(st, s);
     pthread_mutex_unlock(&st->mu);
     destroy_list(st, freelist);
     if (rc != 0) {
         s->model = NULL; /* still the caller's */
+        for (int l = 0; l < s->n_layers; l++)
+            s->layers[l].model = NULL;
         destroy(st, s);
     }
     return result_of(rc, err);
+}
+
+static attnd_session_result open_session(attnd_sessions *st, const attnd_session_params *p,
+                                         int with_pages, attnd_session **out, attnd_session_error *err)
+{
+    return open_any(st, p, with_pages, NULL, 0, NULL, out, err);
+}
+
+attnd_session_result attnd_sessions_open_group(attnd_sessions *st, const attnd_session_params *p,
+                                               int n_layers, const char *group_name,
+                                               attnd_session **out, attnd_session_error *err)
+{
+    attnd_session_error local;
+    if (!err)
+        err = &local;
+    *out = NULL;
+    if (n_layers < 1 || n_layers > ATTND_SESSION_LAYERS_MAX)
+        return session_fail(err, ATTND_SESSION_INVALID, "layers",
+                            "a sequence session holds 1..%d layers, got %d",
+                            ATTND_SESSION_LAYERS_MAX, n_layers);
+    attnd_session_params head = p[0];
+    head.model = NULL;
+    head.model_name = group_name;
+    return open_any(st, &head, 1, p, n_layers, group_name, out, err);
 }
 
 attnd_session_result attnd_sessions_open(attnd_sessions *st, const attnd_session_params *p,
@@ -634,6 +726,15 @@ static int grow_blocks(attnd_sessions *st, attnd_session *s, int t, attnd_sessio
                             "the session would need %d KV pages of %zu bytes; the whole cache "
                             "(kv_cache_bytes) has %d", need, attnd_kvpool_page_bytes(st->pool),
                             attnd_kvpool_pages(st->pool)), -1;
+    int total = need; /* a sequence's layers are evicted together: they must fit together */
+    for (int l = 0; s->group && l < s->group->n_layers; l++)
+        if (&s->group->layers[l] != s) total += s->group->layers[l].n_blocks;
+    if (total > attnd_kvpool_pages(st->pool))
+        return session_fail(err, ATTND_SESSION_TOO_LARGE, "query",
+                            "the sequence would need %d KV pages of %zu bytes over its %d layers; "
+                            "the whole cache (kv_cache_bytes) has %d", total,
+                            attnd_kvpool_page_bytes(st->pool), s->group->n_layers,
+                            attnd_kvpool_pages(st->pool)), -1;
     if (pages <= 0) return 0;
     if (table_room(s, need) != 0)
         return session_fail(err, ATTND_SESSION_INTERNAL, "", "out of memory for a block table"), -1;
@@ -650,6 +751,15 @@ attnd_session_result attnd_sessions_reserve(attnd_sessions *st, attnd_session *s
     if (!err)
         err = &local;
     if (s->kind == ATTND_SESSION_CROSS) return ATTND_SESSION_OK;
+    attnd_session *h = s->group ? s->group : s;
+    if (s->group && s->layer > 0 && s->length + t > h->layers[s->layer - 1].length) {
+        session_fail(err, ATTND_SESSION_OUT_OF_ORDER, "layer",
+                     "layer %d would hold %lld positions, more than layer %d's %lld: a "
+                     "sequence's layers are appended in order (layer %d first)", s->layer,
+                     (long long)(s->length + t), s->layer - 1,
+                     (long long)h->layers[s->layer - 1].length, s->layer - 1);
+        return err->result;
+    }
     if (s->window == 0 && s->length + t > st->cfg.max_length) {
         session_fail(err, ATTND_SESSION_TOO_LARGE, "query",
                      "the session would hold %lld positions; an unbounded session "
@@ -660,7 +770,7 @@ attnd_session_result attnd_sessions_reserve(attnd_sessions *st, attnd_session *s
     attnd_session *freelist = NULL;
     int rc = -1;
     pthread_mutex_lock(&st->mu);
-    if (s->removed)
+    if (h->removed)
         session_fail(err, ATTND_SESSION_NOT_FOUND, "id", "session %s was deleted", s->id);
     else
         rc = grow_blocks(st, s, t, &freelist, err);
@@ -680,6 +790,7 @@ void attnd_sessions_release(attnd_sessions *st, attnd_session *s, int committed,
     }
     if (length) *length = s->length;
     if (rows) *rows = s->rows;
+    if (s->group) s = s->group; /* the slot, the LRU place and the life are the head's */
     s->busy = 0;
     s->last_used_ns = now_ns(st);
     if (s->evict_on_release && !s->removed) { /* its model version was retired meanwhile */
@@ -691,7 +802,7 @@ void attnd_sessions_release(attnd_sessions *st, attnd_session *s, int committed,
         lru_unlink(st, s);
         lru_push_front(st, s);
     } else {
-        drop_blocks(st, s, 0);
+        drop_all(st, s);
         publish(st);
     }
     pthread_mutex_unlock(&st->mu);
@@ -710,10 +821,20 @@ static void fill_info(const attnd_sessions *st, const attnd_session *s, int64_t 
     out->ttl_s = s->ttl_s;
     out->rows = s->rows;
     out->length = s->length;
-    out->blocks = s->n_blocks;
+    out->blocks = n_pages(s);
     for (int b = 0; b < s->n_blocks; b++)
         out->shared_blocks += attnd_kvpool_refs(st->pool, s->blocks[b]) > 1;
-    out->bytes = (size_t)s->n_blocks * attnd_kvpool_page_bytes(st->pool);
+    out->n_layers = s->n_layers;
+    for (int l = 0; l < s->n_layers; l++) {
+        const attnd_session *m = &s->layers[l];
+        for (int b = 0; b < m->n_blocks; b++)
+            out->shared_blocks += attnd_kvpool_refs(st->pool, m->blocks[b]) > 1;
+    }
+    if (s->n_layers > 0) {
+        out->length = s->layers[s->n_layers - 1].length;
+        out->rows = s->layers[s->n_layers - 1].rows;
+    }
+    out->bytes = (size_t)out->blocks * attnd_kvpool_page_bytes(st->pool);
     out->busy = s->busy;
     out->idle_s =
         s->busy || now < s->last_used_ns ? 0.0 : (double)(now - s->last_used_ns) / 1e9;
@@ -721,6 +842,13 @@ static void fill_info(const attnd_sessions *st, const attnd_session *s, int64_t 
 
 attnd_session_result attnd_sessions_get(attnd_sessions *st, const char *id,
                                         attnd_session_info *out, attnd_session_error *err)
+{
+    return attnd_sessions_get_layers(st, id, out, NULL, NULL, 0, err);
+}
+
+attnd_session_result attnd_sessions_get_layers(attnd_sessions *st, const char *id,
+                                               attnd_session_info *out, int64_t *length,
+                                               int *rows, int cap, attnd_session_error *err)
 {
     attnd_session_error local;
     if (!err)
@@ -731,6 +859,10 @@ attnd_session_result attnd_sessions_get(attnd_sessions *st, const char *id,
     attnd_session *s = lookup(st, id, now, &freelist, err);
     if (s)
         fill_info(st, s, now, out);
+    for (int l = 0; s && l < s->n_layers && l < cap; l++) {
+        length[l] = s->layers[l].length;
+        rows[l] = s->layers[l].rows;
+    }
     pthread_mutex_unlock(&st->mu);
     destroy_list(st, freelist);
     return s ? ATTND_SESSION_OK : err->result;
@@ -751,6 +883,20 @@ attnd_session_result attnd_sessions_delete(attnd_sessions *st, const char *id,
     return s ? ATTND_SESSION_OK : err->result;
 }
 
+/* The child shares parent's pages (mu held, child's table has room): its
+ * table, rows, length and bound, and a reference to its model. */
+static void share_cache(attnd_sessions *st, attnd_session *child, const attnd_session *parent)
+{
+    for (int b = 0; b < parent->n_blocks; b++)
+        attnd_kvpool_retain(st->pool, child->blocks[b] = parent->blocks[b]);
+    child->n_blocks = parent->n_blocks;
+    child->rows = parent->rows;
+    child->length = parent->length;
+    child->query_limit = parent->query_limit; /* a cross memory's bound comes along */
+    if (st->cfg.retain_model && child->model)
+        st->cfg.retain_model(child->model);
+}
+
 attnd_session_result attnd_sessions_fork(attnd_sessions *st, const char *id,
                                          attnd_session **out, attnd_session_error *err)
 {
@@ -762,6 +908,18 @@ attnd_session_result attnd_sessions_fork(attnd_sessions *st, const char *id,
     attnd_session_result r = attnd_sessions_acquire(st, id, &parent, err);
     if (r != ATTND_SESSION_OK)
         return r;
+    attnd_session_params *lp = NULL;
+    if (parent->n_layers > 0 && !(lp = calloc((size_t)parent->n_layers, sizeof *lp))) {
+        attnd_sessions_release(st, parent, 0, NULL, NULL);
+        return session_fail(err, ATTND_SESSION_INTERNAL, "", "out of memory for a fork");
+    }
+    for (int l = 0; l < parent->n_layers; l++) {
+        const attnd_session *m = &parent->layers[l];
+        lp[l] = (attnd_session_params){
+            .kind = m->kind, .window = m->window, .ttl_s = m->ttl_s, .block_rows = m->block_rows,
+            .k_block_bytes = m->k_block_bytes, .v_block_bytes = m->block_bytes - m->k_block_bytes,
+            .model_name = m->model_name, .model = m->model};
+    }
     attnd_session_params p = {
         .kind = parent->kind,
         .window = parent->window,
@@ -773,18 +931,18 @@ attnd_session_result attnd_sessions_fork(attnd_sessions *st, const char *id,
         .model_name = parent->model_name,
         .model = parent->model,
     };
-    r = open_session(st, &p, 0, &child, err); /* no pages: it shares the parent's */
+    /* no pages: it shares the parent's */
+    r = open_any(st, &p, 0, lp, parent->n_layers, parent->model_name, &child, err);
+    free(lp);
     if (r == ATTND_SESSION_OK) {
         pthread_mutex_lock(&st->mu);
-        if (table_room(child, parent->n_blocks) == 0) {
-            for (int b = 0; b < parent->n_blocks; b++)
-                attnd_kvpool_retain(st->pool, child->blocks[b] = parent->blocks[b]);
-            child->n_blocks = parent->n_blocks;
-            child->rows = parent->rows;
-            child->length = parent->length;
-            child->query_limit = parent->query_limit; /* a cross memory's bound comes along */
-            if (st->cfg.retain_model && child->model)
-                st->cfg.retain_model(child->model);
+        int room = table_room(child, parent->n_blocks) == 0;
+        for (int l = 0; l < parent->n_layers && room; l++)
+            room = table_room(&child->layers[l], parent->layers[l].n_blocks) == 0;
+        if (room) {
+            share_cache(st, child, parent);
+            for (int l = 0; l < parent->n_layers; l++)
+                share_cache(st, &child->layers[l], &parent->layers[l]);
             *out = child;
         } else {
             r = session_fail(err, ATTND_SESSION_INTERNAL, "", "out of memory for a block table");
@@ -796,6 +954,8 @@ attnd_session_result attnd_sessions_fork(attnd_sessions *st, const char *id,
         memcpy(cid, child->id, sizeof cid);
         pthread_mutex_lock(&st->mu);
         child->model = NULL; /* it never took a reference */
+        for (int l = 0; l < child->n_layers; l++)
+            child->layers[l].model = NULL;
         pthread_mutex_unlock(&st->mu);
         attnd_sessions_release(st, child, 0, NULL, NULL);
         attnd_sessions_delete(st, cid, NULL);
@@ -863,7 +1023,10 @@ int attnd_sessions_evict_model(attnd_sessions *st, const void *model)
     pthread_mutex_lock(&st->mu);
     for (attnd_session *s = st->lru_tail, *prev; s; s = prev) {
         prev = s->lru_prev;
-        if (s->model != model) continue;
+        int holds = s->model == model;
+        for (int l = 0; l < s->n_layers && !holds; l++)
+            holds = s->layers[l].model == model;
+        if (!holds) continue;
         n++;
         if (s->busy) s->evict_on_release = 1;
         else push_free(&freelist, unlink_session(st, s, GONE_RETIRED));
@@ -892,4 +1055,139 @@ void attnd_sessions_kv(const attnd_sessions *st, const attnd_session *s, attnd_s
     out->stride = attnd_kvpool_page_bytes(st->pool);
     out->block_rows = s->block_rows;
     out->table = s->blocks;
+}
+
+/* ------------------------------------------------------------ saving and restoring */
+
+int attnd_sessions_foreach(attnd_sessions *st,
+                           int (*fn)(void *ctx, const attnd_sessions *st, const attnd_session *s,
+                                     int64_t idle_ns),
+                           void *ctx)
+{
+    int n = 0;
+    pthread_mutex_lock(&st->mu);
+    int64_t now = now_ns(st);
+    for (attnd_session *s = st->lru_head; s; s = s->lru_next) {
+        if (s->busy || s->removed || expired(s, now)) continue;
+        n++;
+        if (fn(ctx, st, s, now > s->last_used_ns ? now - s->last_used_ns : 0) != 0) break;
+    }
+    pthread_mutex_unlock(&st->mu);
+    return n;
+}
+
+const char *attnd_sessions_id_prefix(const attnd_sessions *st) { return st->prefix; }
+
+static void lru_push_back(attnd_sessions *st, attnd_session *s)
+{
+    s->lru_next = NULL;
+    s->lru_prev = st->lru_tail;
+    if (st->lru_tail) st->lru_tail->lru_next = s;
+    else st->lru_head = s;
+    st->lru_tail = s;
+}
+
+/* 1 when img fits cache s: its blocks hold its rows, its length holds them,
+ * a cross memory keeps its rows. */
+static int image_fits(const attnd_session *s, const attnd_session_image *img, int max_length)
+{
+    if (img->n_blocks < 0 || img->rows < 0 || img->length < 0 || !(img->data || !img->n_blocks) ||
+        (s->kind == ATTND_SESSION_SELF && img->length < img->rows))
+        return 0;
+    if ((int64_t)img->n_blocks * s->block_rows < img->rows) /* more blocks than rows: a failed
+                                                                  append's room, kept */
+        return 0;
+    if (s->kind == ATTND_SESSION_SELF && s->window == 0 && img->length > max_length) return 0;
+    if (s->kind == ATTND_SESSION_CROSS && (img->rows != s->rows || img->rows < 1)) return 0;
+    return 1;
+}
+
+/* Fills cache s from img (mu held, pages free). */
+static void fill_image(attnd_sessions *st, attnd_session *s, const attnd_session_image *img)
+{
+    char *base = attnd_kvpool_base(st->pool);
+    const size_t page = attnd_kvpool_page_bytes(st->pool);
+    for (int b = 0; b < img->n_blocks; b++) {
+        attnd_kvpool_alloc(st->pool, &s->blocks[s->n_blocks]);
+        memcpy(base + (size_t)s->blocks[s->n_blocks] * page, img->data + (size_t)b * s->block_bytes,
+               s->block_bytes);
+        s->n_blocks++;
+    }
+    s->rows = img->rows;
+    s->length = img->length;
+}
+
+attnd_session_result attnd_sessions_restore(attnd_sessions *st, const char *id,
+                                            const attnd_session_params *p,
+                                            const attnd_session_params *lp, int n_layers,
+                                            const attnd_session_image *img, float query_limit,
+                                            int64_t idle_ns, attnd_session_error *err)
+{
+    attnd_session_error local;
+    if (!err)
+        err = &local;
+    if (!id_valid(st, id))
+        return session_fail(err, ATTND_SESSION_INVALID, "id",
+                            "id %.80s is not one of this replica's (prefix \"%s\")", id, st->prefix);
+    if (check_params(st, p, err) != 0) return err->result;
+    if (n_layers < 0 || n_layers > ATTND_SESSION_LAYERS_MAX)
+        return session_fail(err, ATTND_SESSION_INVALID, "layers", "%d layers", n_layers);
+    for (int l = 0; l < n_layers; l++) {
+        attnd_session_params one = lp[l];
+        one.window = p->window;
+        one.ttl_s = p->ttl_s;
+        if (lp[l].kind != ATTND_SESSION_SELF || check_params(st, &one, err) != 0)
+            return session_fail(err, ATTND_SESSION_INVALID, "layers", "layer %d does not fit", l);
+    }
+    attnd_session *s = new_session(st, p, lp, n_layers, p->model_name, err);
+    if (!s) return err->result;
+    int pages = 0, rc = -1;
+    for (int c = 0; c < (n_layers ? n_layers : 1); c++) {
+        attnd_session *m = n_layers ? &s->layers[c] : s;
+        if (!image_fits(m, &img[c], st->cfg.max_length) || table_room(m, img[c].n_blocks) != 0) {
+            session_fail(err, ATTND_SESSION_INVALID, "layers",
+                         "cache %d: %d blocks of %d rows for %d rows and length %lld do not fit "
+                         "the session", c, img[c].n_blocks, m->block_rows, img[c].rows,
+                         (long long)img[c].length);
+            goto out;
+        }
+        pages += img[c].n_blocks;
+    }
+    pthread_mutex_lock(&st->mu);
+    if (table_find(st, id)) {
+        session_fail(err, ATTND_SESSION_INVALID, "id", "session %.80s exists already", id);
+    } else if (st->count >= st->cfg.max_sessions) {
+        session_fail(err, ATTND_SESSION_TOO_MANY, "", "%d sessions exist (max_sessions)", st->count);
+    } else if (attnd_kvpool_free_pages(st->pool) < pages) {
+        session_fail(err, ATTND_SESSION_CACHE_FULL, "",
+                     "it needs %d KV pages, %d of %d are free (kv_cache_bytes)", pages,
+                     attnd_kvpool_free_pages(st->pool), attnd_kvpool_pages(st->pool));
+    } else {
+        snprintf(s->id, sizeof s->id, "%s", id);
+        for (int l = 0; l < s->n_layers; l++)
+            memcpy(s->layers[l].id, s->id, sizeof s->id);
+        if (n_layers)
+            for (int l = 0; l < n_layers; l++)
+                fill_image(st, &s->layers[l], &img[l]);
+        else
+            fill_image(st, s, &img[0]);
+        s->query_limit = query_limit;
+        size_t b = id_hash(st, s->id);
+        s->hash_next = st->buckets[b];
+        st->buckets[b] = s;
+        lru_push_back(st, s);
+        s->last_used_ns = now_ns(st) - idle_ns;
+        st->count++;
+        publish(st);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&st->mu);
+out:
+    if (rc != 0) {
+        s->model = NULL; /* still the caller's */
+        for (int l = 0; l < s->n_layers; l++)
+            s->layers[l].model = NULL;
+        destroy(st, s);
+    }
+    return result_of(rc, err);
 }

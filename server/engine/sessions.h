@@ -77,7 +77,29 @@ typedef struct attnd_session {
     int evict_on_release;                    /* evicted while busy (retired model)      */
     int64_t last_used_ns;
     struct attnd_session *lru_prev, *lru_next, *hash_next;
+
+    /* A sequence session (a model group's, attnd_sessions_open_group): n_layers
+     * member caches in layers[], each an attnd_session of its own for its
+     * layer (model, fixed fields, block table, rows, length) that is never in
+     * the table or the LRU list. The head (this) holds the id, the TTL, the
+     * LRU place and the one append slot of the whole sequence; its own cache
+     * is empty and model NULL. Appends name a member (attnd_sessions_layer):
+     * reserve and release take a member and act on its head for the rest. */
+    struct attnd_session *layers;            /* (fixed) n_layers members, or NULL      */
+    int n_layers;                            /* (fixed) 0: a single-layer session      */
+    struct attnd_session *group;             /* (fixed) a member's head; NULL: a head  */
+    int layer;                               /* (fixed) a member's index in its group  */
 } attnd_session;
+
+/* The most layers a sequence session holds. */
+#define ATTND_SESSION_LAYERS_MAX 256
+
+/* Member l of sequence session s (0 <= l < s->n_layers), or NULL (s is a
+ * single-layer session, or l out of range). */
+static inline attnd_session *attnd_sessions_layer(attnd_session *s, int l)
+{
+    return s->n_layers > 0 && l >= 0 && l < s->n_layers ? &s->layers[l] : NULL;
+}
 
 typedef struct attnd_sessions_config {
     size_t budget_bytes;       /* the page pool: KV memory of all sessions together  */
@@ -109,7 +131,8 @@ typedef enum attnd_session_result {
     ATTND_SESSION_TOO_LARGE,   /* more than the whole pool or max_length alone       */
     ATTND_SESSION_CACHE_FULL,  /* no room now: the pool is held by busy sessions     */
     ATTND_SESSION_TOO_MANY,    /* max_sessions exist and every one is busy           */
-    ATTND_SESSION_INTERNAL     /* out of memory, no entropy, or a caller's bug       */
+    ATTND_SESSION_INTERNAL,    /* out of memory, no entropy, or a caller's bug       */
+    ATTND_SESSION_OUT_OF_ORDER /* a sequence's layer would pass the layer before it  */
 } attnd_session_result;
 
 /* The detail of a result other than OK: the parameter to blame ("id", "ttl_s",
@@ -147,6 +170,10 @@ typedef struct attnd_session_info {
     size_t bytes;              /* blocks * page bytes (shared pages included)        */
     double idle_s;
     int busy;
+    /* A sequence session: its layers (0 = a single-layer session); length and
+     * rows above are then its last layer's (the positions every layer holds),
+     * each layer's come from attnd_sessions_get_layers. */
+    int n_layers;
 } attnd_session_info;
 
 /* Creates a store and maps its page pool. Returns NULL with err on a bad
@@ -171,12 +198,26 @@ int attnd_sessions_start_sweeper(attnd_sessions *st, int interval_ms);
 attnd_session_result attnd_sessions_open(attnd_sessions *st, const attnd_session_params *p,
                                          attnd_session **out, attnd_session_error *err);
 
+/* Registers a new sequence session of n_layers layers (1..ATTND_SESSION_LAYERS_MAX)
+ * with a fresh id, its append slot held by the caller (release it with 0): p[l]
+ * describes layer l's cache (self only; window and ttl_s are p[0]'s for all;
+ * model_name = the group's name in group_name). Evicts as open does; the
+ * session's budget is the sum of its layers' pages, and it is evicted, expired,
+ * forked and deleted whole. Returns as open; on failure no p[l].model is
+ * released (still the caller's); on success each member holds its p[l].model. */
+attnd_session_result attnd_sessions_open_group(attnd_sessions *st, const attnd_session_params *p,
+                                               int n_layers, const char *group_name,
+                                               attnd_session **out, attnd_session_error *err);
+
 /* Takes the append slot of session id. Returns OK and *out; or NOT_FOUND,
  * EXPIRED (evicted or expired; an idle session past its TTL is expired here),
  * BUSY, with *err. */
 attnd_session_result attnd_sessions_acquire(attnd_sessions *st, const char *id,
                                             attnd_session **out, attnd_session_error *err);
 
+/* Makes room for t more rows (slot held; s a single-layer session, or a
+ * member of a sequence whose head's slot is held: then OUT_OF_ORDER when layer
+ * l would hold more positions than layer l-1, field "layer"). */
 /* Makes room for t more rows (slot held). Self windowed sessions first give
  * back their leading blocks that no new position can see (every row older
  * than the last window-1; positions are relative, so causal + window stay
@@ -189,7 +230,8 @@ attnd_session_result attnd_sessions_acquire(attnd_sessions *st, const char *id,
 attnd_session_result attnd_sessions_reserve(attnd_sessions *st, attnd_session *s, int t,
                                             attnd_session_error *err);
 
-/* Gives the append slot back. committed > 0: the compute succeeded and wrote t
+/* Gives the append slot back (s a session, or a member of a sequence: the
+ * commit goes to the member, the slot is its head's). committed > 0: the compute succeeded and wrote t
  * = committed new rows (self: rows and length advance; cross: length advances).
  * *length and *rows (each may be NULL) get the values after the commit. Frees
  * the session if it was deleted meanwhile: s is invalid after this call. */
@@ -200,6 +242,12 @@ void attnd_sessions_release(attnd_sessions *st, attnd_session *s, int committed,
  * expired idle session is expired here too). Does not count as use. */
 attnd_session_result attnd_sessions_get(attnd_sessions *st, const char *id,
                                         attnd_session_info *out, attnd_session_error *err);
+
+/* attnd_sessions_get, and a sequence's layers' lengths and cached rows (the
+ * first cap of them) into length[] and rows[], read at the same instant. */
+attnd_session_result attnd_sessions_get_layers(attnd_sessions *st, const char *id,
+                                               attnd_session_info *out, int64_t *length,
+                                               int *rows, int cap, attnd_session_error *err);
 
 /* Deletes session id (a busy one is unlinked now and freed by its slot holder).
  * Returns OK, or NOT_FOUND / EXPIRED. */
@@ -250,5 +298,44 @@ typedef struct attnd_session_kv {
     const int32_t *table;
 } attnd_session_kv;
 void attnd_sessions_kv(const attnd_sessions *st, const attnd_session *s, attnd_session_kv *out);
+
+/* ---- saving and restoring (persist.c, --session-dir) ---- */
+
+/* Calls fn for every live idle session, most recently used first, under the
+ * store's lock (fn must not call the store; busy and expired ones are left
+ * out), with its idle time; fn returns 0 to go on, else the walk stops.
+ * Page contents are read through attnd_sessions_kv. Returns how many fn saw. */
+int attnd_sessions_foreach(attnd_sessions *st,
+                           int (*fn)(void *ctx, const attnd_sessions *st, const attnd_session *s,
+                                     int64_t idle_ns),
+                           void *ctx);
+
+/* A saved cache, as attnd_sessions_restore takes it back: its length, rows and
+ * n_blocks blocks of block_bytes (the params' k + v block bytes) each, K rows
+ * then V rows at k_block_bytes, as a page holds them. */
+typedef struct attnd_session_image {
+    int64_t length;
+    int rows;
+    int n_blocks;
+    const unsigned char *data;
+} attnd_session_image;
+
+/* Registers a session read back from disk under its old id (which must be
+ * this store's: its replica prefix, not in use): one cache (n_layers = 0,
+ * img[0], model p->model) or a sequence (n_layers, lp[l] and img[l] each
+ * layer's; p the head's as open_group makes it). It comes idle, idle_ns old,
+ * as the least recently used so far (restore the most recent first), and
+ * never evicts another: CACHE_FULL / TOO_MANY when the pool or max_sessions
+ * has no room. Returns OK (the store holds each model reference now), or what
+ * failed with *err (INVALID: a bad id or image, NOT_FOUND never); on failure no
+ * model is released. */
+attnd_session_result attnd_sessions_restore(attnd_sessions *st, const char *id,
+                                            const attnd_session_params *p,
+                                            const attnd_session_params *lp, int n_layers,
+                                            const attnd_session_image *img, float query_limit,
+                                            int64_t idle_ns, attnd_session_error *err);
+
+/* The replica prefix ids of this store start with ("NAME." or ""). */
+const char *attnd_sessions_id_prefix(const attnd_sessions *st);
 
 #endif

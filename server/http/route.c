@@ -47,8 +47,13 @@ static const char *const labels[ATTND_ROUTE_COUNT] = {
 #define DEFAULT ATTND_DEFAULT_MODEL
 
 static int ui_serves(const attnd_app *app, const char *path);
+static int is_group(const attnd_app *app, const char *path)
+{
+    return attnd_handler_session_is_group(app, path);
+}
 
-/* Every route. Patterns do not overlap, so the order is only for reading. */
+/* Every route. Patterns overlap only where a row's accepts picks (the group
+ * rows before the model rows): otherwise the order is only for reading. */
 static const attnd_route_def routes[] = {
     /* id                          pattern                        methods  model  ready accepts */
     {ATTND_ROUTE_HEALTHZ,          "/healthz",                     GET,     NONE,    0, NULL,
@@ -61,6 +66,12 @@ static const attnd_route_def routes[] = {
      &attnd_handler_ops_ui},
     {ATTND_ROUTE_UI,               "/ui/*",                        GET,     NONE,    0, ui_serves,
      &attnd_handler_ops_ui},
+    /* /v1 model groups (--model NAME=DIR,layers=...): before the model rows,
+     * which would answer 404 for a group's name */
+    {ATTND_ROUTE_MODEL,            "/v1/models/{name}",            GET,     NONE,    1, is_group,
+     &attnd_handler_group_info},
+    {ATTND_ROUTE_SESSIONS,         "/v1/models/{name}/sessions",   POST,    NONE,    1, is_group,
+     &attnd_handler_group_session_create},
     /* /v1: native JSON */
     {ATTND_ROUTE_MODELS,           "/v1/models",                   GET,     NONE,    1, NULL,
      &attnd_handler_v1_models},
@@ -78,6 +89,9 @@ static const attnd_route_def routes[] = {
      &attnd_handler_session},
     {ATTND_ROUTE_SESSION_APPEND,   "/v1/sessions/{id}/append",     POST,    NONE,    1, NULL,
      &attnd_handler_session_append},
+    {ATTND_ROUTE_SESSION_APPEND,   "/v1/sessions/{id}/layers/{layer}/append",
+                                                                   POST,    NONE,    1, NULL,
+     &attnd_handler_session_append}, /* a sequence's layer: the handler reads {layer} */
     {ATTND_ROUTE_SESSION_LIST,     "/v1/sessions",                 GET,     NONE,    1, NULL,
      &attnd_handler_session_list},
     {ATTND_ROUTE_SESSION_FORK,     "/v1/sessions/{id}/fork",       POST,    NONE,    1, NULL,
@@ -170,8 +184,10 @@ static int match(const char *pattern, const char *path, captures *c)
             if (!close || n == 0)
                 return 0;
             int is_version = strncmp(pattern, version_token, sizeof version_token - 1) == 0;
-            *(is_version ? &c->version : &c->param) = path;
-            *(is_version ? &c->version_len : &c->len) = n;
+            if (is_version || !c->param) { /* a later one ({layer}): its handler reads it */
+                *(is_version ? &c->version : &c->param) = path;
+                *(is_version ? &c->version_len : &c->len) = n;
+            }
             path += n;
             pattern = close + 1;
             continue;

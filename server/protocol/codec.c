@@ -231,8 +231,8 @@ static int get_array(decoder *d, const char *name, const json_t *v, node *out)
 static const char *const v1_fields[] = {"query", "key", "value", "key_padding_mask", "attn_mask",
                                         "is_causal", "window", "position_ids", "need_weights",
                                         "average_attn_weights", "timeout_ms", "id"};
-static const char *const append_fields[] = {"query", "need_weights", "average_attn_weights",
-                                            "timeout_ms", "id"};
+static const char *const append_fields[] = {"query", "position_ids", "need_weights",
+                                            "average_attn_weights", "timeout_ms", "id"};
 
 /* Levenshtein distance of a and b (each cut at 63 bytes). */
 static size_t edit_distance(const char *a, const char *b)
@@ -294,7 +294,8 @@ static int unknown_field(decoder *d, const char *k)
 static int read_field(decoder *d, const char *k, json_t *v)
 {
     long long x;
-    if (d->opts.query_only && strcmp(k, "query") && strcmp(k, "need_weights") &&
+    if (d->opts.query_only && strcmp(k, "query") && strcmp(k, "position_ids") &&
+        strcmp(k, "need_weights") &&
         strcmp(k, "average_attn_weights") && strcmp(k, "timeout_ms") && strcmp(k, "id"))
         return unknown_field(d, k);
     if (strcmp(k, "query") == 0)

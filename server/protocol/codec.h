@@ -34,8 +34,9 @@ int attnd_codec_decode_request(const char *body, size_t len, const attn_layer_in
 /* Decoding a body that is not a whole /v1 request: a streaming-session append
  * (handler_session.c). All zeros = attnd_codec_decode_request. */
 typedef struct attnd_decode_opts {
-    int query_only;     /* 1: only query (ONE T×E_q sequence), need_weights,
-                           average_attn_weights, timeout_ms and id are accepted (any
+    int query_only;     /* 1: only query (ONE T×E_q sequence), position_ids (T),
+                           need_weights, average_attn_weights, timeout_ms and id are
+                           accepted (any
                            other member is 400 unknown_field) and the model's key/value
                            widths are not asked for: keys come from elsewhere        */
     int caller_weights; /* 1: need_weights sets weights_mode but no weights buffer is

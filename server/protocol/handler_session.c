@@ -53,6 +53,7 @@ static const struct {
     [ATTND_SESSION_CACHE_FULL] = {503, "kv_cache_full"},
     [ATTND_SESSION_TOO_MANY] = {503, "too_many_sessions"},
     [ATTND_SESSION_INTERNAL] = {500, "internal"},
+    [ATTND_SESSION_OUT_OF_ORDER] = {409, "layer_out_of_order"},
 };
 
 /* *e for a store result other than OK. Returns -1. */
@@ -521,8 +522,11 @@ fail:
 
 /* ------------------------------------------------------------ GET, DELETE */
 
-/* One session's description (GET /v1/sessions/{id}, and each entry of the list). */
-static void put_info(attnd_jsonbuf *b, const attnd_session_info *si)
+/* One session's description (GET /v1/sessions/{id}, and each entry of the
+ * list); a sequence's layers when length/rows are given (GET), else its
+ * num_layers. */
+static void put_info(attnd_jsonbuf *b, const attnd_session_info *si, const int64_t *length,
+                     const int *rows)
 {
     put_session_head(b, si->id, si->model_name, si->kind, si->window, si->ttl_s);
     attnd_jb_puts(b, ",\"length\":");
@@ -535,8 +539,19 @@ static void put_info(attnd_jsonbuf *b, const attnd_session_info *si)
     attnd_jb_i64(b, si->blocks);
     attnd_jb_puts(b, ",\"shared_blocks\":");
     attnd_jb_i64(b, si->shared_blocks);
-    attnd_jb_printf(b, ",\"idle_s\":%.3f,\"busy\":%s}", si->idle_s,
+    attnd_jb_printf(b, ",\"idle_s\":%.3f,\"busy\":%s", si->idle_s,
                     si->busy ? "true" : "false");
+    if (si->n_layers > 0) { /* a sequence */
+        attnd_jb_printf(b, ",\"num_layers\":%d", si->n_layers);
+        if (length) { /* each layer's length */
+            attnd_jb_puts(b, ",\"layers\":[");
+            for (int l = 0; l < si->n_layers; l++)
+                attnd_jb_printf(b, "%s{\"layer\":%d,\"length\":%lld,\"cached\":%d}", l ? "," : "",
+                                l, (long long)length[l], rows[l]);
+            attnd_jb_putc(b, ']');
+        }
+    }
+    attnd_jb_putc(b, '}');
 }
 
 static void get_info(attnd_app *app, const char *id, attnd_reply *out)
@@ -544,13 +559,16 @@ static void get_info(attnd_app *app, const char *id, attnd_reply *out)
     attnd_session_info si;
     attnd_session_error se;
     attnd_http_error e;
-    if (attnd_sessions_get(app->sessions, id, &si, &se) != ATTND_SESSION_OK) {
+    int64_t length[ATTND_SESSION_LAYERS_MAX];
+    int rows[ATTND_SESSION_LAYERS_MAX];
+    if (attnd_sessions_get_layers(app->sessions, id, &si, length, rows, ATTND_SESSION_LAYERS_MAX,
+                                  &se) != ATTND_SESSION_OK) {
         store_error(&se, &e);
         attnd_reply_error(out, &e);
         return;
     }
     attnd_jsonbuf b = {0};
-    put_info(&b, &si);
+    put_info(&b, &si, length, rows);
     reply_json(out, 200, &b);
 }
 
@@ -590,7 +608,7 @@ static void list(attnd_exchange *x, attnd_reply *out)
     for (int i = 0; i < n; i++) {
         if (i)
             attnd_jb_putc(&b, ',');
-        put_info(&b, &page[i]);
+        put_info(&b, &page[i], NULL, NULL);
     }
     attnd_jb_puts(&b, "],\"total\":");
     attnd_jb_i64(&b, total);
@@ -637,11 +655,16 @@ static void fork_session(attnd_exchange *x, attnd_reply *out)
         return;
     }
     attnd_jsonbuf b = {0};
+    const attnd_session *last = child->n_layers ? &child->layers[child->n_layers - 1] : child;
     put_session_head(&b, child->id, child->model_name, child->kind, child->window, child->ttl_s);
     attnd_jb_puts(&b, ",\"length\":");
-    attnd_jb_i64(&b, (long long)child->length);
+    attnd_jb_i64(&b, (long long)last->length);
     attnd_jb_puts(&b, ",\"cached\":");
-    attnd_jb_i64(&b, child->rows);
+    attnd_jb_i64(&b, last->rows);
+    if (child->n_layers) {
+        attnd_jb_puts(&b, ",\"num_layers\":");
+        attnd_jb_i64(&b, child->n_layers);
+    }
     attnd_jb_puts(&b, ",\"forked_from\":");
     attnd_jb_string(&b, id);
     attnd_jb_putc(&b, '}');
@@ -696,7 +719,10 @@ static int attach_cache(attnd_app *app, const attnd_model *m, attnd_session *s,
         q->weights = call->weights;
         req->bytes += n * sizeof(float);
     }
-    if (m->info.rope.style != ATTN_ROPE_NONE) {
+    if (q->position_ids) {
+        /* The append's own (a left-padded batch's), decoded and checked by the
+         * codec: T integers in 0..2^53. Without RoPE positions change nothing. */
+    } else if (m->info.rope.style != ATTN_ROPE_NONE) {
         /* The stream's absolute positions: a window may have dropped rows, so
          * cache_len + i is not always the position. */
         call->positions = malloc((size_t)t * sizeof *call->positions);
@@ -731,7 +757,7 @@ static int attach_cache(attnd_app *app, const attnd_model *m, attnd_session *s,
  * session's model version, x->state the call. On failure nothing is held. */
 /* The body's query rows: the JSON form, or a v2 infer body with binary tensors
  * (Inference-Header-Content-Length), which may carry only query [1,T,E_q] and
- * asks for no weights: positions, masks and keys come from the session. */
+ * position_ids, and asks for no weights: masks and keys come from the session. */
 static int decode_rows(attnd_exchange *x, attnd_session_call *call, const attnd_model *m,
                        const attnd_decode_opts *opts, attnd_request **req,
                        attnd_http_error *err)
@@ -751,7 +777,6 @@ static int decode_rows(attnd_exchange *x, attnd_session_call *call, const attnd_
     const char *bad = (*req)->n_seqs != 1 ? "query"
                       : q->key                               ? "key"
                       : q->key_padding_mask || q->attn_mask ? "attn_mask"
-                      : q->position_ids                      ? "position_ids"
                       : (*req)->need_weights                 ? "attn_weights"
                                                               : NULL;
     if (!bad)
@@ -760,8 +785,43 @@ static int decode_rows(attnd_exchange *x, attnd_session_call *call, const attnd_
     *req = NULL;
     return attnd_http_fail(err, 400, "invalid_value", bad,
                            "a binary append carries the next rows of one stream: query "
-                           "[1,T,E_q] only (no key, masks or position_ids: the session has "
-                           "them; attention weights: use the JSON form)");
+                           "[1,T,E_q] and optionally position_ids [1,T] (no key or masks: "
+                           "the session has them; attention weights: use the JSON form)");
+}
+
+/* The layer an append names: /v1/sessions/{id}/layers/{l}/append on a sequence
+ * session switches call->sess to its layer l (the head's slot stays held);
+ * /v1/sessions/{id}/append is for a single-layer session. Returns 0, or -1
+ * with *err (400 naming "layer": the wrong route for the session, l not one
+ * of its layers). */
+static int pick_layer(const attnd_exchange *x, attnd_session_call *call, attnd_http_error *err)
+{
+    attnd_session *s = call->sess;
+    const char *tail = x->param + x->param_len; /* "/append" or "/layers/{l}/append" */
+    if (strncmp(tail, "/layers/", 8) != 0) {
+        if (s->n_layers == 0)
+            return 0;
+        return attnd_http_fail(err, 400, "invalid_value", "layer",
+                               "session %s is a sequence of %d layers (model group %s): append "
+                               "to each layer with POST /v1/sessions/{id}/layers/{l}/append",
+                               s->id, s->n_layers, s->model_name);
+    }
+    const char *digits = tail + 8;
+    size_t n = strcspn(digits, "/");
+    long l = -1;
+    if (n >= 1 && n <= 6 && strspn(digits, "0123456789") == n)
+        l = strtol(digits, NULL, 10);
+    if (s->n_layers == 0)
+        return attnd_http_fail(err, 400, "invalid_value", "layer",
+                               "session %s is a session of the single-layer model %s: append "
+                               "with POST /v1/sessions/{id}/append", s->id, s->model_name);
+    if (l < 0 || l >= s->n_layers)
+        return attnd_http_fail(err, 400, "invalid_value", "layer",
+                               "layer must be an integer in 0..%d (session %s holds %d layers), "
+                               "got \"%.*s\"", s->n_layers - 1, s->id, s->n_layers,
+                               (int)(n > 20 ? 20 : n), digits);
+    call->sess = attnd_sessions_layer(s, (int)l);
+    return 0;
 }
 
 static int append_decode(attnd_exchange *x, attnd_request **out, attnd_http_error *err)
@@ -781,6 +841,8 @@ static int append_decode(attnd_exchange *x, attnd_request **out, attnd_http_erro
         store_error(&se, err);
         goto fail;
     }
+    if (pick_layer(x, call, err) != 0) /* a sequence's: its layer's cache from here on */
+        goto fail;
     call->start_ns = attnd_now_ns();
     attnd_session *s = call->sess;
     attnd_model *m = s->model;
@@ -814,12 +876,17 @@ fail:
     return -1;
 }
 
-/* The session's state after this append, as response members. */
-static char *session_members(const char *id, int64_t length, int rows)
+/* The session's state after this append, as response members (layer >= 0: the
+ * sequence's layer appended to, whose length and rows these are). */
+static char *session_members(const char *id, int layer, int64_t length, int rows)
 {
     attnd_jsonbuf b = {0};
     attnd_jb_puts(&b, "\"session\":{\"id\":");
     attnd_jb_string(&b, id);
+    if (layer >= 0) {
+        attnd_jb_puts(&b, ",\"layer\":");
+        attnd_jb_i64(&b, layer);
+    }
     attnd_jb_puts(&b, ",\"length\":");
     attnd_jb_i64(&b, (long long)length);
     attnd_jb_puts(&b, ",\"cached\":");
@@ -831,12 +898,14 @@ static char *session_members(const char *id, int64_t length, int rows)
 /* A binary append's answer: the v2 response (outputs as asked, binary or JSON),
  * with the session's state among its parameters. */
 static void finish_binary(const attnd_session_call *call, const attnd_request *req,
-                          const attnd_model *model, const char *id, int64_t length, int rows,
-                          attnd_reply *out)
+                          const attnd_model *model, const char *id, int layer, int64_t length,
+                          int rows, attnd_reply *out)
 {
-    char params[256];
-    snprintf(params, sizeof params, "\"session_id\":\"%s\",\"session_length\":%lld,"
-             "\"session_cached\":%d", id, (long long)length, rows);
+    char params[320];
+    int n = snprintf(params, sizeof params, "\"session_id\":\"%s\",\"session_length\":%lld,"
+                     "\"session_cached\":%d", id, (long long)length, rows);
+    if (layer >= 0 && n > 0 && (size_t)n < sizeof params)
+        snprintf(params + n, sizeof params - (size_t)n, ",\"session_layer\":%d", layer);
     size_t header_len = 0;
     out->status = 200;
     out->body = attnd_codec_v2_encode_response_with(req, &call->v2, model->name, model->version,
@@ -860,6 +929,7 @@ static void append_finish(attnd_exchange *x, const attnd_request *req, attnd_rep
     int64_t length = 0;
     int rows = 0;
     int ok = req->outcome == ATTND_DONE_OK;
+    const int layer = call->sess->group ? call->sess->layer : -1;
     memcpy(id, call->sess->id, sizeof id);
     attnd_sessions_release(app->sessions, call->sess, ok ? call->t : 0, &length, &rows);
     call->sess = NULL;
@@ -869,10 +939,10 @@ static void append_finish(attnd_exchange *x, const attnd_request *req, attnd_rep
     if (!attnd_handler_succeeded(x, req, attnd_reply_error, out))
         return;
     if (call->binary) {
-        finish_binary(call, req, model, id, length, rows, out);
+        finish_binary(call, req, model, id, layer, length, rows, out);
         return;
     }
-    char *members = session_members(id, length, rows);
+    char *members = session_members(id, layer, length, rows);
     size_t len = 0;
     char *body = members ? attnd_codec_encode_response_with(req, model->name, members, &len)
                          : NULL;
@@ -894,6 +964,149 @@ static void append_end(attnd_exchange *x)
     free(call);
     x->state = NULL;
 }
+
+/* ------------------------------------------------------------ model groups */
+
+/* The group a /v1/models/{name}[/...] path names, or NULL (models still
+ * loading: none yet). */
+static const attnd_model_group *path_group(const attnd_app *app, const char *path)
+{
+    static const char prefix[] = "/v1/models/";
+    if (attnd_app_state((attnd_app *)app) == ATTND_STATE_STARTING ||
+        strncmp(path, prefix, sizeof prefix - 1) != 0)
+        return NULL;
+    const char *name = path + sizeof prefix - 1;
+    return attnd_models_group(app->models, name, strcspn(name, "/"));
+}
+
+int attnd_handler_session_is_group(const attnd_app *app, const char *path)
+{
+    return path_group(app, path) != NULL;
+}
+
+/* 404 model_not_found for group g whose layer `missing` is unloaded (as for an
+ * unloaded model). */
+static int group_unavailable(const attnd_model_group *g, int missing, attnd_http_error *e)
+{
+    return attnd_http_fail(e, 404, "model_not_found", "",
+                           "model group %s: its layer %d (model %s.%d) is not loaded", g->name,
+                           missing, g->name, g->checkpoint_layers[missing]);
+}
+
+/* GET /v1/models/{group}: the group, its layers and a position's KV bytes. */
+static void group_info(attnd_exchange *x, attnd_reply *out)
+{
+    const attnd_model_group *g = path_group(x->app, x->path);
+    attnd_http_error e;
+    attnd_model **m = g ? calloc((size_t)g->n_layers, sizeof *m) : NULL;
+    int missing = 0;
+    if (!g || !m) {
+        free(m);
+        attnd_reply_error(out, attnd_http_error_set(&e, g ? 500 : 404, g ? "internal" : "model_not_found",
+                                                    "", g ? "out of memory" : "no such model group"));
+        return;
+    }
+    if (attnd_models_group_acquire(x->app->models, g, m, &missing) != 0) {
+        free(m);
+        group_unavailable(g, missing, &e);
+        attnd_reply_error(out, &e);
+        return;
+    }
+    for (int l = 0; l < g->n_layers; l++)
+        attnd_model_release(m[l]);
+    free(m);
+    size_t len = 0;
+    char *body = attnd_models_group_info_json(x->app->models, g, &len);
+    if (!body) {
+        attnd_reply_error(out, attnd_http_error_set(&e, 500, "internal", "",
+                                                    "out of memory describing the group"));
+        return;
+    }
+    attnd_reply_body(out, 200, attnd_json_type, body, len);
+}
+
+/* POST /v1/models/{group}/sessions: one sequence session, a self-attention
+ * cache on every layer of the group (body: window, ttl_s; no key). */
+static void group_create(attnd_exchange *x, attnd_reply *out)
+{
+    attnd_app *app = x->app;
+    const attnd_model_group *g = path_group(app, x->path);
+    attnd_http_error e;
+    attnd_session_error se;
+    create_body cb = {0};
+    attnd_session *s = NULL;
+    int missing = 0, held = 0;
+    attnd_model **m = g ? calloc((size_t)g->n_layers, sizeof *m) : NULL;
+    attnd_session_params *p = g ? calloc((size_t)g->n_layers, sizeof *p) : NULL;
+    if (!g || !m || !p) {
+        attnd_http_error_set(&e, g ? 500 : 404, g ? "internal" : "model_not_found", "",
+                             g ? "out of memory" : "no such model group");
+        goto fail;
+    }
+    if (attnd_models_group_acquire(app->models, g, m, &missing) != 0) {
+        group_unavailable(g, missing, &e);
+        goto fail;
+    }
+    held = 1;
+    if (decode_create(x, &m[0]->info, &cb, &e) != 0)
+        goto fail;
+    if (cb.key) {
+        attnd_http_fail(&e, 400, "unsupported", "key",
+                        "a session of model group %s is a sequence: self-attention on every "
+                        "layer, no key (cross sessions: create one on a layer model %s.N)",
+                        g->name, g->name);
+        goto fail;
+    }
+    for (int l = 0; l < g->n_layers; l++) {
+        const attn_layer_info *in = &m[l]->info;
+        if (in->embed_k != in->embed_q || in->embed_v != in->embed_q) {
+            attnd_http_fail(&e, 400, "invalid_value", "key",
+                            "layer %d (%s) has E_q=%d, E_k=%d, E_v=%d: a sequence session needs "
+                            "self-attention on every layer", l, m[l]->name, in->embed_q,
+                            in->embed_k, in->embed_v);
+            goto fail;
+        }
+        if (session_params(app, m[l], &cb, &p[l], &e) != 0)
+            goto fail;
+    }
+    if (attnd_sessions_open_group(app->sessions, p, g->n_layers, g->name, &s, &se) !=
+        ATTND_SESSION_OK) {
+        store_error(&se, &e);
+        goto fail;
+    }
+    held = 0; /* each layer of s holds its model now */
+    attnd_jsonbuf b = {0};
+    put_session_head(&b, s->id, g->name, s->kind, s->window, s->ttl_s);
+    attnd_jb_puts(&b, ",\"length\":0,\"max_length\":");
+    if (s->window == 0)
+        attnd_jb_i64(&b, app->cfg->max_seq_len);
+    else
+        attnd_jb_puts(&b, "null");
+    attnd_jb_puts(&b, ",\"cached\":0,\"num_layers\":");
+    attnd_jb_i64(&b, s->n_layers);
+    attnd_jb_putc(&b, '}');
+    reply_created(x, s, &b, out);
+    free(m);
+    free(p);
+    return;
+fail:
+    for (int l = 0; held && l < g->n_layers; l++)
+        attnd_model_release(m[l]);
+    free(m);
+    free(p);
+    free(cb.key);
+    free(cb.value);
+    attnd_reply_error(out, &e);
+}
+
+const attnd_handler attnd_handler_group_info = {
+    .protocol = "v1", .answer = group_info, .error = attnd_reply_error};
+const attnd_handler attnd_handler_group_session_create = {
+    .protocol = "session",
+    .check_headers = attnd_handler_check_json,
+    .answer = group_create,
+    .error = attnd_reply_error,
+};
 
 const attnd_handler attnd_handler_session_create = {
     .protocol = "session",

@@ -18,6 +18,15 @@ extern const attnd_handler attnd_handler_session;        /* GET, DELETE /v1/sess
 extern const attnd_handler attnd_handler_session_append; /* POST /v1/sessions/{id}/append   */
 extern const attnd_handler attnd_handler_session_list;   /* GET /v1/sessions                */
 extern const attnd_handler attnd_handler_session_fork;   /* POST /v1/sessions/{id}/fork     */
+/* A model group (--model NAME=DIR,layers=...): GET /v1/models/{group} and POST
+ * /v1/models/{group}/sessions, a sequence session with a cache on every layer;
+ * its appends are POST /v1/sessions/{id}/layers/{l}/append (the append handler). */
+extern const attnd_handler attnd_handler_group_info;
+extern const attnd_handler attnd_handler_group_session_create;
+
+/* 1 when path is /v1/models/{name}[/...] and name is a model group (a route
+ * row's accepts: the group rows come before the model rows). */
+int attnd_handler_session_is_group(const attnd_app *app, const char *path);
 
 /* Creates the store from cfg's kv_cache_bytes (0: a quarter of the memory, see
  * attnd_kvpool_default_bytes) / kv_page_bytes (0: the largest page the loaded

@@ -3,7 +3,8 @@
  * as JSON to one session and as raw float32 to another answer bit for bit alike
  * (binary output, or JSON output when the header asks for it), the answer
  * carries the session's state in its parameters, and what a binary append may
- * not carry (a batch, key, masks, positions, weights) is refused naming it.
+ * not carry (a batch, key, masks, weights; positions of another count) is
+ * refused naming it.
  */
 #include <jansson.h>
 #include <math.h>
@@ -147,9 +148,9 @@ TEST(binary_refusals)
          "\"parameters\":{\"binary_data_size\":%d}}],\"parameters\":{\"need_weights\":true}}",
          "attn_weights"},
         {"{\"inputs\":[{\"name\":\"query\",\"shape\":[1,%d,%d],\"datatype\":\"FP32\","
-         "\"parameters\":{\"binary_data_size\":%d}},{\"name\":\"position_ids\",\"shape\":[1,1],"
-         "\"datatype\":\"INT64\",\"data\":[5]}]}",
-         "position_ids"},
+         "\"parameters\":{\"binary_data_size\":%d}},{\"name\":\"position_ids\",\"shape\":[1,2],"
+         "\"datatype\":\"INT64\",\"data\":[5,6]}]}",
+         "position_ids"}, /* allowed since issue 26, but one per row */
     };
     char id[64];
     create(id);

@@ -8,6 +8,8 @@
  *   3. an attnd with --max-seq-len 70: the appends past it fail (413), each stream ends, and its
  *      session is still deleted;
  *   4. failing setups: an unknown model exits 3 with a message; usage errors exit 2;
+ *   4b. a model group (--model llama=...,layers=all): each stream one sequence session, a step
+ *      one append per layer in order, every session deleted; one-shot mode on a group refused;
  *   5. a fake server (libmicrohttpd, in this process) injecting faults: 503 + Retry-After is
  *      retried and counted, never an error; without Retry-After it is one; a wrong length, a
  *      short output and a failed delete are each counted under their phase and kind, and every
@@ -694,6 +696,41 @@ static void cleanup(void)
     rmdir(tmpdir);
 }
 
+/* A model group: each stream one sequence session; a step appends to every layer. */
+TEST(group)
+{
+    attnd_proc g;
+    const char *dargs[] = {"--model", "llama=tests/fixtures/ckpt/llama_gqa,layers=all", NULL};
+    if (attnd_proc_start(&g, dargs) != 0) {
+        CHECK_MSG(0, "attnd with a model group did not start");
+        return;
+    }
+    const char *args[] = {"--url", g.base_url, "--model", "llama", "--sessions", "3", "--prefix",
+                          "20", "--prefill-chunk", "8", "--steps", "10", "--json",
+                          tmp_path("group.json"), "--max-error-rate", "0", NULL};
+    CHECK_INT_EQ(run_load(args), 0);
+    json_t *root = load_json(tmp_path("group.json"));
+    json_t *l = level0(root);
+    CHECK_INT_EQ(jint(l, "decode_tokens"), 3 * 10);
+    CHECK_INT_EQ(jint(l, "prefill_tokens"), 3 * 20);
+    CHECK_INT_EQ(jint(l, "errors"), 0);
+    CHECK_INT_EQ(jint(l, "requests"), 3 * (1 + 2 * 3 + 2 * 10 + 1)); /* 2 layers: chunks 8+8+4 */
+    CHECK_INT_EQ(jint(l, "deleted"), 3);
+    CHECK(jnum(l, "stream_tokens_per_s") > 0);
+    CHECK_INT_EQ(jint(json_object_get(json_object_get(root, "params"), "model_dims"), "layers"), 2);
+    json_decref(root);
+    char *out = slurp(tmp_path("out.txt"));
+    CHECK(out && strstr(out, "model group of 2 layers"));
+    free(out);
+    CHECK_INT_EQ(live_sessions(&g), 0);
+    const char *oneshot[] = {"--url", g.base_url, "--model", "llama", "--requests", "2", NULL};
+    CHECK_INT_EQ(run_load(oneshot), 3);
+    char *err = slurp(tmp_path("err.txt"));
+    CHECK(err && strstr(err, "is a model group"));
+    free(err);
+    CHECK_INT_EQ(attnd_proc_stop(&g), 0);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/test_load_sessions.XXXXXX");
@@ -716,6 +753,7 @@ int main(void)
     }
     RUN(limit);
     RUN(replica_ids);
+    RUN(group);
     cleanup();
     return check_summary();
 }

@@ -193,7 +193,7 @@ class TestModels(Base):
         self.assertTrue(self.c.health())
         self.assertTrue(self.c.ready())
         names = [m["name"] for m in self.c.models()]
-        self.assertEqual(sorted(names), ["demo", "llama"])
+        self.assertEqual(sorted(names), ["demo", "llama", "seq.0", "seq.1"])  # seq: a group
         m = self.c.model("demo")
         self.assertEqual((m["num_heads"], m["embed_q"], m["embed_out"]), (8, 64, 64))
         self.assertEqual(self.c.model("llama")["num_kv_heads"], 2)
@@ -507,10 +507,15 @@ class TestSessions(Base):
         with self.c.session("llama") as s:
             a = s.append(q[:3], position_ids=[0, 1, 2]).output
             with self.assertRaises(ValueError):
-                s.append(q[3:], position_ids=[0, 1])        # not where the stream is
+                s.append(q[3:], position_ids=[3])           # one per appended row
             self.assertEqual(s.length, 3)
             b = s.append(q[3:], position_ids=[[3, 4]]).output
         self.assertClose(list(a) + list(b), one.output)
+        # left padding, as a Hugging Face decode loop passes it: the rows sit at 7..11
+        shifted = self.c.attention(q, model="llama", is_causal=True, position_ids=list(range(7, 12)))
+        with self.c.session("llama") as s:
+            got = s.append(q, position_ids=list(range(7, 12))).output
+        self.assertClose(got, shifted.output)
 
     def test_binary_append(self):
         if not attnd.HAVE_NUMPY:
@@ -550,6 +555,29 @@ class TestSessions(Base):
         with self.assertRaises(attnd.SessionNotFound) as cm:
             s.append(matrix(1, 1))
         self.assertEqual((cm.exception.status, cm.exception.code), (404, "session_not_found"))
+
+
+class TestSequence(Base):
+    """A sequence session on the model group "seq" (llama_gqa, layers=all): s.layer(l)."""
+
+    def test_group_session_equals_layer_sessions(self):
+        rows = [matrix(60 + l, 5) for l in range(2)]
+        with self.c.session("seq") as s:
+            self.assertEqual(s.created.get("num_layers"), 2)
+            got = [list(s.layer(l).append(rows[l][:3]).output) for l in range(2)]
+            with self.assertRaises(attnd.Conflict):        # layer 1 may not pass layer 0
+                s.layer(1).append(rows[1][3:])
+            for l in range(2):
+                got[l] += list(s.layer(l).append(rows[l][3:], position_ids=[3, 4]).output)
+            info = s.info()
+            self.assertEqual([x["length"] for x in info["layers"]], [5, 5])
+            f = s.fork()
+            self.assertEqual(f.layer(0).append(rows[0][:1]).session["length"], 6)
+            f.close()
+        for l in range(2):
+            with self.c.session("seq.%d" % l) as one:
+                want = list(one.append(rows[l][:3]).output) + list(one.append(rows[l][3:]).output)
+            self.assertClose(got[l], want, tol=0.0)
 
 
 class TestErrors(Base):

@@ -2,7 +2,8 @@
 # test_example_decode.sh — examples/llama_decode.py runs as the README shows: it writes its
 # seeded 4-layer Llama-layout checkpoint, attnd serves it with layers=all, and a greedy decode
 # with every attention layer on attnd (the rest in PyTorch) must print the same tokens as the
-# all-PyTorch run, logits within 1e-4 (the example exits 1 otherwise). Needs Debian's
+# all-PyTorch run, logits within 1e-4 (the example exits 1 otherwise), through one sequence
+# session on the group (every layer then holds the prompt and every generated token). Needs Debian's
 # /usr/bin/python3 with torch and numpy (scripts/deps.sh installs them when missing).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,6 +40,11 @@ out=$(PYTHONPATH=clients/python timeout 120 "$PY" examples/llama_decode.py run "
     --url "http://127.0.0.1:$port" --tokens 24) || { echo "$out"; echo "FAIL: the decodes differ"; exit 1; }
 echo "$out"
 grep -q "^tokens equal: yes$" <<<"$out" || { echo "FAIL: no 'tokens equal: yes' line"; exit 1; }
+grep -q "one sequence session over 4 layers" <<<"$out" ||
+    { echo "FAIL: the example did not use one sequence session (a model group)"; exit 1; }
+# every layer holds the prompt (5) and each of the 24 generated tokens (greedy() feeds each one)
+grep -q '^layer lengths   \[29, 29, 29, 29\]$' <<<"$out" ||
+    { echo "FAIL: the session does not hold 29 positions on every layer"; exit 1; }
 # 24 generated tokens, printed on both lines
 n=$(grep "^PyTorch alone" <<<"$out" | tr -cd ',' | wc -c)
 [ "$n" -eq 23 ] || { echo "FAIL: expected 24 tokens, the PyTorch line has $((n + 1))"; exit 1; }

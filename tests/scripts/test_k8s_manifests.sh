@@ -103,8 +103,18 @@ key = os.path.basename(cfg_path)
 check(key in cm.get("data", {}), f"ConfigMap has key {key}")
 check(any(m["mountPath"] == "/models" and m.get("readOnly") for m in mounts.values()), "/models mounted read-only")
 check(any(m["mountPath"] == "/tmp" for m in mounts.values()), "/tmp writable (read-only root)")
+claims = {get(t, "metadata.name"): t for t in spec.get("volumeClaimTemplates", [])}
 for n in mounts:
-    check(n in vols, f"volumeMount {n} has a volume")
+    check(n in vols or n in claims, f"volumeMount {n} has a volume or a volumeClaimTemplate")
+# Sessions survive a restart: --session-dir on the pod's own claim (persist.c writes there).
+cenv = {e["name"]: e for e in c.get("env", [])}
+sdir = get(cenv, "ATTND_SESSION_DIR.value")
+check(isinstance(sdir, str) and any(n in claims and sdir.startswith(m["mountPath"].rstrip("/") + "/")
+                                    for n, m in mounts.items()),
+      "ATTND_SESSION_DIR lies on a volumeClaimTemplate's mount")
+for n, t in claims.items():
+    check(get(t, "spec.resources.requests.storage") is not None, f"claim {n} requests storage")
+    check("ReadWriteOnce" in get(t, "spec.accessModes", []), f"claim {n} is ReadWriteOnce")
 
 # Replica names: each pod's own name (a DNS label, the gateway's host name for it).
 env = {e["name"]: e for e in c.get("env", [])}

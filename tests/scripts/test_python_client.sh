@@ -72,6 +72,7 @@ start() {
 key=pyclient-$$-$RANDOM
 start main --model demo=config/demo.safetensors \
     --model llama=tests/fixtures/ckpt/llama_gqa,layer=1 --default-model demo \
+    --model seq=tests/fixtures/ckpt/llama_gqa,layers=all \
     --max-seq-len 256 --max-body-bytes 2000000 --api-keys "$key"
 main_url=$url
 start slow --model demo=config/demo.safetensors --max-queue-delay-us 500000 --workers 1

@@ -12,6 +12,7 @@
 
 #include "../fuzz/fuzz_entry.h"
 #include "../fuzz/fuzz_http_entry.h"
+#include "../fuzz/fuzz_session_entry.h"
 #include "check.h"
 #include "sbuf.h"
 
@@ -20,8 +21,9 @@
 #define MIN_DECODE_INPUTS 25
 
 #define MIN_HTTP_INPUTS 50
+#define MIN_SESSION_INPUTS 6
 
-static int n_safetensors, n_decode, n_http;
+static int n_safetensors, n_decode, n_http, n_session;
 
 /* Reads a whole file; NULL on failure. Caller frees. */
 static uint8_t *slurp(const char *path, size_t *len)
@@ -282,12 +284,41 @@ TEST(http)
     inproc_stop(p);
 }
 
+/* ------------------------------------------------------------ session files */
+
+/* arg: 1 = the file is a real one and must parse, 0 = either way. */
+static void replay_session(const char *path, void *arg)
+{
+    size_t len = 0;
+    uint8_t *data = slurp(path, &len);
+    CHECK_MSG(data != NULL, "cannot read %s", path);
+    if (!data)
+        return;
+    char bug[FUZZ_BUG_MAX] = "";
+    int parsed = 0;
+    CHECK_MSG(fuzz_session_one(data, len, &parsed, bug) == 0, "%s: %s", path, bug);
+    const char *base = strrchr(path, '/');
+    int good = *(int *)arg || strncmp(base ? base + 1 : path, "good-", 5) == 0;
+    CHECK_MSG(!good || parsed, "%s: a real session file does not parse", path);
+    free(data);
+    n_session++;
+}
+
+TEST(session)
+{
+    int any = 0;
+    CHECK(for_each_file("tests/fuzz/corpus/session", "", replay_session, &any) >= MIN_SESSION_INPUTS);
+    for_each_file("tests/fuzz/regressions/session", "", replay_session, &any);
+    CHECK_MSG(n_session >= MIN_SESSION_INPUTS, "only %d session inputs replayed", n_session);
+}
+
 int main(void)
 {
     RUN(safetensors);
     RUN(decode);
     RUN(http);
-    printf("replayed %d safetensors, %d decode and %d http inputs\n", n_safetensors, n_decode,
-           n_http);
+    RUN(session);
+    printf("replayed %d safetensors, %d decode, %d http and %d session inputs\n", n_safetensors,
+           n_decode, n_http, n_session);
     return check_summary();
 }

@@ -208,7 +208,7 @@ static void pool_roundtrip(const char *const *args)
     argv[argc++] = (char *)"attnd-load";
     for (; *args; args++) argv[argc++] = (char *)*args;
     CHECK_INT_EQ(load_opts_parse(&o, argc, argv, err, sizeof err), 0);
-    load_model m = {6, 5, 5, 7, 2}; /* E_q 6, E_k = E_v 5, E_out 7 */
+    load_model m = {6, 5, 5, 7, 2, 0}; /* E_q 6, E_k = E_v 5, E_out 7 */
     CHECK_INT_EQ(load_pool_build(&p, &o, &m, err, sizeof err), 0);
     CHECK_INT_EQ(p.n, (size_t)o.pool);
     for (size_t i = 0; i < p.n; i++) {
@@ -420,7 +420,7 @@ static void v2_pool(const char *const *args)
     argv[argc++] = (char *)"attnd-load";
     for (; *args; args++) argv[argc++] = (char *)*args;
     CHECK_INT_EQ(load_opts_parse(&o, argc, argv, err, sizeof err), 0);
-    load_model m = {6, 5, 5, 7, 2};
+    load_model m = {6, 5, 5, 7, 2, 0};
     CHECK_INT_EQ(load_pool_build(&p, &o, &m, err, sizeof err), 0);
     CHECK_INT_EQ(p.n, (size_t)o.pool);
     int lengths_seen = 0, last_t = -1;
@@ -487,7 +487,7 @@ TEST(request_file)
     load_pool p;
     char err[256];
     CHECK_INT_EQ(load_opts_parse(&o, 3, argv, err, sizeof err), 0);
-    load_model m = {4, 4, 4, 6, 2}; /* E_out 6, 2 heads */
+    load_model m = {4, 4, 4, 6, 2, 0}; /* E_out 6, 2 heads */
     CHECK_INT_EQ(load_pool_build(&p, &o, &m, err, sizeof err), 0);
     CHECK_INT_EQ(p.n, 1);
     if (p.n == 1) {

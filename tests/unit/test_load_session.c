@@ -200,7 +200,7 @@ TEST(outputs)
     char *argv[] = {"attnd-load", "--model", "demo", "--sessions", "4,64", "--prefix", "64",
                     "--steps", "25", NULL};
     CHECK_INT_EQ(load_opts_parse(&o, 9, argv, err, sizeof err), 0);
-    load_model m = {64, 64, 64, 64, 8};
+    load_model m = {64, 64, 64, 64, 8, 0};
     CHECK_INT_EQ(load_sess_report_json(path, &o, &m, lv, 2, err, sizeof err), 0);
     json_error_t je;
     json_t *root = json_load_file(path, 0, &je), *params = json_object_get(root, "params");

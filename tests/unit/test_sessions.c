@@ -6,7 +6,9 @@
  * leading blocks and keeping the last window-1 rows in order, and forks
  * sharing pages copy-on-write (counted once, the shared tail copied on the
  * first append, neither side ever seeing the other's rows), and ids carrying a
- * replica name.
+ * replica name. Sequence sessions (one session, a cache per layer): layers
+ * appended in order (OUT_OF_ORDER otherwise), evicted, forked and counted
+ * whole; sessions walked (foreach) and restored under their ids, rows intact.
  */
 #include "check.h"
 #include "engine/sessions.h"
@@ -506,6 +508,249 @@ TEST(replica_ids)
     attnd_sessions_free(st);
 }
 
+/* A sequence of n layers, each of the test geometry, its slot held. */
+static attnd_session *open_seq(attnd_sessions *st, int n, int window)
+{
+    attnd_session_params p[4];
+    for (int l = 0; l < n; l++)
+        p[l] = params(ATTND_SESSION_SELF, window);
+    attnd_session *s = NULL;
+    attnd_session_error e;
+    CHECK_INT_EQ(attnd_sessions_open_group(st, p, n, "g", &s, &e), ATTND_SESSION_OK);
+    return s;
+}
+
+/* One append of t rows to layer l of sequence id (compute included). Returns 0 or the result. */
+static int seq_append(attnd_sessions *st, const char *id, int l, int t)
+{
+    attnd_session *h, *m;
+    attnd_session_error e;
+    if (attnd_sessions_acquire(st, id, &h, &e) != 0) return (int)e.result;
+    m = attnd_sessions_layer(h, l);
+    CHECK(m != NULL && m->group == h && m->layer == l && strcmp(m->id, h->id) == 0);
+    int rc = attnd_sessions_reserve(st, m, t, &e);
+    if (rc == 0) write_rows(st, m, t, (float)(100 * l));
+    attnd_sessions_release(st, m, rc == 0 ? t : 0, NULL, NULL);
+    return rc == 0 ? 0 : (int)e.result;
+}
+
+TEST(sequence_layers_in_order)
+{
+    attnd_sessions *st = make(pages(16), 16, 100, 0);
+    attnd_session *s = open_seq(st, 3, 0);
+    char id[ID];
+    memcpy(id, s->id, sizeof id);
+    CHECK_INT_EQ(s->n_layers, 3);
+    CHECK(attnd_sessions_layer(s, 3) == NULL && attnd_sessions_layer(s, -1) == NULL);
+    attnd_sessions_release(st, s, 0, NULL, NULL);
+    CHECK_INT_EQ(seq_append(st, id, 1, 1), ATTND_SESSION_OUT_OF_ORDER); /* before layer 0 */
+    CHECK_INT_EQ(seq_append(st, id, 0, 2), 0);
+    CHECK_INT_EQ(seq_append(st, id, 1, 3), ATTND_SESSION_OUT_OF_ORDER); /* 3 > 2 */
+    CHECK_INT_EQ(seq_append(st, id, 1, 2), 0);
+    CHECK_INT_EQ(seq_append(st, id, 0, 5), 0); /* layer 0 may run ahead */
+    attnd_session_info info;
+    int64_t len[4] = {-1, -1, -1, -1};
+    int rows[4];
+    CHECK_INT_EQ(attnd_sessions_get_layers(st, id, &info, len, rows, 2, NULL), ATTND_SESSION_OK);
+    CHECK_INT_EQ(info.n_layers, 3);
+    CHECK_INT_EQ(len[0], 7);
+    CHECK_INT_EQ(len[1], 2);
+    CHECK_INT_EQ(len[2], -1); /* past cap: untouched */
+    CHECK_INT_EQ(attnd_sessions_get_layers(st, id, &info, len, rows, 4, NULL), ATTND_SESSION_OK);
+    CHECK_INT_EQ(len[2], 0);
+    CHECK_INT_EQ(rows[0], 7);
+    CHECK_INT_EQ(info.length, 0); /* the last layer's: what every layer holds */
+    CHECK_INT_EQ(info.blocks, 2 + 1);
+    CHECK_STR_EQ(info.model_name, "g");
+    /* a single-layer session has no layers */
+    char one[ID];
+    CHECK_INT_EQ(open_with(st, 0, 1, one), 0);
+    attnd_session *o;
+    CHECK_INT_EQ(attnd_sessions_acquire(st, one, &o, NULL), ATTND_SESSION_OK);
+    CHECK(attnd_sessions_layer(o, 0) == NULL);
+    attnd_sessions_release(st, o, 0, NULL, NULL);
+    released = 0;
+    attnd_sessions_free(st);
+    CHECK_INT_EQ(released, 3 + 1); /* each layer's model reference, and one's */
+    released = 0;
+}
+
+/* A pool of 5 pages and sequences of 2 one-page layers: a third sequence
+ * evicts the least recently used whole; the pool never holds part of one. */
+TEST(sequence_evicted_whole)
+{
+    attnd_sessions *st = make(pages(5), 16, 100, 0);
+    char a[ID], b[ID], c[ID];
+    attnd_session *s = open_seq(st, 2, 0);
+    memcpy(a, s->id, sizeof a);
+    attnd_sessions_release(st, s, 0, NULL, NULL);
+    s = open_seq(st, 2, 0);
+    memcpy(b, s->id, sizeof b);
+    attnd_sessions_release(st, s, 0, NULL, NULL);
+    for (int l = 0; l < 2; l++) {
+        CHECK_INT_EQ(seq_append(st, a, l, 3), 0);
+        CHECK_INT_EQ(seq_append(st, b, l, 3), 0);
+    }
+    s = open_seq(st, 2, 0);
+    memcpy(c, s->id, sizeof c);
+    attnd_sessions_release(st, s, 0, NULL, NULL);
+    CHECK_INT_EQ(seq_append(st, c, 0, 1), 0); /* the fifth page */
+    size_t used = 0;
+    attnd_sessions_stats(st, NULL, &used, NULL);
+    CHECK_INT_EQ(used, pages(5));
+    CHECK_INT_EQ(seq_append(st, c, 1, 1), 0); /* evicts a, both its pages */
+    attnd_session_info info;
+    CHECK_INT_EQ(attnd_sessions_get(st, a, &info, NULL), ATTND_SESSION_EXPIRED);
+    CHECK_INT_EQ(attnd_sessions_get(st, b, &info, NULL), ATTND_SESSION_OK);
+    CHECK_INT_EQ(info.blocks, 2);
+    int count = 0;
+    attnd_sessions_stats(st, &count, &used, NULL);
+    CHECK_INT_EQ(count, 2);
+    CHECK_INT_EQ(used, pages(4));
+    /* too large alone: a layer of more rows than the pool's pages hold */
+    CHECK_INT_EQ(seq_append(st, b, 0, 6 * BLOCK), ATTND_SESSION_TOO_LARGE);
+    /* and a sequence whose layers fit one by one but not together: 413, nothing evicted */
+    CHECK_INT_EQ(seq_append(st, b, 0, 2 * BLOCK), 0); /* layer 0: 3 pages (c evicted) */
+    CHECK_INT_EQ(attnd_sessions_get(st, c, &info, NULL), ATTND_SESSION_EXPIRED);
+    attnd_session_error e;
+    attnd_session *h;
+    CHECK_INT_EQ(attnd_sessions_acquire(st, b, &h, NULL), ATTND_SESSION_OK);
+    CHECK_INT_EQ(attnd_sessions_reserve(st, &h->layers[1], 2 * BLOCK, &e), ATTND_SESSION_TOO_LARGE);
+    CHECK_MSG(strstr(e.message, "over its 2 layers") != NULL, "%s", e.message);
+    attnd_sessions_release(st, &h->layers[1], 0, NULL, NULL);
+    attnd_sessions_free(st);
+    released = 0;
+}
+
+/* A fork shares every layer's pages; appends to it copy each shared tail. */
+TEST(sequence_fork)
+{
+    attnd_sessions *st = make(pages(16), 16, 100, 0);
+    attnd_session *s = open_seq(st, 2, 0);
+    char a[ID];
+    memcpy(a, s->id, sizeof a);
+    attnd_sessions_release(st, s, 0, NULL, NULL);
+    for (int l = 0; l < 2; l++)
+        CHECK_INT_EQ(seq_append(st, a, l, 2), 0);
+    attnd_session *k;
+    CHECK_INT_EQ(attnd_sessions_fork(st, a, &k, NULL), ATTND_SESSION_OK);
+    char kid[ID];
+    memcpy(kid, k->id, sizeof kid);
+    CHECK_INT_EQ(k->n_layers, 2);
+    CHECK_INT_EQ(k->layers[1].length, 2);
+    attnd_sessions_release(st, k, 0, NULL, NULL);
+    attnd_session_info info;
+    CHECK_INT_EQ(attnd_sessions_get(st, kid, &info, NULL), ATTND_SESSION_OK);
+    CHECK_INT_EQ(info.shared_blocks, 2);
+    size_t used = 0;
+    attnd_sessions_stats(st, NULL, &used, NULL);
+    CHECK_INT_EQ(used, pages(2)); /* counted once */
+    for (int l = 0; l < 2; l++)
+        CHECK_INT_EQ(seq_append(st, kid, l, 1), 0);
+    CHECK_INT_EQ(attnd_sessions_get(st, kid, &info, NULL), ATTND_SESSION_OK);
+    CHECK_INT_EQ(info.shared_blocks, 0);
+    attnd_sessions_stats(st, NULL, &used, NULL);
+    CHECK_INT_EQ(used, pages(4));
+    /* the parent's rows are its own */
+    attnd_session *h;
+    CHECK_INT_EQ(attnd_sessions_acquire(st, a, &h, NULL), ATTND_SESSION_OK);
+    CHECK_INT_EQ(h->layers[1].rows, 2);
+    CHECK(row_of(st, &h->layers[1], 0, 1)[0] == 101.0f);
+    attnd_sessions_release(st, h, 0, NULL, NULL);
+    CHECK_INT_EQ(attnd_sessions_delete(st, a, NULL), ATTND_SESSION_OK);
+    CHECK_INT_EQ(seq_append(st, kid, 0, 1), 0); /* the fork lives on */
+    attnd_sessions_free(st);
+    released = 0;
+}
+
+/* What foreach sees, as images; restore brings them back under the same ids. */
+typedef struct saved {
+    char id[ID];
+    int n_layers, n;
+    attnd_session_image img[4];
+    unsigned char *data[4];
+    int64_t idle;
+} saved;
+
+static int save_cb(void *ctx, const attnd_sessions *st, const attnd_session *s, int64_t idle)
+{
+    saved *sv = ctx;
+    sv->n++;
+    memcpy(sv->id, s->id, sizeof sv->id);
+    sv->n_layers = s->n_layers;
+    sv->idle = idle;
+    for (int c = 0; c < (s->n_layers ? s->n_layers : 1); c++) {
+        const attnd_session *m = s->n_layers ? &s->layers[c] : s;
+        attnd_session_kv kv;
+        attnd_sessions_kv(st, m, &kv);
+        sv->data[c] = malloc((size_t)m->n_blocks * m->block_bytes + 1);
+        for (int b = 0; b < m->n_blocks; b++)
+            memcpy(sv->data[c] + (size_t)b * m->block_bytes, (char *)kv.k + (size_t)kv.table[b] * kv.stride,
+                   m->block_bytes);
+        sv->img[c] = (attnd_session_image){.length = m->length, .rows = m->rows, .n_blocks = m->n_blocks,
+                                           .data = sv->data[c]};
+    }
+    return 0;
+}
+
+TEST(restore)
+{
+    attnd_sessions *st = make(pages(16), 16, 100, 0);
+    attnd_session *s = open_seq(st, 2, 0);
+    char a[ID];
+    memcpy(a, s->id, sizeof a);
+    attnd_sessions_release(st, s, 0, NULL, NULL);
+    CHECK_INT_EQ(seq_append(st, a, 0, 6), 0);
+    CHECK_INT_EQ(seq_append(st, a, 1, 5), 0);
+    fake_now += INT64_C(7) * 1000000000;
+    saved sv = {0};
+    CHECK_INT_EQ(attnd_sessions_foreach(st, save_cb, &sv), 1);
+    CHECK_INT_EQ(sv.n_layers, 2);
+    CHECK(sv.idle == INT64_C(7) * 1000000000);
+    attnd_sessions_free(st);
+    st = make(pages(16), 16, 100, 0);
+    attnd_session_params p[2] = {params(ATTND_SESSION_SELF, 0), params(ATTND_SESSION_SELF, 0)};
+    attnd_session_params head = p[0];
+    head.model = NULL;
+    head.model_name = "g";
+    attnd_session_error e;
+    CHECK_INT_EQ(attnd_sessions_restore(st, "nonsense", &head, p, 2, sv.img, 0, sv.idle, &e),
+                 ATTND_SESSION_INVALID);
+    attnd_session_image bad[2] = {sv.img[0], sv.img[1]};
+    bad[1].rows = 3 * BLOCK; /* more rows than its blocks hold */
+    CHECK_INT_EQ(attnd_sessions_restore(st, sv.id, &head, p, 2, bad, 0, sv.idle, &e), ATTND_SESSION_INVALID);
+    CHECK_INT_EQ(attnd_sessions_restore(st, sv.id, &head, p, 2, sv.img, 0, sv.idle, &e), ATTND_SESSION_OK);
+    CHECK_INT_EQ(attnd_sessions_restore(st, sv.id, &head, p, 2, sv.img, 0, sv.idle, &e),
+                 ATTND_SESSION_INVALID); /* the id is taken now */
+    attnd_session_info info;
+    int64_t len[2];
+    int rows[2];
+    CHECK_INT_EQ(attnd_sessions_get_layers(st, a, &info, len, rows, 2, NULL), ATTND_SESSION_OK);
+    CHECK_INT_EQ(len[0], 6);
+    CHECK_INT_EQ(len[1], 5);
+    CHECK(info.idle_s > 6.9 && info.idle_s < 7.1);
+    attnd_session *h;
+    CHECK_INT_EQ(attnd_sessions_acquire(st, a, &h, NULL), ATTND_SESSION_OK);
+    int wrong = 0;
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < h->layers[l].rows; i++)
+            wrong += row_of(st, &h->layers[l], 0, i)[0] != (float)(100 * l + i) ||
+                     row_of(st, &h->layers[l], 1, i)[ROW - 1] != -(float)(100 * l + i);
+    CHECK_INT_EQ(wrong, 0);
+    attnd_sessions_release(st, h, 0, NULL, NULL);
+    CHECK_INT_EQ(seq_append(st, a, 1, 1), 0); /* and it goes on */
+    /* no room: restore never evicts */
+    attnd_sessions *small = make(pages(2), 16, 100, 0);
+    attnd_session *t = open_seq(small, 2, 0); /* holds nothing yet */
+    attnd_sessions_release(small, t, 0, NULL, NULL);
+    CHECK_INT_EQ(attnd_sessions_restore(small, sv.id, &head, p, 2, sv.img, 0, 0, &e), ATTND_SESSION_CACHE_FULL);
+    attnd_sessions_free(small);
+    for (int c = 0; c < 2; c++)
+        free(sv.data[c]);
+    attnd_sessions_free(st);
+    released = 0;
+}
+
 int main(void)
 {
     fake_now = INT64_C(1000) * 1000000000;
@@ -520,5 +765,9 @@ int main(void)
     RUN(eviction_counts_shared_pages_once);
     RUN(cross);
     RUN(replica_ids);
+    RUN(sequence_layers_in_order);
+    RUN(sequence_evicted_whole);
+    RUN(sequence_fork);
+    RUN(restore);
     return check_summary();
 }

@@ -56,10 +56,14 @@ static int sessions_mode(const load_opts *o, const load_model *m)
         }
     }
     load_sess_report_table(stdout, lv, done);
+    if (m->layers)
+        printf("model %s is a model group of %d layers: each stream is one sequence session, a "
+               "token (and a prefill chunk) one append to every layer in order; tpot spans them "
+               "all, queue/compute are the last layer's\n", o->model, m->layers);
     fflush(stdout);
-    snprintf(sub, sizeof sub, "model %s, E %d, prefix %d%s, %d steps per stream%s", o->model,
+    snprintf(sub, sizeof sub, "model %s, E %d, prefix %d%s, %d steps per stream%s%s", o->model,
              m->embed_q, o->prefix, o->prefill_chunk ? " in chunks" : "", o->steps,
-             o->window ? ", windowed" : "");
+             o->window ? ", windowed" : "", m->layers ? ", every layer of a group" : "");
     if (err[0]) goto fail;
     if ((o->json_path && load_sess_report_json(o->json_path, o, m, lv, done, err, sizeof err)) ||
         (o->csv_path && load_sess_report_csv(o->csv_path, lv, done, err, sizeof err)) ||
@@ -173,12 +177,18 @@ int load_app_main(int argc, char **argv)
         return LOAD_EXIT_SETUP;
     }
     if (o.embed)
-        m = (load_model){o.embed, o.embed, o.embed, o.embed, 1};
+        m = (load_model){o.embed, o.embed, o.embed, o.embed, 1, 0};
     else if (load_fetch_model(&o, &m, err, sizeof err))
         goto fail;
     if (o.sessions) {
         status = sessions_mode(&o, &m);
         goto out;
+    }
+    if (m.layers) {
+        snprintf(err, sizeof err, "model %s is a model group (%d layers): it serves sequence "
+                 "sessions only; use --sessions, or one of its layer models %s.N", o.model,
+                 m.layers, o.model);
+        goto fail;
     }
     if (load_pool_build(&pool, &o, &m, err, sizeof err)) goto fail;
     if (!(r = load_runner_new(&o, &pool, err, sizeof err))) goto fail;

@@ -9,9 +9,12 @@
 #include "load_args.h"
 #include "load_check.h"
 
-/* Widths of the target model (ModelInfo's embed_q/k/v/out, num_heads). */
+/* Widths of the target model (ModelInfo's embed_q/k/v/out, num_heads); layers > 0 for a
+ * model group (GET /v1/models/NAME says kind "group": its first layer's widths), whose
+ * sessions are sequences: --sessions appends to every layer per step. */
 typedef struct load_model {
     int embed_q, embed_k, embed_v, embed_out, heads;
+    int layers;
 } load_model;
 
 typedef struct load_req {

@@ -152,6 +152,19 @@ int load_fetch_model(const load_opts *o, load_model *m, char *err, size_t el)
         }
         info = json_array_get(list, 0);
     }
+    const char *kind = json_string_value(json_object_get(info, "kind"));
+    if (kind && strcmp(kind, "group") == 0) { /* a model group: its first layer's widths */
+        json_t *first = json_array_get(json_object_get(info, "layers"), 0);
+        if (int_field(info, "num_layers", &m->layers) || int_field(first, "embed_q", &m->embed_q) ||
+            int_field(first, "embed_out", &m->embed_out) || int_field(first, "num_heads", &m->heads)) {
+            snprintf(err, el, "GET %s: a model group without num_layers or layers[0]'s embed_q, "
+                     "embed_out, num_heads", url);
+            goto done;
+        }
+        m->embed_k = m->embed_v = m->embed_q; /* self-attention on every layer */
+        rc = 0;
+        goto done;
+    }
     if (int_field(info, "embed_q", &m->embed_q) || int_field(info, "embed_k", &m->embed_k) ||
         int_field(info, "embed_v", &m->embed_v) || int_field(info, "embed_out", &m->embed_out) ||
         int_field(info, "num_heads", &m->heads)) {

@@ -147,8 +147,9 @@ static json_t *params_json(const load_opts *o, const load_model *m)
         I(o->prefix), I(o->steps), I(o->prefill_chunk), I(o->window), I(o->seed), I(o->pool),
         o->duration_s > 0 ? R(o->duration_s) : json_null(), R(o->timeout_s), I(o->max_retries),
         R(o->max_error_rate),
-        json_pack("{s:i, s:i, s:i, s:i, s:i}", "embed_q", m->embed_q, "embed_k", m->embed_k,
-                  "embed_v", m->embed_v, "embed_out", m->embed_out, "num_heads", m->heads),
+        json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "embed_q", m->embed_q, "embed_k", m->embed_k,
+                  "embed_v", m->embed_v, "embed_out", m->embed_out, "num_heads", m->heads,
+                  "layers", m->layers),
         json_string("v1"), json_boolean(o->binary),
         json_string("exact, nearest rank over successful decode appends"),
     };

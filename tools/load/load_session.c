@@ -242,7 +242,10 @@ typedef struct stream {
     int64_t prefill_start;
     char id[96];               /* the session's id ([NAME.]hex); "" before create */
     char *append_url, *session_url; /* owned */
-    long long length;          /* positions the server committed */
+    char **layer_urls;         /* a model group's sequence: each layer's append URL (owned) */
+    int layer;                 /* the layer the current step appends to next (0 = single) */
+    int64_t step_start;        /* the current step's (or prefill chunk's) first call */
+    long long length;          /* positions the server committed (on every layer) */
     int steps_done;
     body_set *set;             /* the current append's bodies */
     const qbody *body;
@@ -419,6 +422,11 @@ oom:
 
 static void reset_stream(stream *s)
 {
+    for (int l = 0; s->layer_urls && s->layer_urls[l]; l++)
+        free(s->layer_urls[l]);
+    free(s->layer_urls);
+    s->layer_urls = NULL;
+    s->layer = 0;
     free(s->append_url);
     free(s->session_url);
     s->append_url = s->session_url = NULL;
@@ -494,6 +502,7 @@ static int send_call(load_sess_runner *r, level *lv, stream *s, int64_t now)
     s->retry_after_s = -1;
     s->header_len = -1;
     if (!s->tries) s->call_start = now;
+    if (!s->tries && s->layer == 0) s->step_start = now;
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, s->set && s->set->headers ? s->set->headers : r->headers);
     if (s->state == ST_DELETE) {
         curl_easy_setopt(e, CURLOPT_URL, s->session_url);
@@ -502,13 +511,15 @@ static int send_call(load_sess_runner *r, level *lv, stream *s, int64_t now)
     } else {
         const char *body = s->state == ST_CREATE ? r->create_body : s->body->s;
         size_t len = s->state == ST_CREATE ? strlen(r->create_body) : s->body->len;
-        curl_easy_setopt(e, CURLOPT_URL, s->state == ST_CREATE ? r->create_url : s->append_url);
+        curl_easy_setopt(e, CURLOPT_URL, s->state == ST_CREATE ? r->create_url
+                                         : s->layer_urls ? s->layer_urls[s->layer]
+                                                         : s->append_url);
         curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, NULL);
         curl_easy_setopt(e, CURLOPT_POST, 1L);
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
     }
-    if (s->state == ST_PREFILL && !s->tries && s->length == 0) {
+    if (s->state == ST_PREFILL && !s->tries && s->length == 0 && s->layer == 0) {
         s->prefill_start = now;
         if (!lv->first_prefill) lv->first_prefill = now;
     }
@@ -563,6 +574,18 @@ static int take_session(load_sess_runner *r, stream *s)
             s->session_url = NULL;
         free(base);
         if (!s->append_url || !s->session_url) ok = 0; /* out of memory: as a bad answer */
+        if (ok && r->m.layers > 0) { /* a sequence: one append URL per layer */
+            base = load_http_base_url(r->o->url);
+            s->layer_urls = base ? calloc((size_t)r->m.layers + 1, sizeof *s->layer_urls) : NULL;
+            for (int l = 0; s->layer_urls && l < r->m.layers; l++)
+                if (asprintf(&s->layer_urls[l], "%s/v1/sessions/%s/layers/%d/append", base, id, l) < 0) {
+                    s->layer_urls[l] = NULL;
+                    ok = 0;
+                    break;
+                }
+            if (!s->layer_urls) ok = 0;
+            free(base);
+        }
         if (!ok) s->id[0] = 0;
     }
     long long total = (long long)r->o->prefix + r->o->steps;
@@ -649,6 +672,15 @@ static void complete(load_sess_runner *r, level *lv, stream *s, int cc, int64_t 
         k = cc ? load_kind_from_curl(cc) : load_check_response(status, s->buf, s->len, &want, &t);
     }
     int bad = k == LOAD_ERR_BAD_JSON || k == LOAD_ERR_BAD_SHAPE;
+    if ((s->state == ST_PREFILL || s->state == ST_DECODE) && k == LOAD_OK && s->layer_urls &&
+        s->layer + 1 < r->m.layers) {
+        s->layer++; /* the same rows to the next layer: the step ends with the last one */
+        s->tries = 0;
+        r->ready[r->nready++] = idx(r, s);
+        return;
+    }
+    s->layer = 0;
+    if (s->layer_urls) ms = (double)(end - s->step_start) / 1e6; /* the step over every layer */
     switch (s->state) {
     case ST_CREATE:
         if (!cc && status == 201 && take_session(r, s) == 0) {

@@ -10,7 +10,7 @@ from . import _tensors as T
 from ._http import DEFAULT_MAX_ANSWER_BYTES, ConnectFailed, Transport
 from .errors import ProtocolError, TransportError, error_for
 
-__all__ = ["Client", "Session", "Result"]
+__all__ = ["Client", "Session", "SessionLayer", "Result"]
 
 _VERSION = "0.2.0"
 
@@ -695,27 +695,41 @@ class Session:
         A self session answers exactly the rows ``length … length+T−1`` of the one-shot
         ``is_causal`` request over the whole stream (RoPE models: at those positions).
 
-        ``position_ids`` (as a Hugging Face decode loop passes them) may be given; the
-        server places the rows itself, so they must be ``length … length+T−1`` (checked
-        here, then not sent; anything else is a ValueError).
+        ``position_ids`` (one integer per row, as a Hugging Face decode loop with left
+        padding passes them) place the rows for RoPE; without them the rows sit at
+        ``length … length+T−1``. They are sent as JSON.
 
-        ``binary=None``: a numpy query without ``need_weights`` travels as raw float32
-        (the v2 binary tensor encoding, ``Inference-Header-Content-Length``) when numpy
-        is in use and the Client's ``binary`` is not False; ``False`` = always JSON.
+        ``binary=None``: a numpy query without ``need_weights`` or ``position_ids`` travels
+        as raw float32 (the v2 binary tensor encoding, ``Inference-Header-Content-Length``)
+        when numpy is in use and the Client's ``binary`` is not False; ``False`` = always JSON.
 
         Never re-sent after a lost connection (the server may have advanced the stream);
         re-sent after a 503 (then nothing was done)."""
-        self._check_positions(query, position_ids)
+        return self._append("/v1/sessions/%s/append" % _quote(self.id), self, query,
+                            need_weights, average_attn_weights, timeout_ms, id, position_ids,
+                            binary)
+
+    def _append(self, path, owner, query, need_weights, average_attn_weights, timeout_ms, id,
+                position_ids, binary):
+        """One append to path (the session's, or one of its layers'); owner (the Session or
+        a SessionLayer) gets the answer's length and cached."""
+        positions = self._positions(query, position_ids)
         binary = self._client.binary if binary is None else binary
-        if binary is not False and _input_is_numpy(query) and not need_weights:
+        if (binary is not False and _input_is_numpy(query) and not need_weights and
+                positions is None):
             try:
-                return self._append_binary(query, timeout_ms, id)
+                r = self._append_binary(path, query, timeout_ms, id)
             except T.V2Unsupported as e:
                 if binary is True:
                     raise ValueError("binary=True: not a binary append: %s" % e)
+            else:
+                return _note_length(owner, r)
         elif binary is True:
-            raise ValueError("binary=True needs numpy, a numpy query and need_weights=False")
+            raise ValueError("binary=True needs numpy, a numpy query, need_weights=False and "
+                             "no position_ids")
         body = {"query": query}
+        if positions is not None:
+            body["position_ids"] = positions
         if need_weights:
             body["need_weights"] = True
         if not average_attn_weights:
@@ -725,33 +739,28 @@ class Session:
         if id is not None:
             body["id"] = id
         numpy_in = _input_is_numpy(query)
-        r = self._client._json("POST", "/v1/sessions/%s/append" % _quote(self.id), body,
-                               idempotent=False, check=lambda j, resp: Client._v1_result(
+        r = self._client._json("POST", path, body, idempotent=False,
+                               check=lambda j, resp: Client._v1_result(
                                    j, numpy_in, 2, need_weights, average_attn_weights, resp))
-        if r.session:
-            self.length = r.session.get("length", self.length)
-            self.cached = r.session.get("cached", self.cached)
-        return r
+        return _note_length(owner, r)
 
-    def _check_positions(self, query, position_ids):
+    @staticmethod
+    def _positions(query, position_ids):
         if position_ids is None:
-            return
+            return None
         try:
             got = [int(p) for p in T.flat_ints(position_ids)]
         except (TypeError, ValueError):
             raise ValueError("position_ids must be integers")
-        rows = T.row_count(query)
-        want = list(range(self.length, self.length + rows))
-        if got != want:
-            raise ValueError("position_ids %s...: a session places appended rows at "
-                             "length..length+T-1 = %d..%d itself (fork the session to "
-                             "branch)" % (got[:4], self.length, self.length + rows - 1))
+        if len(got) != T.row_count(query):
+            raise ValueError("position_ids has %d entries for %d rows" % (len(got),
+                                                                         T.row_count(query)))
+        return got
 
-    def _append_binary(self, query, timeout_ms, id):
+    def _append_binary(self, path, query, timeout_ms, id):
         tensors, single = T.v2_inputs(query)      # V2Unsupported: the caller uses JSON
         params = Client._v2_parameters(False, None, False, True, timeout_ms)
         params["binary_data_output"] = True
-        path = "/v1/sessions/%s/append" % _quote(self.id)
         resp = self._client._send_binary(path, tensors, params, id, idempotent=False)
         r = self._client._v2_result(resp, path, single, True, tensors[0][1].shape[:2], False,
                                     True, v2_errors=False)
@@ -760,10 +769,15 @@ class Session:
                      "length": p.pop("session_length", None),
                      "cached": p.pop("session_cached", None)}
         r.protocol = "v2"
-        if r.session["length"] is not None:
-            self.length = r.session["length"]
-            self.cached = r.session["cached"]
         return r
+
+    def layer(self, layer):
+        """Layer ``layer`` of a sequence session (one opened on a model group,
+        ``--model NAME=DIR,layers=...``, which holds a cache for every layer):
+        ``s.layer(l).append(rows)`` appends to that layer, ``POST
+        /v1/sessions/{id}/layers/{l}/append`` (see :class:`SessionLayer`). Fork, close and
+        expiry act on the whole sequence."""
+        return SessionLayer(self, layer)
 
     def fork(self):
         """``POST /v1/sessions/{id}/fork``: a new :class:`Session` starting from a copy of
@@ -794,3 +808,40 @@ class Session:
             except (NotFound, Gone):
                 pass
             self.closed = True
+
+
+def _note_length(owner, r):
+    """Keeps owner's length and cached (a Session's or a SessionLayer's) as r reports them."""
+    if r.session and r.session.get("length") is not None:
+        owner.length = r.session["length"]
+        owner.cached = r.session.get("cached", owner.cached)
+    return r
+
+
+class SessionLayer:
+    """One layer of a sequence session (:meth:`Session.layer`). ``length`` and ``cached``
+    are this layer's, updated by :meth:`append`. Layer ``l`` may never hold more positions
+    than layer ``l-1``: such an append raises :class:`attnd.Conflict` (409
+    ``layer_out_of_order``, both lengths in the message); a decode loop appends layer 0,
+    then 1, ... for every step."""
+
+    def __init__(self, session, layer):
+        self.session = session
+        self.layer = int(layer)
+        self.length = None
+        self.cached = None
+
+    def __repr__(self):
+        return "SessionLayer(%r, layer=%d, length=%r)" % (self.session.id, self.layer, self.length)
+
+    def append(self, query, need_weights=False, average_attn_weights=True, timeout_ms=None,
+               id=None, *, position_ids=None, binary=None):
+        """``POST /v1/sessions/{id}/layers/{l}/append``: the next ``T×E_q`` rows of this
+        layer, as :meth:`Session.append` sends them (numpy rows as v2 binary tensors, JSON
+        otherwise; ``position_ids`` place them for RoPE). Returns a :class:`Result` whose
+        ``session`` gives this layer's ``length`` and ``cached``. Never re-sent after a lost
+        connection."""
+        path = "/v1/sessions/%s/layers/%d/append" % (_quote(self.session.id), self.layer)
+        return self.session._append(path, self, query, need_weights, average_attn_weights,
+                                    timeout_ms, id, position_ids, binary)
+
