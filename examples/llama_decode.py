@@ -7,8 +7,8 @@ The model is small and made here from a seed (no download): `make DIR` writes it
 Face directory (config.json + model.safetensors, every tensor of the model) that attnd serves
 with `--model llama=DIR,layers=all`; `run` rebuilds the same weights from DIR for the PyTorch
 parts and decodes. The attention tier is reached through the Python client (clients/python):
-one sequence session across every layer when attnd serves the group (`POST
-/v1/models/llama/sessions`), else one session per layer model (`llama.0` ...). A decode step
+one sequence session across every layer when attnd serves the group (`attnd.torch.Sequence`,
+`POST /v1/models/llama/sessions`), else one session per layer model (`llama.0` ...). A decode step
 appends the normed hidden state of each layer to that layer's cache, layer 0 first.
 
   /usr/bin/python3 examples/llama_decode.py make /tmp/llama4
@@ -193,8 +193,10 @@ class AttndTier:
             grouped = bool(client.model(group).get("layers"))
         except attnd.ModelNotFound:
             grouped = False
-        if grouped:
-            self.sessions = [client.session(group)]
+        if grouped:  # attnd.torch.Sequence: the one-line swap a decode loop makes
+            import attnd.torch
+            self.seq = attnd.torch.Sequence(None, group, client=client)
+            self.sessions = [self.seq.session]
             self.mode = "one sequence session over %d layers" % n_layers
         else:
             self.sessions = [client.session("%s.%d" % (group, i)) for i in range(n_layers)]
@@ -206,14 +208,14 @@ class AttndTier:
         def call(x, pos):  # positions: the session gives each row length, length + 1, ...
             self.round_trips += 1
             if self.grouped:
-                return _tensor(self.sessions[0].layer(i).append(x.numpy()).output)
+                return self.seq(i, x)             # was: this layer's self_attn(x, pos)
             return _tensor(self.sessions[i].append(x.numpy()).output)
         return call
 
     def lengths(self):
         """Each layer's cached positions, as attnd reports them."""
         if self.grouped:
-            return [layer["length"] for layer in self.sessions[0].info()["layers"]]
+            return self.seq.lengths()
         return [s.info()["length"] for s in self.sessions]
 
     def close(self):

@@ -390,6 +390,61 @@ class TestDecoderLayer(Base):
         self.run_layer(False)
 
 
+class TestSequence(Base):
+    """attnd.torch.Sequence on the group "seq" (llama_gqa, layers=all: 2 layers, GQA, RoPE)."""
+
+    def test_decode_loop_equals_layer_sessions(self):
+        g = torch.Generator().manual_seed(29)
+        steps = [torch.randn(4, 64, generator=g)] + [torch.randn(1, 64, generator=g) for _ in range(3)]
+        got = [[], []]
+        with torch.no_grad(), at.Sequence(URL, "seq") as seq:
+            self.assertEqual(seq.num_layers, 2)
+            for x in steps:                       # a decode loop: layer 0, then layer 1
+                for l in range(2):
+                    got[l].append(seq(l, x))
+            self.assertEqual(seq.lengths(), [7, 7])
+        for l in range(2):                        # the same rows through each layer model
+            with attnd.Client(URL) as c, c.session("seq.%d" % l) as one:
+                want = [torch.from_numpy(one.append(x.numpy()).output.copy()) for x in steps]
+            for i, (a, b) in enumerate(zip(got[l], want)):
+                self.check("Sequence layer %d step %d" % (l, i), a, b, tol=0.0)
+
+    def test_shapes_dtypes_positions(self):
+        g = torch.Generator().manual_seed(30)
+        x = torch.randn(1, 3, 64, generator=g, dtype=torch.float64)
+        with torch.no_grad(), at.Sequence(URL, "seq") as seq:
+            y = seq(0, x, position_ids=torch.tensor([[2, 3, 4]]))   # left padding by two
+            self.assertEqual((tuple(y.shape), y.dtype), ((1, 3, 64), torch.float64))
+            f = seq.fork()
+            try:
+                self.assertEqual(f.lengths(), [3, 0])
+                f(0, x[0, :1])
+                self.assertEqual((f.lengths(), seq.lengths()), ([4, 0], [3, 0]))
+            finally:
+                f.close()
+        with attnd.Client(URL) as c:             # positions 2..4 as a one-shot request
+            want = c.attention(x[0].float().numpy(), model="seq.0", is_causal=True,
+                               position_ids=[2, 3, 4]).output
+        self.check("Sequence position_ids", y[0].float(), torch.from_numpy(want.copy()), tol=1e-6)
+
+    def test_refusals_are_attnd_errors(self):
+        x = torch.randn(2, 64)
+        with self.assertRaises(attnd.Unsupported):
+            at.Sequence(URL, "llama")                         # a layer model, not a group
+        with torch.no_grad(), at.Sequence(URL, "seq") as seq:
+            for bad in (lambda: seq(2, x), lambda: seq(0, x.expand(2, 2, 64)),
+                        lambda: seq(0, x.long()), lambda: seq(0, [[0.0] * 64])):
+                self.assertRaises(attnd.Unsupported, bad)
+            with self.assertRaises(attnd.Conflict):          # layer 1 before layer 0
+                seq(1, x)
+            with self.assertRaises(attnd.BadRequest):        # the daemon's own 400
+                seq(0, torch.randn(2, 63))
+            with self.assertRaises(attnd.Error):             # wrong count of positions
+                seq(0, x, position_ids=[0])
+        with self.assertRaises(attnd.Unsupported), at.Sequence(URL, "seq") as seq:
+            seq(0, torch.randn(1, 64, requires_grad=True))    # grad mode on
+
+
 def tearDownModule():
     print("\nmax |attnd - torch| per case (tolerance %g):" % TOL, file=sys.stderr)
     for name, d in DIFFS:

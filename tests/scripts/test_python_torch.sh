@@ -66,6 +66,7 @@ port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); p
     --model dec_self="$tmp/models/dec.self.safetensors" \
     --model dec_cross="$tmp/models/dec.cross.safetensors" \
     --model llama=tests/fixtures/ckpt/llama_gqa,layer=1 \
+    --model seq=tests/fixtures/ckpt/llama_gqa,layers=all \
     --admin-key-file "$tmp/admin.keys" >"$tmp/attnd.log" 2>&1 &
 pid=$!
 url="http://127.0.0.1:$port"

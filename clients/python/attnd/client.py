@@ -8,7 +8,7 @@ import urllib.parse
 from . import _answers as A
 from . import _tensors as T
 from ._http import DEFAULT_MAX_ANSWER_BYTES, ConnectFailed, Transport
-from .errors import ProtocolError, TransportError, error_for
+from .errors import ProtocolError, TransportError, Unsupported, error_for
 
 __all__ = ["Client", "Session", "SessionLayer", "Result"]
 
@@ -748,13 +748,13 @@ class Session:
     def _positions(query, position_ids):
         if position_ids is None:
             return None
-        try:
+        try:  # attnd.Unsupported is also a ValueError
             got = [int(p) for p in T.flat_ints(position_ids)]
         except (TypeError, ValueError):
-            raise ValueError("position_ids must be integers")
+            raise Unsupported("position_ids must be integers")
         if len(got) != T.row_count(query):
-            raise ValueError("position_ids has %d entries for %d rows" % (len(got),
-                                                                         T.row_count(query)))
+            raise Unsupported("position_ids has %d entries for %d rows" % (len(got),
+                                                                          T.row_count(query)))
         return got
 
     def _append_binary(self, path, query, timeout_ms, id):

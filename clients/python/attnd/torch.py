@@ -428,3 +428,100 @@ def save(mha, path):
             f.write(c)
     os.replace(tmp, path)
     return os.path.getsize(path)
+
+
+class Sequence:
+    """One sequence of a decode loop whose attention layers are on attnd: a sequence session
+    on a model group (``--model NAME=DIR,layers=all``: one KV cache per layer, one id, fork
+    and close of the whole sequence), called per layer with that layer's normed hidden
+    states. A hand-written or Hugging Face-style loop replaces its attention call by one line::
+
+        with attnd.torch.Sequence("http://127.0.0.1:8080", "llama") as seq:
+            for step in ...:
+                for i, layer in enumerate(model.layers):
+                    h = layer.input_layernorm(x)
+                    x = x + seq(i, h, position_ids=pos)      # was: layer.self_attn(h, ...)
+                    x = x + layer.mlp(layer.post_attention_layernorm(x))
+
+    ``seq(layer, hidden_states, position_ids=None)``: ``hidden_states`` is ``(T, E)`` or
+    ``(1, T, E)`` (a session is one sequence: batch 1) of any float dtype and device;
+    answers the layer's attention output (its ``o_proj`` applied) on the same dtype, device
+    and shape. ``position_ids`` (``(T,)`` or ``(1, T)``, as a Hugging Face loop with left
+    padding passes them) place the rows for RoPE; without them they sit at the layer's
+    ``length … length+T−1``. Layers must be fed in order each step (layer 0 first): a layer
+    passing the one before is ``attnd.Conflict`` (409 ``layer_out_of_order``). Every failure
+    is an :class:`attnd.Error` (shapes, dtypes and gradients the session cannot take:
+    :class:`attnd.Unsupported`); nothing is re-sent after a lost connection.
+
+    ``lengths()`` gives each layer's cached positions; ``fork()`` a new ``Sequence`` from a
+    copy-on-write copy of every layer's cache (e.g. for beams); ``close()`` (also on leaving
+    a ``with`` block) deletes the session.
+    """
+
+    def __init__(self, url, model, *, api_key=None, client=None, window=None, ttl_s=None,
+                 _session=None, **client_options):
+        if client is None:
+            if url is None:
+                raise ValueError("give url or client")
+            client = Client(url=url, api_key=api_key, **client_options)
+        self._client, self.model = client, model
+        if _session is None:
+            info = client.model(model)
+            if info.get("kind") != "group":
+                raise Unsupported("attnd.torch.Sequence: model %r is not a model group (serve "
+                                  "it with --model %s=DIR,layers=all, or use Client.session "
+                                  "for one layer)" % (model, model))
+            _session = client.session(model, window=window, ttl_s=ttl_s)
+        self.session = _session
+        self.num_layers = int(self.session.created.get("num_layers") or 0)
+        self._layers = [self.session.layer(i) for i in range(self.num_layers)]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return "attnd.torch.Sequence(%r, id=%r, layers=%d)" % (self.model, self.session.id,
+                                                                self.num_layers)
+
+    @property
+    def id(self):
+        return self.session.id
+
+    def __call__(self, layer, hidden_states, position_ids=None):
+        if not 0 <= int(layer) < self.num_layers:
+            raise Unsupported("attnd.torch.Sequence: layer %r: the group has layers 0..%d"
+                              % (layer, self.num_layers - 1))
+        x = hidden_states
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            raise Unsupported("attnd.torch.Sequence: hidden_states must be a float tensor")
+        if torch.is_grad_enabled() and x.requires_grad:
+            raise Unsupported("attnd.torch.Sequence: attnd computes no gradients (run under "
+                              "torch.no_grad() or torch.inference_mode())")
+        batched = x.dim() == 3
+        if batched and x.shape[0] != 1 or x.dim() not in (2, 3):
+            raise Unsupported("attnd.torch.Sequence: hidden_states must be (T, E) or (1, T, E) "
+                              "(one session is one sequence), not %s" % (tuple(x.shape),))
+        rows = x.reshape(x.shape[-2], x.shape[-1]).detach().to("cpu", torch.float32)
+        pos = None
+        if position_ids is not None:
+            p = position_ids
+            if isinstance(p, torch.Tensor):
+                p = p.detach().to("cpu").reshape(-1).tolist()
+            pos = [int(v) for v in p]
+        out = self._layers[int(layer)].append(rows.numpy(), position_ids=pos).output
+        y = torch.as_tensor(out, dtype=torch.float32).reshape(rows.shape[0], -1)
+        y = y.to(device=x.device, dtype=x.dtype)
+        return y.unsqueeze(0) if batched else y
+
+    def lengths(self):
+        """Each layer's cached positions, as attnd reports them."""
+        return [layer["length"] for layer in self.session.info().get("layers", [])]
+
+    def fork(self):
+        return Sequence(None, self.model, client=self._client, _session=self.session.fork())
+
+    def close(self):
+        self.session.close()
