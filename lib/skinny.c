@@ -89,9 +89,29 @@ AVX2_FN static inline __m256 load_f16(const void *w, int i)
         }                                                                                                  \
     }
 
+/* One row (a lone decode step): row 0's arithmetic of the above, exactly
+ * (same two accumulators, same order), without the three aliased rows. */
+#define DOT1_AVX2(NAME, LOAD)                                                                              \
+    AVX2_FN static void NAME(const void *w, int wdtype, const float *x, int n_in, int nr, float out[4])    \
+    {                                                                                                      \
+        (void)nr;                                                                                          \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0;                                                          \
+        int i = 0;                                                                                         \
+        for (; i + 16 <= n_in; i += 16) {                                                                  \
+            a0 = _mm256_fmadd_ps(LOAD(w, i), _mm256_loadu_ps(x + i), a0);                                  \
+            a1 = _mm256_fmadd_ps(LOAD(w, i + 8), _mm256_loadu_ps(x + i + 8), a1);                          \
+        }                                                                                                  \
+        float s = hsum(_mm256_add_ps(a0, a1));                                                             \
+        for (int k = i; k < n_in; k++) s += attn__w_get(w, wdtype, (size_t)k) * x[k];                      \
+        out[0] = s;                                                                                        \
+    }
+
 DOTS_AVX2(dots_avx2_f32, load_f32)
 DOTS_AVX2(dots_avx2_bf16, load_bf16)
 DOTS_AVX2(dots_avx2_f16, load_f16)
+DOT1_AVX2(dot1_avx2_f32, load_f32)
+DOT1_AVX2(dot1_avx2_bf16, load_bf16)
+DOT1_AVX2(dot1_avx2_f16, load_f16)
 
 static int have_avx2(void)
 {
@@ -106,7 +126,11 @@ void attn__skinny_linear(const float *x, int rows, int n_in, const void *w, int 
 {
     dots_fn dots = dots_portable;
 #ifdef SKINNY_AVX2
-    if (have_avx2())
+    if (have_avx2() && rows == 1)
+        dots = wdtype == ATTN_WDTYPE_BF16  ? dot1_avx2_bf16
+               : wdtype == ATTN_WDTYPE_F16 ? dot1_avx2_f16
+                                           : dot1_avx2_f32;
+    else if (have_avx2())
         dots = wdtype == ATTN_WDTYPE_BF16  ? dots_avx2_bf16
                : wdtype == ATTN_WDTYPE_F16 ? dots_avx2_f16
                                            : dots_avx2_f32;

@@ -16,6 +16,12 @@
  * sessions and inputs; relative to max(1, max|F32 output|)).
  * Sessions are capped so one pool of F32 K/V stays <= 4 GiB (at P = 32k: 16).
  * BENCH_SECONDS (default 1) scales the time per row (0.25 s each at 1).
+ * Then (issue 28) the same step at P = 2048 with the projection weights kept
+ * as BF16 against F32 weights holding the same (BF16-rounded) values, 1 and
+ * 16 sessions, KV caches F32 and BF16, interleaved rounds (best median of
+ * each): target 1 session >= 1.6x, 16 sessions >= 1.2x the F32-weights
+ * tokens/s, judged on the BF16-KV rows (a BF16 checkpoint's natural cache).
+ * BENCH_WEIGHTS=only runs just that section, =0 skips it.
  */
 #include "attn.h"
 #include "benchutil.h"
@@ -41,17 +47,28 @@
 
 static const char *const dnames[] = {"F32", "F16", "BF16", "INT8"};
 
-static attn_layer *make_layer(uint64_t *rng)
+static attn_layer *make_layer_as(uint64_t *rng, attn_weight_dtype wd);
+static attn_layer *make_layer(uint64_t *rng) { return make_layer_as(rng, ATTN_WDTYPE_DEFAULT); }
+
+/* wd != DEFAULT: the weights rounded to BF16 first (wd BF16 keeps them so,
+ * F32 holds the same values widened). */
+static attn_layer *make_layer_as(uint64_t *rng, attn_weight_dtype wd)
 {
     const size_t nq = (size_t)H * D * E, nk = (size_t)G * D * E, no = (size_t)E * H * D;
     float *p = malloc((nq + 2 * nk + no) * sizeof *p);
     if (p == NULL) return NULL;
     const double sw = 1.0 / sqrt((double)E);
     for (size_t i = 0; i < nq + 2 * nk + no; i++) p[i] = (float)(sw * bench_rng_sym(rng));
+    for (size_t i = 0; wd != ATTN_WDTYPE_DEFAULT && i < nq + 2 * nk + no; i++) { /* to BF16, nearest even */
+        uint32_t u;
+        memcpy(&u, &p[i], 4);
+        u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        memcpy(&p[i], &u, 4);
+    }
     attn_layer_desc d = {.num_heads = H, .head_dim_k = D, .head_dim_v = D, .embed_q = E, .embed_k = E,
                          .embed_v = E, .embed_out = E, .w_q = p, .w_k = p + nq, .w_v = p + nq + nk,
                          .w_o = p + nq + 2 * nk, .num_kv_heads = G,
-                         .rope = {.style = ATTN_ROPE_HALF, .theta = 500000.0}};
+                         .rope = {.style = ATTN_ROPE_HALF, .theta = 500000.0}, .weights_dtype = wd};
     attn_layer *l = NULL;
     attn_error err = {0};
     if (attn_layer_create(&d, &l, &err) != ATTN_OK) fprintf(stderr, "layer: %s\n", err.message);
@@ -202,14 +219,79 @@ static int measure_base(bench *b)
     return 0;
 }
 
+/* Issue 28: BF16-kept weights vs F32 weights of the same values, P = 2048. */
+static int weights_section(bench *b, uint64_t seed, const float *kx, const float *vx)
+{
+    enum { P = 2048, ROUNDS = 3 };
+    uint64_t r1 = seed, r2 = seed;
+    attn_layer *lw[2] = {make_layer_as(&r1, ATTN_WDTYPE_F32), make_layer_as(&r2, ATTN_WDTYPE_BF16)};
+    if (!lw[0] || !lw[1]) return -1;
+    attn_layer_info in[2];
+    attn_layer_get_info(lw[0], &in[0]);
+    attn_layer_get_info(lw[1], &in[1]);
+    printf("\nweights: F32 %.1f MB vs BF16 %.1f MB (attn_layer_info.weights_bytes); P = %d, %d interleaved "
+           "rounds, best median of each\n", in[0].weights_bytes * 1e-6, in[1].weights_bytes * 1e-6, P, ROUNDS);
+    printf("%5s %-7s %12s %12s %12s %12s %7s\n", "sess", "KV", "F32 w ms", "BF16 w ms", "F32 tok/s", "BF16 tok/s",
+           "ratio");
+    static const attn_kv_dtype kvs[2] = {ATTN_KV_F32, ATTN_KV_BF16};
+    static const int ns[2] = {1, 16};
+    double ratio[2][2] = {{0}};
+    float *out[2] = {malloc((size_t)16 * E * sizeof(float)), malloc((size_t)16 * E * sizeof(float))};
+    int rc = out[0] && out[1] ? 0 : -1;
+    for (int k = 0; rc == 0 && k < 2; k++) {
+        pool pl;
+        if (pool_fill(lw[0], &pl, 16, P, kvs[k], kx, vx) != 0) {
+            pool_free(&pl);
+            rc = -1;
+            break;
+        }
+        for (int c = 0; c < 2; c++) {
+            double best[2] = {0, 0};
+            for (int round = 0; round < ROUNDS; round++)
+                for (int w = 0; w < 2; w++) {
+                    bench bw = *b;
+                    bw.l = lw[w];
+                    const double t = time_step(&bw, &pl, ns[c], P, out[w]);
+                    if (t > 0 && (best[w] == 0 || t < best[w])) best[w] = t;
+                }
+            if (best[0] <= 0 || best[1] <= 0) {
+                rc = -1;
+                continue;
+            }
+            if (memcmp(out[0], out[1], (size_t)ns[c] * E * sizeof(float)) != 0)
+                printf("(outputs of BF16 and F32 weights differ: they should be bit-identical)\n");
+            ratio[k][c] = best[0] / best[1];
+            printf("%5d %-7s %12.3f %12.3f %12.0f %12.0f %6.2fx\n", ns[c], dnames[kvs[k]], best[0] * 1e3,
+                   best[1] * 1e3, ns[c] / best[0], ns[c] / best[1], ratio[k][c]);
+            fflush(stdout);
+        }
+        pool_free(&pl);
+    }
+    char m[160];
+    snprintf(m, sizeof m, "KV BF16: %.2fx / %.2fx (KV F32: %.2fx / %.2fx); load %.1f", ratio[1][0], ratio[1][1],
+             ratio[0][0], ratio[0][1], bench_loadavg());
+    printf("target: 1 sequence >= 1.6x, 16 >= 1.2x the F32-weights tokens/s: %s: %s\n", m,
+           ratio[1][0] >= 1.6 && ratio[1][1] >= 1.2 ? "met" : "not met");
+    bench_target("Decode with BF16 weights, Llama-3.2-1B attention shape, P = 2048: 1 sequence >= 1.6x the "
+                 "tokens/s with F32 weights; 16 sequences >= 1.2x", m,
+                 rc == 0 && ratio[1][0] >= 1.6 && ratio[1][1] >= 1.2);
+    free(out[0]);
+    free(out[1]);
+    attn_layer_free(lw[0]);
+    attn_layer_free(lw[1]);
+    return rc;
+}
+
 static int sessions_fit(int n, int P) { return (double)n * P * G * D * 2 * 4 <= POOL_CAP; }
 
 int main(void)
 {
-    const char *bs = getenv("BENCH_SECONDS");
+    const char *bs = getenv("BENCH_SECONDS"), *bwt = getenv("BENCH_WEIGHTS");
+    const int weights_only = bwt && strcmp(bwt, "only") == 0, weights = !bwt || strcmp(bwt, "0") != 0;
     bench_start("bench_decode");
     openblas_set_num_threads(1);
     uint64_t rng = 0x6465636f6465ull;
+    const uint64_t layer_seed = rng;
     attn_layer *l = make_layer(&rng);
     attn_workspace_options o = {.n_threads = -1};
     attn_workspace *ws = NULL;
@@ -236,6 +318,13 @@ int main(void)
     }
     for (size_t i = 0; i < (size_t)MAX_SESS * E; i++) x[i] = (float)bench_rng_sym(&rng);
     b.x = x;
+    if (weights_only) {
+        const int wrc = weights_section(&b, layer_seed, kx, vx);
+        free(kx); free(vx); free(x);
+        attn_workspace_free(ws);
+        attn_layer_free(l);
+        return wrc != 0;
+    }
     if (measure_base(&b) != 0) return 1;
     printf("projections alone (P = 0): %.2f / %.2f / %.2f / %.2f ms for 1 / 4 / 16 / 64 sessions\n",
            b.base[0] * 1e3, b.base[1] * 1e3, b.base[2] * 1e3, b.base[3] * 1e3);
@@ -273,6 +362,7 @@ int main(void)
              100 * b.worst_target, b.bw * 1e-9);
     bench_target("decode (library): K/V read >= 70% of read bandwidth, 16+ sessions, P >= 8k, every dtype", m,
                  b.met + b.not_met > 0 && b.not_met == 0);
+    if (weights) rc |= weights_section(&b, layer_seed, kx, vx) != 0;
     for (int ci = 0; ci < 4; ci++) free(b.ref[ci]);
     free(kx); free(vx); free(x);
     attn_workspace_free(ws);
