@@ -121,6 +121,15 @@ static int have_avx2(void)
 
 typedef void (*dots_fn)(const void *w, int wdtype, const float *x, int n_in, int nr, float out[4]);
 
+static void run(dots_fn dots, const float *x, int rows, int n_in, const void *w, int wdtype, const float *b,
+                int o0, int o1, float *y, int ldy);
+
+void attn__skinny_linear_portable(const float *x, int rows, int n_in, const void *w, int wdtype,
+                                  const float *b, int o0, int o1, float *y, int ldy)
+{
+    run(dots_portable, x, rows, n_in, w, wdtype, b, o0, o1, y, ldy);
+}
+
 void attn__skinny_linear(const float *x, int rows, int n_in, const void *w, int wdtype, const float *b,
                          int o0, int o1, float *y, int ldy)
 {
@@ -135,6 +144,12 @@ void attn__skinny_linear(const float *x, int rows, int n_in, const void *w, int 
                : wdtype == ATTN_WDTYPE_F16 ? dots_avx2_f16
                                            : dots_avx2_f32;
 #endif
+    run(dots, x, rows, n_in, w, wdtype, b, o0, o1, y, ldy);
+}
+
+static void run(dots_fn dots, const float *x, int rows, int n_in, const void *w, int wdtype, const float *b,
+                int o0, int o1, float *y, int ldy)
+{
     const size_t wsize = wdtype == ATTN_WDTYPE_F16 || wdtype == ATTN_WDTYPE_BF16 ? 2 : 4;
     for (int o = o0; o < o1; o++) {
         const void *wo = (const char *)w + (size_t)o * n_in * wsize;

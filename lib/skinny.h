@@ -22,4 +22,9 @@
 void attn__skinny_linear(const float *x, int rows, int n_in, const void *w, int wdtype, const float *b,
                          int o0, int o1, float *y, int ldy);
 
+/* The same on the portable kernel whatever the CPU (for tests: the path of
+ * CPUs without AVX2 / FMA / F16C). */
+void attn__skinny_linear_portable(const float *x, int rows, int n_in, const void *w, int wdtype,
+                                  const float *b, int o0, int o1, float *y, int ldy);
+
 #endif

@@ -14,6 +14,7 @@
 #include "core_util.h"
 #include "half.h"
 #include "layer_internal.h"
+#include "skinny.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -452,10 +453,52 @@ TEST(rounding)
     for (int i = 0; i < 37; i++) CHECK(attn__f32_bits(got[i]) == attn__f32_bits(attn__bf16_to_f32(src[i])));
 }
 
+/* The few-row kernel on its own, both dispatch paths (AVX2 and the portable
+ * one CPUs without AVX2/FMA/F16C run): F16 / BF16 weights give the bits the
+ * widened F32 weights give, for 1..16 rows and widths with and without a tail. */
+TEST(skinny_kernels)
+{
+    test_rng r = {23};
+    static const int widths[] = {8, 16, 37, 64, 200};
+    for (int wi = 0; wi < 5; wi++) {
+        const int n_in = widths[wi], n_out = 24;
+        float *x = rand_floats(&r, (size_t)16 * n_in, 1.0f), *b = rand_floats(&r, n_out, 0.1f);
+        float *wf = malloc((size_t)n_out * n_in * 4);
+        uint16_t *wh = malloc((size_t)n_out * n_in * 2);
+        float *y0 = malloc((size_t)16 * n_out * 4), *y1 = malloc((size_t)16 * n_out * 4);
+        for (int dt = ATTN_WDTYPE_F16; dt <= ATTN_WDTYPE_BF16; dt++) {
+            for (int i = 0; i < n_out * n_in; i++) {
+                const float v = rng_float(&r, -1.0f, 1.0f);
+                wh[i] = dt == ATTN_WDTYPE_BF16 ? attn__f32_to_bf16(v) : attn__f32_to_f16(v);
+                wf[i] = attn__w_get(wh, dt, (size_t)i);
+            }
+            for (int rows = 1; rows <= 16; rows++)
+                for (int portable = 0; portable < 2; portable++) {
+                    if (portable) {
+                        attn__skinny_linear_portable(x, rows, n_in, wh, dt, b, 0, n_out, y0, n_out);
+                        attn__skinny_linear_portable(x, rows, n_in, wf, ATTN_WDTYPE_F32, b, 0, n_out, y1, n_out);
+                    } else {
+                        attn__skinny_linear(x, rows, n_in, wh, dt, b, 0, n_out, y0, n_out);
+                        attn__skinny_linear(x, rows, n_in, wf, ATTN_WDTYPE_F32, b, 0, n_out, y1, n_out);
+                    }
+                    CHECK_MSG(memcmp(y0, y1, (size_t)rows * n_out * 4) == 0, "%s %s n_in %d rows %d",
+                              portable ? "portable" : "dispatched", dt == ATTN_WDTYPE_BF16 ? "bf16" : "f16",
+                              n_in, rows);
+                }
+            /* the two paths agree to float rounding (different summation orders) */
+            attn__skinny_linear_portable(x, 5, n_in, wh, dt, b, 0, n_out, y0, n_out);
+            attn__skinny_linear(x, 5, n_in, wh, dt, b, 0, n_out, y1, n_out);
+            CHECK(max_abs_diff(y0, y1, (size_t)5 * n_out) <= 1e-5 * n_in);
+        }
+        free(x); free(b); free(wf); free(wh); free(y0); free(y1);
+    }
+}
+
 int main(void)
 {
     openblas_set_num_threads(1); /* as an application with threaded workspaces does */
     RUN(rounding);
+    RUN(skinny_kernels);
     RUN(refusals);
     RUN(families);
     RUN(big_bf16);
