@@ -5,7 +5,8 @@
  * weights_dtype and weights_bytes (about half for BF16 / F16); the kept and
  * widened Mistral answer bit-identically (sessions appended in chunks of at
  * most 16 rows: the few-row kernel) and within 1e-6 for a one-shot of 24 rows
- * (the widened-tile GEMM); --inspect and the start-up log name the weights;
+ * (the widened-tile GEMM); --inspect and the start-up log name the weights
+ * and their bytes;
  * a bad weights= value is refused at start-up naming the key.
  */
 #include <jansson.h>
@@ -150,6 +151,25 @@ TEST(kept_equals_widened)
     CHECK_MSG(d / s <= 1e-6, "%.3g", d / s);
 }
 
+/* The start-up log line of each model names its weights. */
+TEST(startup_log)
+{
+    FILE *f = fopen(proc.log_path, "r");
+    CHECK(f != NULL);
+    if (f == NULL)
+        return;
+    char line[4096];
+    int kept = 0, wide = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, "model kept loaded") && strstr(line, "weights=BF16 (20480 bytes)"))
+            kept = 1;
+        if (strstr(line, "model wide loaded") && strstr(line, "weights=F32 (40960 bytes)"))
+            wide = 1;
+    }
+    fclose(f);
+    CHECK_MSG(kept && wide, "log %s: kept %d wide %d", proc.log_path, kept, wide);
+}
+
 TEST(inspect_and_refusals)
 {
     const char *inspect[] = {"--inspect", CKPT "mistral_mqa", NULL};
@@ -179,6 +199,7 @@ int main(void)
     }
     RUN(info_reports_weights);
     RUN(kept_equals_widened);
+    RUN(startup_log);
     RUN(inspect_and_refusals);
     CHECK_INT_EQ(attnd_proc_stop(&proc), 0);
     return check_summary();
