@@ -129,6 +129,31 @@ typedef struct attn_rope {
      * all finite float32 > 0 (e.g. theta 1e-45), naming theta or factor. */
 } attn_rope;
 
+/* How a layer keeps its projection matrices W_Q, W_K, W_V and W_O (biases,
+ * being tiny, are always float32). Append-only.
+ *   F32   4 bytes a weight: what every path computes with.
+ *   F16   IEEE binary16 / BF16 bfloat16, 2 bytes a weight: half the memory.
+ *         Projections of at most 16 rows in all (decode steps) read the
+ *         2-byte weights directly, widened to float32 in registers (AVX2 +
+ *         F16C when the CPU has them, portable C otherwise); longer ones widen
+ *         a tile of W (about 1 MiB of float32) at a time into the workspace's
+ *         scratch and run the same GEMM on it. Widening is exact, so the
+ *         results are those of a float32 layer holding the widened values:
+ *         bit for bit in the few-row path (same accumulation order), to float
+ *         rounding (~1e-6 relative; in practice equal) in the GEMM path.
+ * DEFAULT means float32 in attn_layer_desc (a layer built from floats), and
+ * "as the checkpoint stores them" in attn_load_options (BF16 or F16 when every
+ * attention tensor of the layer is stored so, F32 for F32 or mixed files). */
+typedef enum attn_weight_dtype {
+    ATTN_WDTYPE_DEFAULT = 0,
+    ATTN_WDTYPE_F32 = 1,
+    ATTN_WDTYPE_F16 = 2,
+    ATTN_WDTYPE_BF16 = 3
+} attn_weight_dtype;
+
+/* "default", "f32", "f16", "bf16"; "unknown" otherwise. */
+const char *attn_weight_dtype_name(attn_weight_dtype dtype);
+
 /* Weights of a layer, as the caller hands them to attn_layer_create.
  * Pointers are borrowed for the duration of the call only (the layer copies).
  * A NULL bias means "no bias"; a NULL w_o means "no output projection"
@@ -152,6 +177,11 @@ typedef struct attn_layer_desc {
     /* Appended in 0.2; zero keeps the 0.1 meaning. */
     int num_kv_heads; /* g: 0 = h; otherwise 1 <= g <= h and g divides h */
     attn_rope rope;   /* all zero = no rotary embedding */
+    /* Appended in 0.6: how the layer keeps W_Q, W_K, W_V, W_O (see
+     * attn_weight_dtype; DEFAULT = F32). F16 / BF16: each float is rounded to
+     * nearest even (exact for values that came from F16 / BF16); a weight
+     * beyond the F16 range (|w| > 65504) is refused (LIMIT, element named). */
+    attn_weight_dtype weights_dtype;
 } attn_layer_desc;
 
 /* What a built layer looks like, for servers describing their models. */
@@ -164,6 +194,12 @@ typedef struct attn_layer_info {
     size_t param_count;   /* number of float parameters */
     int num_kv_heads;     /* g (= num_heads for plain multi-head attention) */
     attn_rope rope;       /* as built: theta and rotary_dim resolved (style NONE: none) */
+    /* Appended in 0.6: how the layer keeps its projection matrices ("F32",
+     * "F16", "BF16": attn_weight_dtype, resolved) and the bytes its parameters
+     * take (matrices at 4 or 2 bytes a weight, biases at 4, each tensor padded
+     * to 64 bytes): about half for F16 / BF16. */
+    char weights_dtype[8];
+    size_t weights_bytes;
 } attn_layer_info;
 
 /* Builds a layer from caller-owned weights, which are copied.
@@ -179,7 +215,8 @@ attn_status attn_layer_create(const attn_layer_desc *desc, attn_layer **out,
  *  - explicit naming, for layers PyTorch cannot express (d_k != d_v, no W_O):
  *    q_proj.weight, k_proj.weight, v_proj.weight, o_proj.weight and the
  *    matching .bias tensors (o_proj.* optional).
- * Dtypes F32, F16, BF16 (converted to float32). num_heads: 0 means "take it from
+ * Dtypes F32, F16, BF16 (BF16 / F16 layers keep them so: see
+ * attn_weight_dtype). num_heads: 0 means "take it from
  * __metadata__.num_heads"; a positive value overrides the metadata.
  * On success *out owns a new layer (attn_layer_free); on failure *out is NULL,
  * the file is closed and err names the problem (tensor, offset, shape). */
@@ -219,6 +256,11 @@ typedef struct attn_load_options {
                              "layers.0.self_attn."; NULL or "" = none                */
     int num_heads;        /* 0 = from config.json / __metadata__.num_heads           */
     int num_kv_heads;     /* 0 = from config.json, else num_heads                    */
+    /* Appended in 0.6: how the layer keeps its projection weights; DEFAULT =
+     * as stored (see attn_weight_dtype). F32 widens BF16 / F16 files at load
+     * (exact); F16 / BF16 round F32 files (and BF16 -> F16 / F16 -> BF16)
+     * to nearest even, refusing weights beyond the F16 range. */
+    attn_weight_dtype weights_dtype;
 } attn_load_options;
 
 /* What a checkpoint holds, as attn_checkpoint_inspect reports it. */

@@ -476,6 +476,21 @@ static void collect_stats(const ckpt *ck, attn__load_stats *stats)
     }
 }
 
+/* How the layer keeps its weights: as asked, else as stored (the attention
+ * tensors all BF16 or all F16), else F32. */
+static attn_status keep_dtype(attn_weight_dtype asked, const char *stored, attn_weight_dtype *out,
+                              attn_error *err)
+{
+    if ((int)asked < (int)ATTN_WDTYPE_DEFAULT || (int)asked > (int)ATTN_WDTYPE_BF16)
+        return attn__set_error(err, ATTN_ERR_INVALID_ARG,
+                               "opts.weights_dtype = %d, must be an attn_weight_dtype (0..3)", (int)asked);
+    if (asked != ATTN_WDTYPE_DEFAULT) *out = asked;
+    else if (strcmp(stored, "BF16") == 0) *out = ATTN_WDTYPE_BF16;
+    else if (strcmp(stored, "F16") == 0) *out = ATTN_WDTYPE_F16;
+    else *out = ATTN_WDTYPE_F32;
+    return ATTN_OK;
+}
+
 /* The plan of ck's layer, its tensors read, the layer built. */
 static attn_status build(ckpt *ck, const attn_load_options *opts, attn__plan_mode mode,
                          attn_layer **out, attn__load_stats *stats, attn_error *err)
@@ -489,6 +504,7 @@ static attn_status build(ckpt *ck, const attn_load_options *opts, attn__plan_mod
     attn_status st = attn__family_plan(&src, &ck->cfg, opts, mode, plan, err);
     if (st == ATTN_OK) st = read_tensors(ck, plan, f, dtype, stats, err);
     if (st == ATTN_OK) st = attn__plan_assemble(plan, f, &d, aux, err);
+    if (st == ATTN_OK) st = keep_dtype(opts->weights_dtype, dtype, &d.weights_dtype, err);
     if (st == ATTN_OK) st = attn_layer_create(&d, out, err);
     if (st == ATTN_OK) attn__layer_set_source_dtype(*out, dtype);
     for (int i = 0; i < ATTN__N_ROLES; i++) {

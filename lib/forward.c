@@ -13,6 +13,7 @@
 #include "forward.h"
 
 #include "decode.h"
+#include "half.h"
 #include "kvcache.h"
 #include "skinny.h"
 #include "mask.h"
@@ -168,6 +169,8 @@ static attn_status plan_jobs(const attn_layer *l, const attn_seq *seqs, int n,
     return ATTN_OK;
 }
 
+static size_t wide_floats(const attn_layer *l);
+
 static attn_status plan_call(const attn_layer *l, const attn_seq *seqs, int n,
                              const attn_workspace *ws, fwd_plan *p, attn_error *err)
 {
@@ -180,6 +183,8 @@ static attn_status plan_call(const attn_layer *l, const attn_seq *seqs, int n,
     }
     attn_status st = plan_jobs(l, seqs, n, ws, p, err);
     if (st != ATTN_OK) return st;
+    if ((p->n_q > ATTN__SKINNY_MAX || p->n_kv > ATTN__SKINNY_MAX) && wide_floats(l) > p->worker_floats)
+        p->worker_floats = wide_floats(l); /* F16/BF16 weights: tiles widened for the GEMMs */
     p->n_workers = 1;
     if (ws->pool != NULL && openblas_get_num_threads() == 1 &&
         (double)count_flops(l, seqs, n, p->n_q, p->n_kv) >= POOL_MIN_FLOPS)
@@ -215,14 +220,47 @@ static attn_status plan_call(const attn_layer *l, const attn_seq *seqs, int n,
 /* y (rows, n_out; row stride ldy) = x (rows, n_in) Wᵀ + b, W: (n_out, n_in),
  * b: (n_out) or NULL. Like torch's addmm: the bias is C's starting value.
  * ldw: W's row stride (0 = n_in; the streamed plan's slice of W_O's columns);
- * add = 1: y += x Wᵀ (y's values are C's starting value, b must be NULL). */
+ * add = 1: y += x Wᵀ (y's values are C's starting value, b must be NULL).
+ * wdtype: W's element type (the layer's; 0 = F32): F16 / BF16 weights are read
+ * as stored by the skinny kernel, else widened a tile (wide_cols rows of W)
+ * at a time into a worker's scratch for the GEMM. */
 typedef struct linear_op {
-    const float *x, *w, *b;
+    const float *x;
+    const void *w;
+    const float *b;
     size_t rows;
     int n_in, n_out, ldy;
     float *y;
     int ldw, add;
+    int wdtype;
 } linear_op;
+
+/* Floats a widened tile of W may take: with n_in = 2048, 128 rows (1 MiB). */
+#define WIDE_FLOATS ((size_t)1 << 18)
+
+static int op_half(const linear_op *op) { return op->wdtype == ATTN_WDTYPE_F16 || op->wdtype == ATTN_WDTYPE_BF16; }
+
+/* Rows of W per widened tile: a multiple of 16 (at least 16) of about
+ * WIDE_FLOATS floats; depends on the shape only, so a call's tiles, and so its
+ * GEMMs, are the same on any number of threads. */
+static int wide_cols(const linear_op *op)
+{
+    size_t c = WIDE_FLOATS / (size_t)op->n_in / 16 * 16;
+    if (c < 16) c = 16;
+    return c < (size_t)op->n_out ? (int)c : op->n_out;
+}
+
+/* Scratch floats one worker needs to widen any tile of l's weights (0: F32). */
+static size_t wide_floats(const attn_layer *l)
+{
+    if (l->wdtype == ATTN_WDTYPE_F32) return 0;
+    int n_in = l->e_q;
+    if (l->e_k > n_in) n_in = l->e_k;
+    if (l->e_v > n_in) n_in = l->e_v;
+    if (l->v_dim > n_in) n_in = l->v_dim;
+    size_t f = 16 * (size_t)n_in; /* validated: fits */
+    return f > WIDE_FLOATS ? f : WIDE_FLOATS;
+}
 
 /* 1 when op has few rows in all (a decode batch): skinny.c computes it, split
  * over output columns, reading W once. Only for whole, overwriting W. */
@@ -234,15 +272,38 @@ static int linear_skinny(const linear_op *op)
 /* Columns [o0, o1) of a skinny op. */
 static void linear_cols(const linear_op *op, int o0, int o1)
 {
-    attn__skinny_linear(op->x, (int)op->rows, op->n_in, op->w, op->b, o0, o1, op->y, op->ldy);
+    attn__skinny_linear(op->x, (int)op->rows, op->n_in, op->w, op->wdtype, op->b, o0, o1, op->y, op->ldy);
 }
 
-static void linear_rows(const linear_op *op, size_t r0, size_t nr)
+/* Columns [o0, o1) of an F16 / BF16 op, all rows: W's rows o0..o1 widened
+ * into wide, then the GEMM a float32 W would run on them. */
+static void linear_wide(const linear_op *op, int o0, int o1, float *wide)
+{
+    const size_t ldw = op->ldw ? (size_t)op->ldw : (size_t)op->n_in, nc = (size_t)(o1 - o0);
+    attn__widen_rows(wide, (const uint16_t *)op->w + (size_t)o0 * ldw, op->wdtype, nc, (size_t)op->n_in, ldw);
+    float beta = op->add ? 1.0f : 0.0f;
+    float *y = op->y + o0;
+    if (op->b != NULL) {
+        for (size_t r = 0; r < op->rows; r++) memcpy(y + r * (size_t)op->ldy, op->b + o0, nc * sizeof *op->b);
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)op->rows, (int)nc, op->n_in, 1.0f, op->x,
+                op->n_in, wide, op->n_in, beta, y, op->ldy);
+}
+
+/* wide: one worker's widening scratch (F16 / BF16 ops that are not skinny). */
+static void linear_rows(const linear_op *op, size_t r0, size_t nr, float *wide)
 {
     float beta = op->add ? 1.0f : 0.0f;
     float *y = op->y + r0 * (size_t)op->ldy;
     if (linear_skinny(op)) { /* never a chunk of a longer op: whole ops only */
         linear_cols(op, 0, op->n_out);
+        return;
+    }
+    if (op_half(op)) { /* whole ops only, tile by tile as run_linears splits them */
+        const int per = wide_cols(op);
+        for (int o0 = 0; o0 < op->n_out; o0 += per)
+            linear_wide(op, o0, op->n_out - o0 < per ? op->n_out : o0 + per, wide);
         return;
     }
     if (op->b != NULL) {
@@ -283,22 +344,25 @@ typedef struct linear_batch {
     size_t per[3];  /* rows per chunk, a multiple of ROW_ALIGN (the last one takes the rest);
                        skinny: columns, a multiple of 8 */
     int chunks[3];  /* chunks of each op */
+    float *wide;    /* F16 / BF16 weights: wide_floats of widening scratch per worker */
+    size_t wide_floats;
 } linear_batch;
 
 static void linear_task(void *arg, int task, int worker)
 {
-    (void)worker;
     const linear_batch *lb = arg;
     int i = 0;
     while (task >= lb->chunks[i]) task -= lb->chunks[i++];
     const linear_op *op = &lb->op[i];
-    if (linear_skinny(op)) {
+    if (linear_skinny(op) || op_half(op)) {
         size_t o0 = (size_t)task * lb->per[i], o1 = o0 + lb->per[i];
-        linear_cols(op, (int)o0, o1 < (size_t)op->n_out ? (int)o1 : op->n_out);
+        o1 = o1 < (size_t)op->n_out ? o1 : (size_t)op->n_out;
+        if (linear_skinny(op)) linear_cols(op, (int)o0, (int)o1);
+        else linear_wide(op, (int)o0, (int)o1, lb->wide + (size_t)worker * lb->wide_floats);
         return;
     }
     size_t r0 = (size_t)task * lb->per[i];
-    linear_rows(op, r0, task == lb->chunks[i] - 1 ? op->rows - r0 : lb->per[i]);
+    linear_rows(op, r0, task == lb->chunks[i] - 1 ? op->rows - r0 : lb->per[i], NULL);
 }
 
 /* Runs the linears: one GEMM each on the calling thread, or each split into
@@ -313,7 +377,7 @@ static void run_linears(linear_batch *lb, const attn_workspace *ws, int n_worker
 {
     if (n_workers == 1) {
         for (int i = 0; i < lb->n_ops; i++)
-            if (lb->op[i].rows > 0) linear_rows(&lb->op[i], 0, lb->op[i].rows);
+            if (lb->op[i].rows > 0) linear_rows(&lb->op[i], 0, lb->op[i].rows, lb->wide);
         return;
     }
     int tasks = 0;
@@ -328,6 +392,12 @@ static void run_linears(linear_batch *lb, const attn_workspace *ws, int n_worker
             size_t cols = (size_t)lb->op[i].n_out, per = (cols + want - 1) / want;
             lb->per[i] = (per + 7) / 8 * 8;
             lb->chunks[i] = (int)((cols + lb->per[i] - 1) / lb->per[i]);
+            tasks += lb->chunks[i];
+            continue;
+        }
+        if (op_half(&lb->op[i])) { /* widened tiles of W, all rows each */
+            lb->per[i] = (size_t)wide_cols(&lb->op[i]);
+            lb->chunks[i] = (int)(((size_t)lb->op[i].n_out + lb->per[i] - 1) / lb->per[i]);
             tasks += lb->chunks[i];
             continue;
         }
@@ -386,13 +456,13 @@ static void project_qkv(const attn_layer *l, const attn_seq *seqs, const attn_wo
         xk = seqs[0].key; /* NULL, with no rows, for a fixed cache */
         xv = seqs[0].value;
     }
-    linear_batch lb = {.n_ops = 3};
+    linear_batch lb = {.n_ops = 3, .wide = (float *)(base + p->off_scratch), .wide_floats = p->worker_floats};
     lb.op[0] = (linear_op){xq, l->w_q, l->b_q, p->n_q, l->e_q, l->qk_dim, l->qk_dim,
-                           (float *)(base + p->off_q), 0, 0};
+                           (float *)(base + p->off_q), 0, 0, l->wdtype};
     lb.op[1] = (linear_op){xk, l->w_k, l->b_k, p->n_kv, l->e_k, l->kv_k_dim, l->kv_k_dim,
-                           (float *)(base + p->off_k), 0, 0};
+                           (float *)(base + p->off_k), 0, 0, l->wdtype};
     lb.op[2] = (linear_op){xv, l->w_v, l->b_v, p->n_kv, l->e_v, l->kv_v_dim, l->kv_v_dim,
-                           (float *)(base + p->off_v), 0, 0};
+                           (float *)(base + p->off_v), 0, 0, l->wdtype};
     run_linears(&lb, ws, p->n_workers);
 }
 
@@ -628,8 +698,8 @@ static void project_out(const attn_layer *l, const attn_seq *seqs, int n,
     if (l->w_o == NULL) return; /* heads already wrote the outputs */
     const float *z = (const float *)(base + p->off_z);
     float *o = p->out_scratch ? (float *)(base + p->off_out) : seqs[0].output;
-    linear_batch lb = {.n_ops = 1};
-    lb.op[0] = (linear_op){z, l->w_o, l->b_o, p->n_q, l->v_dim, l->e_out, l->e_out, o, 0, 0};
+    linear_batch lb = {.n_ops = 1, .wide = (float *)(base + p->off_scratch), .wide_floats = p->worker_floats};
+    lb.op[0] = (linear_op){z, l->w_o, l->b_o, p->n_q, l->v_dim, l->e_out, l->e_out, o, 0, 0, l->wdtype};
     run_linears(&lb, ws, p->n_workers);
     if (!p->out_scratch) return;
     for (int i = 0; i < n; i++) {
@@ -704,6 +774,7 @@ static attn_status plan_stream(const attn_layer *l, const attn_seq *s, const att
     sp->block_k = ws->opt.block_k < s->s ? ws->opt.block_k : s->s;
     size_t need = attn__fused_scratch_floats(l->h / l->g, sp->block_q, sp->block_k, l->d_k, l->d_v, 0);
     if (l->rope.style != ATTN_ROPE_NONE && (size_t)l->rope.rotary_dim > need) need = (size_t)l->rope.rotary_dim;
+    if (wide_floats(l) > need) need = wide_floats(l); /* F16/BF16 weights: widened tiles */
     sp->worker_floats = (need + 15) / 16 * 16;
     const size_t bound = ws->opt.max_scratch_bytes;
     sp->chunk = sp->block_q;
@@ -737,11 +808,11 @@ static void stream_project_kv(const attn_layer *l, const attn_seq *s, kv_pass ps
     const size_t k0 = (size_t)ps.j0 * l->d_k, v0 = (size_t)ps.j0 * l->d_v;
     const int wk = ps.nh * l->d_k, wv = ps.nh * l->d_v;
     float *k = (float *)(base + sp->off_k), *v = (float *)(base + sp->off_v);
-    linear_batch lb = {.n_ops = 2};
-    lb.op[0] = (linear_op){xk, l->w_k + k0 * l->e_k, l->b_k ? l->b_k + k0 : NULL, (size_t)s->s, l->e_k, wk, wk,
-                           k, 0, 0};
-    lb.op[1] = (linear_op){xv, l->w_v + v0 * l->e_v, l->b_v ? l->b_v + v0 : NULL, (size_t)s->s, l->e_v, wv, wv,
-                           v, 0, 0};
+    linear_batch lb = {.n_ops = 2, .wide = (float *)(base + sp->off_scratch), .wide_floats = sp->worker_floats};
+    lb.op[0] = (linear_op){xk, attn__w_at(l, l->w_k, k0 * l->e_k), l->b_k ? l->b_k + k0 : NULL, (size_t)s->s,
+                           l->e_k, wk, wk, k, 0, 0, l->wdtype};
+    lb.op[1] = (linear_op){xv, attn__w_at(l, l->w_v, v0 * l->e_v), l->b_v ? l->b_v + v0 : NULL, (size_t)s->s,
+                           l->e_v, wv, wv, v, 0, 0, l->wdtype};
     run_linears(&lb, ws, sp->n_workers);
     rope_run rr = {l, s, 0, NULL, k, 0, ps.nh, (float *)(base + sp->off_scratch), sp->worker_floats,
                    (size_t)s->s, (size_t)s->s};
@@ -756,9 +827,9 @@ static void stream_project_q(const attn_layer *l, const attn_seq *s, kv_pass ps,
     const int qh = ps.nh * (l->h / l->g), width = qh * l->d_k;
     const size_t col = (size_t)ps.j0 * (l->h / l->g) * l->d_k;
     float *q = (float *)(base + sp->off_q);
-    linear_batch lb = {.n_ops = 1};
-    lb.op[0] = (linear_op){s->query + (size_t)c0 * l->e_q, l->w_q + col * l->e_q, l->b_q ? l->b_q + col : NULL,
-                           (size_t)nc, l->e_q, width, width, q, 0, 0};
+    linear_batch lb = {.n_ops = 1, .wide = (float *)(base + sp->off_scratch), .wide_floats = sp->worker_floats};
+    lb.op[0] = (linear_op){s->query + (size_t)c0 * l->e_q, attn__w_at(l, l->w_q, col * l->e_q),
+                           l->b_q ? l->b_q + col : NULL, (size_t)nc, l->e_q, width, width, q, 0, 0, l->wdtype};
     run_linears(&lb, ws, sp->n_workers);
     rope_run rr = {l, s, (size_t)c0, q, NULL, qh, 0, (float *)(base + sp->off_scratch), sp->worker_floats,
                    (size_t)nc, (size_t)nc};
@@ -836,10 +907,10 @@ static void stream_project_out(const attn_layer *l, const attn_seq *s, kv_pass p
 {
     if (l->w_o == NULL) return; /* the heads wrote the output */
     const int r = l->h / l->g;
-    linear_batch lb = {.n_ops = 1};
-    lb.op[0] = (linear_op){(const float *)(base + sp->off_z), l->w_o + (size_t)ps.j0 * r * l->d_v,
+    linear_batch lb = {.n_ops = 1, .wide = (float *)(base + sp->off_scratch), .wide_floats = sp->worker_floats};
+    lb.op[0] = (linear_op){(const float *)(base + sp->off_z), attn__w_at(l, l->w_o, (size_t)ps.j0 * r * l->d_v),
                            ps.j0 == 0 ? l->b_o : NULL, (size_t)nc, ps.nh * r * l->d_v, l->e_out, l->e_out,
-                           s->output + (size_t)c0 * l->e_out, l->v_dim, ps.j0 > 0};
+                           s->output + (size_t)c0 * l->e_out, l->v_dim, ps.j0 > 0, l->wdtype};
     run_linears(&lb, ws, sp->n_workers);
 }
 
@@ -1077,10 +1148,14 @@ attn_status attn_project_kv(const attn_layer *layer, const float *key, const flo
     if (st != ATTN_OK) return st;
     /* The very GEMMs attn_forward runs for a lone cross-attention sequence. */
     const attn_layer *l = layer;
-    linear_op k = {key, l->w_k, l->b_k, (size_t)s, l->e_k, l->kv_k_dim, l->kv_k_dim, k_out, 0, 0};
-    linear_op v = {value, l->w_v, l->b_v, (size_t)s, l->e_v, l->kv_v_dim, l->kv_v_dim, v_out, 0, 0};
-    linear_rows(&k, 0, k.rows);
-    linear_rows(&v, 0, v.rows);
+    linear_op k = {key, l->w_k, l->b_k, (size_t)s, l->e_k, l->kv_k_dim, l->kv_k_dim, k_out, 0, 0, l->wdtype};
+    linear_op v = {value, l->w_v, l->b_v, (size_t)s, l->e_v, l->kv_v_dim, l->kv_v_dim, v_out, 0, 0, l->wdtype};
+    float *wide = NULL; /* F16/BF16 weights over more than a few rows: a widened tile */
+    if (s > ATTN__SKINNY_MAX && wide_floats(l) > 0 && (wide = malloc(wide_floats(l) * sizeof *wide)) == NULL)
+        return attn__set_error(err, ATTN_ERR_NOMEM, "allocating %zu floats to widen the weights", wide_floats(l));
+    linear_rows(&k, 0, k.rows, wide);
+    linear_rows(&v, 0, v.rows, wide);
+    free(wide);
     return attn__check_projected(k_out, (size_t)s * l->kv_k_dim, v_out, (size_t)s * l->kv_v_dim, err);
 }
 

@@ -2,10 +2,12 @@
  * checks (overflow-safe), finiteness of the weights, and one owned copy of them.
  */
 #include "layer_internal.h"
+#include "half.h"
 #include "rope.h"
 
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,7 +16,8 @@ typedef struct weight_spec {
     const char *name;
     const float *src;
     size_t rows, cols;  /* cols = 1 for biases */
-    float **dst;        /* where the layer keeps its copy */
+    const void **dst;   /* where the layer keeps its copy */
+    int matrix;         /* 1: kept as the layer's wdtype; 0 (bias): float32 */
 } weight_spec;
 
 static attn_status check_dim(const char *name, int v, attn_error *err)
@@ -65,33 +68,63 @@ static void describe_weights(const attn_layer_desc *d, attn_layer *l, weight_spe
     size_t qk = (size_t)l->qk_dim, v = (size_t)l->v_dim, out = (size_t)l->e_out;
     size_t kk = (size_t)l->kv_k_dim, kv = (size_t)l->kv_v_dim; /* g KV heads */
     weight_spec s[8] = {
-        {"w_q", d->w_q, qk, (size_t)l->e_q, &l->w_q},
-        {"w_k", d->w_k, kk, (size_t)l->e_k, &l->w_k},
-        {"w_v", d->w_v, kv, (size_t)l->e_v, &l->w_v},
-        {"w_o", d->w_o, out, v, &l->w_o},
-        {"b_q", d->b_q, qk, 1, &l->b_q},
-        {"b_k", d->b_k, kk, 1, &l->b_k},
-        {"b_v", d->b_v, kv, 1, &l->b_v},
-        {"b_o", d->b_o, out, 1, &l->b_o},
+        {"w_q", d->w_q, qk, (size_t)l->e_q, &l->w_q, 1},
+        {"w_k", d->w_k, kk, (size_t)l->e_k, &l->w_k, 1},
+        {"w_v", d->w_v, kv, (size_t)l->e_v, &l->w_v, 1},
+        {"w_o", d->w_o, out, v, &l->w_o, 1},
+        {"b_q", d->b_q, qk, 1, (const void **)&l->b_q, 0},
+        {"b_k", d->b_k, kk, 1, (const void **)&l->b_k, 0},
+        {"b_v", d->b_v, kv, 1, (const void **)&l->b_v, 0},
+        {"b_o", d->b_o, out, 1, (const void **)&l->b_o, 0},
     };
     memcpy(specs, s, sizeof s);
 }
 
-/* Sums the sizes (in floats, each padded to 16 for 64-byte alignment). */
-static attn_status total_floats(const weight_spec *specs, size_t *params, size_t *alloc,
-                                attn_error *err)
+/* Bytes of a tensor as kept: matrices at the layer's weight size, biases at 4. */
+static size_t elem_bytes(const attn_layer *l, const weight_spec *w)
 {
-    size_t p = 0, a = 0, n;
+    return w->matrix ? attn__w_size(l) : sizeof(float);
+}
+
+/* Sums the sizes: weights, and bytes with each tensor padded to 64 for alignment. */
+static attn_status total_size(const attn_layer *l, const weight_spec *specs, size_t *params,
+                              size_t *alloc, attn_error *err)
+{
+    size_t p = 0, a = 0, n, b;
     for (int i = 0; i < 8; i++) {
         if (specs[i].src == NULL) continue;
         if (!attn__mul_size(specs[i].rows, specs[i].cols, &n) || !attn__add_size(p, n, &p) ||
-            !attn__add_size(n, 15, &n) || !attn__add_size(a, n / 16 * 16, &a) ||
-            a > SIZE_MAX / sizeof(float))
+            !attn__mul_size(n, elem_bytes(l, &specs[i]), &b) || !attn__add_size(b, 63, &b) ||
+            !attn__add_size(a, b / 64 * 64, &a))
             return attn__set_error(err, ATTN_ERR_LIMIT, "desc.%s is too large (size overflows)",
                                    specs[i].name);
     }
     *params = p;
     *alloc = a;
+    return ATTN_OK;
+}
+
+/* Copies w into dst as the layer keeps it (F16: every weight must fit). */
+static attn_status keep(const attn_layer *l, const weight_spec *w, void *dst, attn_error *err)
+{
+    const size_t n = w->rows * w->cols;
+    if (!w->matrix || l->wdtype == ATTN_WDTYPE_F32) {
+        memcpy(dst, w->src, n * sizeof(float));
+        return ATTN_OK;
+    }
+    uint16_t *h = dst;
+    for (size_t i = 0; i < n; i++) {
+        if (l->wdtype == ATTN_WDTYPE_BF16) {
+            h[i] = attn__f32_to_bf16(w->src[i]);
+            continue;
+        }
+        if (!attn__f16_fits(w->src[i]))
+            return attn__set_error(err, ATTN_ERR_LIMIT,
+                                   "desc.%s[%zu][%zu] = %g is beyond the F16 range (|w| <= 65504): "
+                                   "keep this layer's weights as bf16 or f32",
+                                   w->name, i / w->cols, i % w->cols, (double)w->src[i]);
+        h[i] = attn__f32_to_f16(w->src[i]);
+    }
     return ATTN_OK;
 }
 
@@ -108,13 +141,13 @@ static attn_status check_finite(const weight_spec *w, attn_error *err)
     return ATTN_OK;
 }
 
-/* Largest L1 norm over the rows of a (rows, cols) matrix. */
-static double max_row_l1(const float *m, size_t rows, size_t cols)
+/* Largest L1 norm over the rows of a (rows, cols) matrix kept as wdtype. */
+static double max_row_l1(const void *m, int wdtype, size_t rows, size_t cols)
 {
     double best = 0.0;
     for (size_t r = 0; r < rows; r++) {
         double s = 0.0;
-        for (size_t c = 0; c < cols; c++) s += fabs((double)m[r * cols + c]);
+        for (size_t c = 0; c < cols; c++) s += fabs((double)attn__w_get(m, wdtype, r * cols + c));
         if (s > best) best = s;
     }
     return best;
@@ -130,10 +163,11 @@ static double max_abs(const float *v, size_t n)
 
 static void compute_bounds(attn_layer *l)
 {
-    l->l1_q = max_row_l1(l->w_q, (size_t)l->qk_dim, (size_t)l->e_q);
-    l->l1_k = max_row_l1(l->w_k, (size_t)l->kv_k_dim, (size_t)l->e_k);
-    l->l1_v = max_row_l1(l->w_v, (size_t)l->kv_v_dim, (size_t)l->e_v);
-    l->l1_o = l->w_o ? max_row_l1(l->w_o, (size_t)l->e_out, (size_t)l->v_dim) : 1.0;
+    const int dt = l->wdtype;
+    l->l1_q = max_row_l1(l->w_q, dt, (size_t)l->qk_dim, (size_t)l->e_q);
+    l->l1_k = max_row_l1(l->w_k, dt, (size_t)l->kv_k_dim, (size_t)l->e_k);
+    l->l1_v = max_row_l1(l->w_v, dt, (size_t)l->kv_v_dim, (size_t)l->e_v);
+    l->l1_o = l->w_o ? max_row_l1(l->w_o, dt, (size_t)l->e_out, (size_t)l->v_dim) : 1.0;
     l->bmax_q = max_abs(l->b_q, (size_t)l->qk_dim);
     l->bmax_k = max_abs(l->b_k, (size_t)l->kv_k_dim);
     l->bmax_v = max_abs(l->b_v, (size_t)l->kv_v_dim);
@@ -171,24 +205,35 @@ attn_status attn_layer_create(const attn_layer_desc *desc, attn_layer **out, att
     l->rope = rope;
     l->e_out = desc->w_o ? desc->embed_out : l->v_dim;
 
+    switch (desc->weights_dtype) {
+    case ATTN_WDTYPE_DEFAULT:
+    case ATTN_WDTYPE_F32: l->wdtype = ATTN_WDTYPE_F32; break;
+    case ATTN_WDTYPE_F16:
+    case ATTN_WDTYPE_BF16: l->wdtype = desc->weights_dtype; break;
+    default:
+        st = attn__set_error(err, ATTN_ERR_INVALID_ARG,
+                             "desc.weights_dtype = %d, must be an attn_weight_dtype (0..3)",
+                             (int)desc->weights_dtype);
+        goto fail;
+    }
+
     describe_weights(desc, l, specs);
-    if ((st = total_floats(specs, &n_params, &n_alloc, err))) goto fail;
+    if ((st = total_size(l, specs, &n_params, &n_alloc, err))) goto fail;
     /* Allocate before reading the weights: absurd sizes fail here, untouched. */
-    l->params = aligned_alloc(64, (n_alloc ? n_alloc : 16) * sizeof(float));
+    l->params = aligned_alloc(64, n_alloc ? n_alloc : 64);
     if (l->params == NULL) {
         st = attn__set_error(err, ATTN_ERR_NOMEM, "allocating %zu weights", n_params);
         goto fail;
     }
-    float *p = l->params;
+    char *p = l->params;
     for (int i = 0; i < 8; i++) {
         if (specs[i].src == NULL) continue;
-        if ((st = check_finite(&specs[i], err))) goto fail;
-        size_t n = specs[i].rows * specs[i].cols;
-        memcpy(p, specs[i].src, n * sizeof(float));
+        if ((st = check_finite(&specs[i], err)) || (st = keep(l, &specs[i], p, err))) goto fail;
         *specs[i].dst = p;
-        p += (n + 15) / 16 * 16;
+        p += (specs[i].rows * specs[i].cols * elem_bytes(l, &specs[i]) + 63) / 64 * 64;
     }
     l->param_count = n_params;
+    l->param_bytes = n_alloc;
     compute_bounds(l);
     if (rope.style != ATTN_ROPE_NONE) {
         l->inv_freq = malloc((size_t)(rope.rotary_dim / 2) * sizeof *l->inv_freq);
@@ -235,6 +280,20 @@ void attn_layer_get_info(const attn_layer *l, attn_layer_info *info)
     info->param_count = l->param_count;
     info->num_kv_heads = l->g;
     info->rope = l->rope;
+    snprintf(info->weights_dtype, sizeof info->weights_dtype, "%s",
+             l->wdtype == ATTN_WDTYPE_BF16 ? "BF16" : l->wdtype == ATTN_WDTYPE_F16 ? "F16" : "F32");
+    info->weights_bytes = l->param_bytes;
+}
+
+const char *attn_weight_dtype_name(attn_weight_dtype dtype)
+{
+    switch (dtype) {
+    case ATTN_WDTYPE_DEFAULT: return "default";
+    case ATTN_WDTYPE_F32: return "f32";
+    case ATTN_WDTYPE_F16: return "f16";
+    case ATTN_WDTYPE_BF16: return "bf16";
+    }
+    return "unknown";
 }
 
 void attn__layer_set_source_dtype(attn_layer *l, const char *dtype)

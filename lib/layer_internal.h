@@ -23,10 +23,14 @@ struct attn_layer {
     int kv_k_dim, kv_v_dim;   /* g*d_k and g*d_v: the widths of K and V, of the
                                  projections and of KV-cache rows              */
 
-    float *w_q; /* (qk_dim, e_q)  */
-    float *w_k; /* (kv_k_dim, e_k) */
-    float *w_v; /* (kv_v_dim, e_v) */
-    float *w_o; /* (e_out, v_dim) or NULL */
+    /* The projection matrices, row-major, of element type wdtype: float for
+     * F32, uint16_t bits for F16 / BF16 (void, so that no code reads them as
+     * float by accident: attn__w_at for offsets, attn__w_get for values). */
+    int wdtype;       /* ATTN_WDTYPE_F32, _F16 or _BF16 (never DEFAULT) */
+    const void *w_q; /* (qk_dim, e_q)  */
+    const void *w_k; /* (kv_k_dim, e_k) */
+    const void *w_v; /* (kv_v_dim, e_v) */
+    const void *w_o; /* (e_out, v_dim) or NULL */
     float *b_q; /* (qk_dim) or NULL */
     float *b_k; /* (kv_k_dim) or NULL */
     float *b_v; /* (kv_v_dim) or NULL */
@@ -46,7 +50,8 @@ struct attn_layer {
 
     char source_dtype[8]; /* "F32", "F16", "BF16", "mixed" or "" */
     size_t param_count;
-    float *params;        /* owns every weight above */
+    size_t param_bytes;   /* of params as allocated (attn_layer_info.weights_bytes) */
+    void *params;         /* owns every weight above */
 };
 
 /* Fills err (when not NULL) with code and a printf-style message, truncated to
@@ -58,6 +63,13 @@ attn_status attn__set_error(attn_error *err, attn_status code, const char *fmt, 
  * Called by the safetensors loader right after attn_layer_create, before the
  * layer is shared. NULL or an over-long string records "". */
 void attn__layer_set_source_dtype(attn_layer *l, const char *dtype);
+
+/* Bytes of one weight of a projection matrix, and w advanced by `elems` weights. */
+static inline size_t attn__w_size(const attn_layer *l) { return l->wdtype == ATTN_WDTYPE_F32 ? 4 : 2; }
+static inline const void *attn__w_at(const attn_layer *l, const void *w, size_t elems)
+{
+    return (const char *)w + elems * attn__w_size(l);
+}
 
 /* Overflow-checked size_t arithmetic: store a*b (a+b) in *out and return 1, or
  * return 0 on overflow leaving *out untouched. */

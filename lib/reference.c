@@ -6,6 +6,7 @@
  */
 #include "reference.h"
 
+#include "half.h"
 #include "layer_internal.h"
 #include "validate.h"
 
@@ -13,20 +14,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* y (rows, n_out) = x (rows, n_in) Wᵀ + b in double. */
-static void ref_linear(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
-                       double *y)
+/* y (rows, n_out) = x (rows, n_in) Wᵀ + b in double; W as the layer keeps it
+ * (l->wdtype: F16 / BF16 weights widened one by one). */
+static void ref_linear_dt(const float *x, int rows, int n_in, const void *w, int wdtype, const float *b,
+                          int n_out, double *y)
 {
     for (int r = 0; r < rows; r++)
         for (int o = 0; o < n_out; o++) {
             double acc = b ? b[o] : 0.0;
-            for (int i = 0; i < n_in; i++) acc += (double)x[(size_t)r * n_in + i] * w[(size_t)o * n_in + i];
+            for (int i = 0; i < n_in; i++)
+                acc += (double)x[(size_t)r * n_in + i] * attn__w_get(w, wdtype, (size_t)o * n_in + i);
             y[(size_t)r * n_out + o] = acc;
         }
 }
 
 /* HF's inverse frequencies, spelt out in float32 as modeling_rope_utils.py
  * writes them (1 / base^(2i/dim), then linear or llama3 scaling). */
+#define ref_linear(x, rows, n_in, w, b, n_out, y) ref_linear_dt(x, rows, n_in, w, l->wdtype, b, n_out, y)
+
 static void ref_inv_freq(const attn_rope *r, float *inv)
 {
     const int dim = r->rotary_dim;
@@ -176,7 +181,7 @@ static void ref_seq(const attn_layer *l, const attn_seq *s, const float *inv, do
                 acc = zr[o];
             } else {
                 acc = l->b_o ? l->b_o[o] : 0.0;
-                for (int c = 0; c < l->v_dim; c++) acc += zr[c] * l->w_o[(size_t)o * l->v_dim + c];
+                for (int c = 0; c < l->v_dim; c++) acc += zr[c] * attn__w_get(l->w_o, l->wdtype, (size_t)o * l->v_dim + c);
             }
             s->output[(size_t)t * l->e_out + o] = (float)acc;
         }

@@ -2,30 +2,39 @@
  * products with up to four rows of x at a time, eight lanes wide (AVX2 + FMA
  * when the CPU has them, checked at run time; a portable loop otherwise). The
  * weight row is read from memory once and from L1 for the next group of four;
- * x (at most 16 rows) stays in L1/L2. */
+ * x (at most 16 rows) stays in L1/L2. F16 / BF16 weights are read as stored
+ * (half the bytes) and widened in registers — BF16: the zero-extended 16-bit
+ * words shifted left by 16; F16: vcvtph2ps (F16C) — then summed exactly as
+ * float32 weights are, so the results are bit-identical to those of a float32
+ * layer holding the widened values. */
 #include "skinny.h"
+
+#include "half.h"
 
 #include <stddef.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define SKINNY_AVX2 1
-#define AVX2_FN __attribute__((target("avx2,fma")))
+#define AVX2_FN __attribute__((target("avx2,fma,f16c")))
 #endif
 
 /* Portable: out[r] = dot(w, x + r * n_in) for r < nr (nr <= 4), eight
- * partial sums per row added in a fixed order. */
-static void dots_portable(const float *w, const float *x, int n_in, int nr, float out[4])
+ * partial sums per row added in a fixed order. The weights, of type wdtype,
+ * are widened eight at a time (exact), so every dtype sums the same floats. */
+static void dots_portable(const void *w, int wdtype, const float *x, int n_in, int nr, float out[4])
 {
-    float acc[4][8] = {{0}};
+    float acc[4][8] = {{0}}, wf[8];
     int i = 0;
-    for (; i + 8 <= n_in; i += 8)
+    for (; i + 8 <= n_in; i += 8) {
+        for (int j = 0; j < 8; j++) wf[j] = attn__w_get(w, wdtype, (size_t)i + j);
         for (int r = 0; r < nr; r++)
-            for (int j = 0; j < 8; j++) acc[r][j] += w[i + j] * x[(size_t)r * n_in + i + j];
+            for (int j = 0; j < 8; j++) acc[r][j] += wf[j] * x[(size_t)r * n_in + i + j];
+    }
     for (int r = 0; r < nr; r++) {
         float s = ((acc[r][0] + acc[r][1]) + (acc[r][2] + acc[r][3])) +
                   ((acc[r][4] + acc[r][5]) + (acc[r][6] + acc[r][7]));
-        for (int k = i; k < n_in; k++) s += w[k] * x[(size_t)r * n_in + k];
+        for (int k = i; k < n_in; k++) s += attn__w_get(w, wdtype, (size_t)k) * x[(size_t)r * n_in + k];
         out[r] = s;
     }
 }
@@ -39,53 +48,116 @@ AVX2_FN static float hsum(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* The same with FMA, two accumulators per row (16 floats a step). */
-AVX2_FN static void dots_avx2(const float *w, const float *x, int n_in, int nr, float out[4])
+/* Eight weights from w + i, widened. */
+AVX2_FN static inline __m256 load_f32(const void *w, int i) { return _mm256_loadu_ps((const float *)w + i); }
+AVX2_FN static inline __m256 load_bf16(const void *w, int i)
 {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0;
-    const float *x0 = x, *x1 = x + (nr > 1) * (size_t)n_in, *x2 = x + (nr > 2) * 2 * (size_t)n_in,
-                *x3 = x + (nr > 3) * 3 * (size_t)n_in; /* rows past nr alias row 0: computed, unused */
-    int i = 0;
-    for (; i + 16 <= n_in; i += 16) {
-        const __m256 w0 = _mm256_loadu_ps(w + i), w1 = _mm256_loadu_ps(w + i + 8);
-        a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x0 + i), a0);
-        a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x0 + i + 8), a1);
-        b0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x1 + i), b0);
-        b1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x1 + i + 8), b1);
-        c0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x2 + i), c0);
-        c1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x2 + i + 8), c1);
-        d0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x3 + i), d0);
-        d1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x3 + i + 8), d1);
-    }
-    const float sums[4] = {hsum(_mm256_add_ps(a0, a1)), hsum(_mm256_add_ps(b0, b1)), hsum(_mm256_add_ps(c0, c1)),
-                           hsum(_mm256_add_ps(d0, d1))};
-    for (int r = 0; r < nr; r++) {
-        float s = sums[r];
-        for (int k = i; k < n_in; k++) s += w[k] * x[(size_t)r * n_in + k];
-        out[r] = s;
-    }
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+AVX2_FN static inline __m256 load_f16(const void *w, int i)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i)));
 }
 
-static int have_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+/* The same with FMA, two accumulators per row (16 weights a step); one copy
+ * per weight dtype, differing only in how eight weights are loaded. */
+#define DOTS_AVX2(NAME, LOAD)                                                                              \
+    AVX2_FN static void NAME(const void *w, int wdtype, const float *x, int n_in, int nr, float out[4])    \
+    {                                                                                                      \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0;    \
+        const float *x0 = x, *x1 = x + (nr > 1) * (size_t)n_in, *x2 = x + (nr > 2) * 2 * (size_t)n_in,     \
+                    *x3 = x + (nr > 3) * 3 * (size_t)n_in; /* rows past nr alias row 0: computed, unused */ \
+        int i = 0;                                                                                         \
+        for (; i + 16 <= n_in; i += 16) {                                                                  \
+            const __m256 w0 = LOAD(w, i), w1 = LOAD(w, i + 8);                                             \
+            a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x0 + i), a0);                                         \
+            a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x0 + i + 8), a1);                                     \
+            b0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x1 + i), b0);                                         \
+            b1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x1 + i + 8), b1);                                     \
+            c0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x2 + i), c0);                                         \
+            c1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x2 + i + 8), c1);                                     \
+            d0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x3 + i), d0);                                         \
+            d1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x3 + i + 8), d1);                                     \
+        }                                                                                                  \
+        const float sums[4] = {hsum(_mm256_add_ps(a0, a1)), hsum(_mm256_add_ps(b0, b1)),                   \
+                               hsum(_mm256_add_ps(c0, c1)), hsum(_mm256_add_ps(d0, d1))};                  \
+        for (int r = 0; r < nr; r++) {                                                                     \
+            float s = sums[r];                                                                             \
+            for (int k = i; k < n_in; k++) s += attn__w_get(w, wdtype, (size_t)k) * x[(size_t)r * n_in + k]; \
+            out[r] = s;                                                                                    \
+        }                                                                                                  \
+    }
+
+/* One row (a lone decode step): row 0's arithmetic of the above, exactly
+ * (same two accumulators, same order), without the three aliased rows. */
+#define DOT1_AVX2(NAME, LOAD)                                                                              \
+    AVX2_FN static void NAME(const void *w, int wdtype, const float *x, int n_in, int nr, float out[4])    \
+    {                                                                                                      \
+        (void)nr;                                                                                          \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0;                                                          \
+        int i = 0;                                                                                         \
+        for (; i + 16 <= n_in; i += 16) {                                                                  \
+            a0 = _mm256_fmadd_ps(LOAD(w, i), _mm256_loadu_ps(x + i), a0);                                  \
+            a1 = _mm256_fmadd_ps(LOAD(w, i + 8), _mm256_loadu_ps(x + i + 8), a1);                          \
+        }                                                                                                  \
+        float s = hsum(_mm256_add_ps(a0, a1));                                                             \
+        for (int k = i; k < n_in; k++) s += attn__w_get(w, wdtype, (size_t)k) * x[k];                      \
+        out[0] = s;                                                                                        \
+    }
+
+DOTS_AVX2(dots_avx2_f32, load_f32)
+DOTS_AVX2(dots_avx2_bf16, load_bf16)
+DOTS_AVX2(dots_avx2_f16, load_f16)
+DOT1_AVX2(dot1_avx2_f32, load_f32)
+DOT1_AVX2(dot1_avx2_bf16, load_bf16)
+DOT1_AVX2(dot1_avx2_f16, load_f16)
+
+static int have_avx2(void)
+{
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
 #endif
 
-void attn__skinny_linear(const float *x, int rows, int n_in, const float *w, const float *b, int o0,
-                         int o1, float *y, int ldy)
+typedef void (*dots_fn)(const void *w, int wdtype, const float *x, int n_in, int nr, float out[4]);
+
+static void run(dots_fn dots, const float *x, int rows, int n_in, const void *w, int wdtype, const float *b,
+                int o0, int o1, float *y, int ldy);
+
+void attn__skinny_linear_portable(const float *x, int rows, int n_in, const void *w, int wdtype,
+                                  const float *b, int o0, int o1, float *y, int ldy)
 {
+    run(dots_portable, x, rows, n_in, w, wdtype, b, o0, o1, y, ldy);
+}
+
+void attn__skinny_linear(const float *x, int rows, int n_in, const void *w, int wdtype, const float *b,
+                         int o0, int o1, float *y, int ldy)
+{
+    dots_fn dots = dots_portable;
 #ifdef SKINNY_AVX2
-    const int avx2 = have_avx2();
+    if (have_avx2() && rows == 1)
+        dots = wdtype == ATTN_WDTYPE_BF16  ? dot1_avx2_bf16
+               : wdtype == ATTN_WDTYPE_F16 ? dot1_avx2_f16
+                                           : dot1_avx2_f32;
+    else if (have_avx2())
+        dots = wdtype == ATTN_WDTYPE_BF16  ? dots_avx2_bf16
+               : wdtype == ATTN_WDTYPE_F16 ? dots_avx2_f16
+                                           : dots_avx2_f32;
 #endif
+    run(dots, x, rows, n_in, w, wdtype, b, o0, o1, y, ldy);
+}
+
+static void run(dots_fn dots, const float *x, int rows, int n_in, const void *w, int wdtype, const float *b,
+                int o0, int o1, float *y, int ldy)
+{
+    const size_t wsize = wdtype == ATTN_WDTYPE_F16 || wdtype == ATTN_WDTYPE_BF16 ? 2 : 4;
     for (int o = o0; o < o1; o++) {
-        const float *wo = w + (size_t)o * n_in;
+        const void *wo = (const char *)w + (size_t)o * n_in * wsize;
         const float bias = b ? b[o] : 0.0f;
         for (int r0 = 0; r0 < rows; r0 += 4) {
             const int nr = rows - r0 < 4 ? rows - r0 : 4;
             float d[4];
-#ifdef SKINNY_AVX2
-            if (avx2) dots_avx2(wo, x + (size_t)r0 * n_in, n_in, nr, d);
-            else
-#endif
-                dots_portable(wo, x + (size_t)r0 * n_in, n_in, nr, d);
+            dots(wo, wdtype, x + (size_t)r0 * n_in, n_in, nr, d);
             for (int r = 0; r < nr; r++) y[(size_t)(r0 + r) * ldy + o] = d[r] + bias;
         }
     }

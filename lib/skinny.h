@@ -10,11 +10,21 @@
 #ifndef ATTN_SKINNY_H
 #define ATTN_SKINNY_H
 
+#include "attn.h"
+
 #define ATTN__SKINNY_MAX 16
 
 /* Columns [o0, o1) of y (rows, ldy) = x (rows, n_in) Wᵀ + b, W: (n_out, n_in)
- * row-major, b: (n_out) or NULL. rows in 1..ATTN__SKINNY_MAX. */
-void attn__skinny_linear(const float *x, int rows, int n_in, const float *w, const float *b, int o0,
-                         int o1, float *y, int ldy);
+ * row-major of element type wdtype (an attn_weight_dtype: F32 float, F16 /
+ * BF16 uint16_t bits, widened exactly), b: (n_out) or NULL. rows in
+ * 1..ATTN__SKINNY_MAX. The same widened weights give the same bits whatever
+ * their dtype. */
+void attn__skinny_linear(const float *x, int rows, int n_in, const void *w, int wdtype, const float *b,
+                         int o0, int o1, float *y, int ldy);
+
+/* The same on the portable kernel whatever the CPU (for tests: the path of
+ * CPUs without AVX2 / FMA / F16C). */
+void attn__skinny_linear_portable(const float *x, int rows, int n_in, const void *w, int wdtype,
+                                  const float *b, int o0, int o1, float *y, int ldy);
 
 #endif

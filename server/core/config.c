@@ -281,7 +281,7 @@ nomem:
 }
 
 /* The keys a model spec takes after NAME=PATH. */
-static const char spec_keys[] = "heads, kv_heads, layer, layers, format, prefix, kv_dtype, "
+static const char spec_keys[] = "heads, kv_heads, layer, layers, format, prefix, kv_dtype, weights, "
                                 "workers, max_batch_requests, max_batch_tokens, "
                                 "max_batch_kv_bytes, max_queue_delay_us";
 
@@ -326,6 +326,17 @@ static int parse_kv_dtype(const char *what, const char *v, int *out, char *err, 
             return 0;
         }
     set_err(err, errlen, "%s must be f32, f16, bf16 or int8, got '%.40s'", what, v);
+    return -1;
+}
+
+/* weights=: "f32", "f16", "bf16" -> an attn_weight_dtype. Returns 0 or -1. */
+static int parse_weights_dtype(const char *v, int *out)
+{
+    for (int d = ATTN_WDTYPE_F32; d <= ATTN_WDTYPE_BF16; d++)
+        if (strcmp(v, attn_weight_dtype_name((attn_weight_dtype)d)) == 0) {
+            *out = d;
+            return 0;
+        }
     return -1;
 }
 
@@ -411,6 +422,11 @@ static int set_spec_key(attnd_model_spec *m, const char *key, const char *v, cha
         snprintf(what, sizeof what, "model '%s': kv_dtype", m->name);
         if (parse_kv_dtype(what, v, &m->kv_dtype, err, errlen) != 0)
             return -1;
+    } else if (strcmp(key, "weights") == 0) {
+        if (parse_weights_dtype(v, &m->weights_dtype) != 0) {
+            set_err(err, errlen, "model '%s': weights must be bf16, f16 or f32, got '%.40s'", m->name, v);
+            return -1;
+        }
     } else if (sched_key_of(key)) {
         return set_sched_key(m, sched_key_of(key), v, err, errlen);
     } else {
@@ -757,7 +773,8 @@ static int object_model(attnd_config *cfg, json_t *m, const char *where, const c
         } else if (strcmp(key, "path") == 0 && json_is_string(v)) {
             path = json_string_value(v);
         } else if ((strcmp(key, "format") == 0 || strcmp(key, "prefix") == 0 ||
-                    strcmp(key, "layers") == 0 || strcmp(key, "kv_dtype") == 0) &&
+                    strcmp(key, "layers") == 0 || strcmp(key, "kv_dtype") == 0 ||
+                    strcmp(key, "weights") == 0) &&
                    json_is_string(v)) {
             spec.name = (char *)(name ? name : "");
             if (set_spec_key(&spec, key, json_string_value(v), err, errlen) != 0)
@@ -779,7 +796,7 @@ static int object_model(attnd_config *cfg, json_t *m, const char *where, const c
                 return -1;
         } else {
             set_err(err, errlen, "%s.%s: unknown key or wrong type (%spath, format, prefix, "
-                    "kv_dtype and layers (\"all\") are strings; heads, kv_heads, layer, workers, "
+                    "kv_dtype, weights and layers (\"all\") are strings; heads, kv_heads, layer, workers, "
                     "max_batch_requests, max_batch_tokens, max_queue_delay_us integers; "
                     "max_batch_kv_bytes either)", where, key, named ? "" : "name, ");
             return -1;
@@ -1215,6 +1232,9 @@ static void format_value(const attnd_config *cfg, const option *o, char *buf, si
                 n += (size_t)snprintf(buf + n, cap - n, ",prefix=%s", m->prefix);
             if (m->kv_dtype >= 0 && n < cap)
                 n += (size_t)snprintf(buf + n, cap - n, ",kv_dtype=%s", kv_dtype_names[m->kv_dtype]);
+            if (m->weights_dtype && n < cap)
+                n += (size_t)snprintf(buf + n, cap - n, ",weights=%s",
+                                      attn_weight_dtype_name((attn_weight_dtype)m->weights_dtype));
             for (size_t k = 0; k < sizeof sched_keys / sizeof sched_keys[0] && n < cap; k++) {
                 const char *f = (const char *)m + sched_keys[k].off;
                 int64_t v = sched_keys[k].is_int ? *(const int *)f : *(const int64_t *)f;
@@ -1240,7 +1260,8 @@ void attnd_config_print_help(FILE *f, const char *prog)
             "layer=N (which layer; needed when there are several), layers=all (one model\n"
             "per layer, named NAME.N), format=auto|mha|explicit|llama|bert|gpt2,\n"
             "prefix=P (a state_dict prefix, e.g. self_attn.), heads=N, kv_heads=N,\n"
-            "kv_dtype=f32|f16|bf16; the model's own scheduler: workers=N,\n"
+            "kv_dtype=f32|f16|bf16, weights=bf16|f16|f32 (how W_Q/K/V/O are kept; default:\n"
+            "as the checkpoint stores them); the model's own scheduler: workers=N,\n"
             "max_batch_requests=N, max_batch_tokens=N, max_batch_kv_bytes=BYTES,\n"
             "max_queue_delay_us=US (each overrides the global option for that model).\n\n"
             "Settings come from, in rising precedence: defaults, the --config JSON file,\n"

@@ -25,6 +25,7 @@ typedef struct attnd_model_spec {
     int family;      /* format=: an attn_family (0 = auto)                         */
     char *prefix;    /* prefix=: a state_dict prefix, or NULL                     */
     int kv_dtype;    /* kv_dtype=: an attn_kv_dtype, or -1 = --kv-dtype           */
+    int weights_dtype; /* weights=: an attn_weight_dtype, 0 = as the checkpoint stores */
     /* The model's own scheduler settings (Triton's per-model config.pbtxt);
      * 0 (the delay: -1) = the global option of the same name. */
     int workers;

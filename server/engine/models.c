@@ -161,7 +161,8 @@ static attn_load_options load_options(const attnd_model_spec *spec)
                             .layer = spec->layer,
                             .prefix = spec->prefix,
                             .num_heads = spec->heads,
-                            .num_kv_heads = spec->kv_heads};
+                            .num_kv_heads = spec->kv_heads,
+                            .weights_dtype = (attn_weight_dtype)spec->weights_dtype};
     return lo;
 }
 
@@ -252,13 +253,13 @@ static attnd_model *version_load(attnd_model_slot *slot, const attnd_model_spec 
         snprintf(layer, sizeof layer, " layer %d", m->layer_index);
     attnd_log(ATTND_LOG_INFO,
               "model %s loaded from %s (%s%s) in %.1f ms: heads=%d kv_heads=%d d_k=%d d_v=%d "
-              "E_q=%d E_k=%d E_v=%d E_out=%d out_proj=%s rope=%s dtype=%s params=%zu; "
-              "scheduler: %d workers",
+              "E_q=%d E_k=%d E_v=%d E_out=%d out_proj=%s rope=%s dtype=%s params=%zu "
+              "weights=%s (%zu bytes); scheduler: %d workers",
               m->name, m->path, attn_family_name(m->family), layer, m->load_ms, in->num_heads,
               attnd_kv_heads(in), in->head_dim_k, in->head_dim_v, in->embed_q, in->embed_k,
               in->embed_v, in->embed_out, in->has_out_proj ? "yes" : "no",
               rope_style_name(in->rope.style), in->source_dtype[0] ? in->source_dtype : "F32",
-              in->param_count, slot->sc.workers);
+              in->param_count, in->weights_dtype, in->weights_bytes, slot->sc.workers);
     return m;
 fail:
     version_free(m);
@@ -580,6 +581,8 @@ static json_t *info_object(const attnd_model *m)
     json_t *o = base_info_object(m);
     if (o && (json_object_set_new(o, "version", json_integer(m->version)) != 0 ||
               json_object_set_new(o, "kv_dtype", json_string(kv_dtype_name(m->kv_dtype))) != 0 ||
+              json_object_set_new(o, "weights_dtype", json_string(m->info.weights_dtype)) != 0 ||
+              json_object_set_new(o, "weights_bytes", json_integer((json_int_t)m->info.weights_bytes)) != 0 ||
               json_object_set_new(o, "scheduler", sched_object(&m->sched_cfg)) != 0)) {
         json_decref(o);
         return NULL;
@@ -866,13 +869,13 @@ int attnd_models_inspect(FILE *out, const char *path, char *err, size_t errlen)
     attn_layer_info in;
     attn_layer_get_info(layer, &in);
     fprintf(out, "serves%s: E_q=%d E_k=%d E_v=%d E_out=%d, heads=%d kv_heads=%d d_k=%d d_v=%d, "
-            "out_proj %s, biases q/k/v/out %s/%s/%s/%s, %zu parameters (%s)\n",
+            "out_proj %s, biases q/k/v/out %s/%s/%s/%s, %zu parameters (%s), weights %s (%zu bytes)\n",
             ci.n_layers > 1 ? " (layer 0)" : "", in.embed_q, in.embed_k, in.embed_v,
             in.embed_out, in.num_heads, attnd_kv_heads(&in), in.head_dim_k, in.head_dim_v,
             in.has_out_proj ? "yes" : "no", in.has_bias_q ? "yes" : "no",
             in.has_bias_k ? "yes" : "no", in.has_bias_v ? "yes" : "no",
             in.has_bias_out ? "yes" : "no", in.param_count,
-            in.source_dtype[0] ? in.source_dtype : "F32");
+            in.source_dtype[0] ? in.source_dtype : "F32", in.weights_dtype, in.weights_bytes);
     attn_layer_free(layer);
     return 0;
 }

@@ -121,7 +121,7 @@ static int load_inputs(shape s, const char *dir, inputs *in)
         float *w = filled(4 * e * e, &seed, 1.0f / sqrtf((float)e)), *b = filled(4 * e, &seed, 0.1f);
         in->x = filled(rows * e, &seed, 1.0f);
         attn_layer_desc d = {s.h, s.e / s.h, s.e / s.h, s.e, s.e, s.e, s.e,
-                             w, w + e * e, w + 2 * e * e, w + 3 * e * e, b, b + e, b + 2 * e, b + 3 * e, 0, {0}};
+                             w, w + e * e, w + 2 * e * e, w + 3 * e * e, b, b + e, b + 2 * e, b + 3 * e, 0, {0}, 0};
         attn_status st = w && b ? attn_layer_create(&d, &in->layer, &err) : ATTN_ERR_NOMEM;
         free(w);
         free(b);

@@ -28,7 +28,7 @@ static attn_layer *make_layer(uint64_t *rng)
     for (size_t i = 4 * w; i < 4 * w + 4 * E; i++) p[i] = (float)(0.1 * bench_rng_sym(rng));
     const float *b = p + 4 * w;
     attn_layer_desc d = {HEADS, E / HEADS, E / HEADS, E, E, E, E,
-                         p, p + w, p + 2 * w, p + 3 * w, b, b + E, b + 2 * E, b + 3 * E, 0, {0}};
+                         p, p + w, p + 2 * w, p + 3 * w, b, b + E, b + 2 * E, b + 3 * E, 0, {0}, 0};
     attn_layer *l = NULL;
     attn_error err = {0};
     if (attn_layer_create(&d, &l, &err) != ATTN_OK) fprintf(stderr, "layer: %s\n", err.message);

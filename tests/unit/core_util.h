@@ -64,7 +64,7 @@ static inline attn_layer *make_layer(test_rng *r, const layer_shape *s)
     float *b_v = s->bias ? rand_floats(r, v, 0.1f) : NULL;
     float *b_o = s->bias && s->out_proj ? rand_floats(r, (size_t)s->e_out, 0.1f) : NULL;
     attn_layer_desc d = {s->h, s->d_k, s->d_v, s->e_q, s->e_k, s->e_v, s->e_out,
-                         w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, 0, {0}};
+                         w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, 0, {0}, 0};
     attn_layer *l = NULL;
     if (attn_layer_create(&d, &l, NULL) != ATTN_OK) l = NULL;
     free(w_q); free(w_k); free(w_v); free(w_o);

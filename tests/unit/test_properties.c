@@ -404,7 +404,7 @@ TEST(layer_create)
     float w[64], b[8];
     for (int i = 0; i < 64; i++) w[i] = 0.01f * (float)i;
     for (int i = 0; i < 8; i++) b[i] = 0.5f;
-    attn_layer_desc ok = {2, 2, 2, 4, 4, 4, 4, w, w, w, w, b, b, b, b, 0, {0}};
+    attn_layer_desc ok = {2, 2, 2, 4, 4, 4, 4, w, w, w, w, b, b, b, b, 0, {0}, 0};
     attn_layer *l = (attn_layer *)&ok; /* poison: must become NULL on failure */
     attn_error err = {0};
     attn_layer_desc d;

@@ -53,6 +53,14 @@ static int values_match(const float *got, int k, size_t offset, size_t n)
     return 1;
 }
 
+/* The same for a projection matrix, kept as l->wdtype (F16 / BF16 files: as stored). */
+static int weights_match(const attn_layer *l, const void *got, int k, size_t offset, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (attn__w_get(got, l->wdtype, i) != fixture_value(k, offset + i)) return 0;
+    return 1;
+}
+
 /* ------------------------------------------------------------ half */
 
 /* Independent oracle: the value a binary16 / bfloat16 pattern denotes, by formula. */
@@ -122,6 +130,13 @@ static int same(const float *a, const float *b, size_t n)
     return memcmp(a, b, n * sizeof *a) == 0;
 }
 
+/* Projection matrices of n weights, kept as layer a's wdtype. */
+static int same_w(const attn_layer *a, const void *x, const void *y, size_t n)
+{
+    if (x == NULL || y == NULL) return x == y;
+    return memcmp(x, y, n * attn__w_size(a)) == 0;
+}
+
 static attn_layer *load_both(const char *path, int heads, attn_error *err)
 {
     attn_layer *a = NULL, *b = NULL;
@@ -133,10 +148,11 @@ static attn_layer *load_both(const char *path, int heads, attn_error *err)
     CHECK_MSG(st == ATTN_OK, "%s (mem): %s", path, err->message);
     if (a && b) { /* both entry points build the same layer */
         CHECK_INT_EQ(a->param_count, b->param_count);
-        CHECK(same(a->w_q, b->w_q, (size_t)a->qk_dim * (size_t)a->e_q));
-        CHECK(same(a->w_k, b->w_k, (size_t)a->qk_dim * (size_t)a->e_k));
-        CHECK(same(a->w_v, b->w_v, (size_t)a->v_dim * (size_t)a->e_v));
-        CHECK(same(a->w_o, b->w_o, (size_t)a->e_out * (size_t)a->v_dim));
+        CHECK_INT_EQ(a->wdtype, b->wdtype);
+        CHECK(same_w(a, a->w_q, b->w_q, (size_t)a->qk_dim * (size_t)a->e_q));
+        CHECK(same_w(a, a->w_k, b->w_k, (size_t)a->qk_dim * (size_t)a->e_k));
+        CHECK(same_w(a, a->w_v, b->w_v, (size_t)a->v_dim * (size_t)a->e_v));
+        CHECK(same_w(a, a->w_o, b->w_o, (size_t)a->e_out * (size_t)a->v_dim));
         CHECK(same(a->b_q, b->b_q, (size_t)a->qk_dim));
         CHECK(same(a->b_o, b->b_o, (size_t)a->e_out));
     }
@@ -167,13 +183,13 @@ static void check_pt_layer(const char *file, const char *dtype)
     CHECK_STR_EQ(in.source_dtype, dtype);
     CHECK_INT_EQ(in.param_count, 48 + 12 + 16 + 4);
     /* in_proj_weight (tensor 0) rows 0..3 are W_Q, 4..7 W_K, 8..11 W_V */
-    CHECK_MSG(values_match(l->w_q, 0, 0, 16), "%s w_q", file);
-    CHECK_MSG(values_match(l->w_k, 0, 16, 16), "%s w_k", file);
-    CHECK_MSG(values_match(l->w_v, 0, 32, 16), "%s w_v", file);
+    CHECK_MSG(weights_match(l, l->w_q, 0, 0, 16), "%s w_q", file);
+    CHECK_MSG(weights_match(l, l->w_k, 0, 16, 16), "%s w_k", file);
+    CHECK_MSG(weights_match(l, l->w_v, 0, 32, 16), "%s w_v", file);
     CHECK_MSG(values_match(l->b_q, 1, 0, 4), "%s b_q", file);
     CHECK_MSG(values_match(l->b_k, 1, 4, 4), "%s b_k", file);
     CHECK_MSG(values_match(l->b_v, 1, 8, 4), "%s b_v", file);
-    CHECK_MSG(values_match(l->w_o, 2, 0, 16), "%s w_o", file);
+    CHECK_MSG(weights_match(l, l->w_o, 2, 0, 16), "%s w_o", file);
     CHECK_MSG(values_match(l->b_o, 3, 0, 4), "%s b_o", file);
     attn_layer_free(l);
 }
@@ -195,11 +211,11 @@ TEST(good_files)
         CHECK_INT_EQ(in.embed_v, 5);
         CHECK_INT_EQ(in.embed_out, 4);
         CHECK_INT_EQ(in.has_bias_out, 0);
-        CHECK(values_match(l->w_q, 0, 0, 16));
-        CHECK(values_match(l->w_k, 1, 0, 12));
-        CHECK(values_match(l->w_v, 2, 0, 20));
+        CHECK(weights_match(l, l->w_q, 0, 0, 16));
+        CHECK(weights_match(l, l->w_k, 1, 0, 12));
+        CHECK(weights_match(l, l->w_v, 2, 0, 20));
         CHECK(values_match(l->b_k, 3, 4, 4));
-        CHECK(values_match(l->w_o, 4, 0, 16));
+        CHECK(weights_match(l, l->w_o, 4, 0, 16));
         attn_layer_free(l);
     }
     l = load_both(GOOD "explicit_no_wo.safetensors", 0, &err);
@@ -214,7 +230,7 @@ TEST(good_files)
         CHECK_INT_EQ(in.embed_out, 4);
         CHECK_INT_EQ(in.has_out_proj, 0);
         CHECK(in.has_bias_q && !in.has_bias_k && in.has_bias_v && !in.has_bias_out);
-        CHECK(values_match(l->w_v, 2, 0, 28));
+        CHECK(weights_match(l, l->w_v, 2, 0, 28));
         CHECK(values_match(l->b_v, 4, 0, 4));
         attn_layer_free(l);
     }

@@ -33,7 +33,7 @@ TEST(against_reference)
             for (int i = 0; i < n_out; i++) b[i] = frand(&s);
             for (int with_bias = 0; with_bias < 2; with_bias++) {
                 for (int i = 0; i < rows * ldy; i++) y[i] = NAN; /* the padding must stay untouched */
-                attn__skinny_linear(x, rows, n_in, w, with_bias ? b : NULL, 0, n_out, y, ldy);
+                attn__skinny_linear(x, rows, n_in, w, ATTN_WDTYPE_F32, with_bias ? b : NULL, 0, n_out, y, ldy);
                 int pad_ok = 1;
                 for (int r = 0; r < rows; r++) {
                     for (int o = 0; o < n_out; o++) {
@@ -60,16 +60,16 @@ TEST(column_splits_are_bit_identical)
     float *whole = malloc((size_t)rows * n_out * sizeof *whole), *split = malloc((size_t)rows * n_out * sizeof *split);
     for (int i = 0; i < rows * n_in; i++) x[i] = frand(&s);
     for (int i = 0; i < n_out * n_in; i++) w[i] = frand(&s);
-    attn__skinny_linear(x, rows, n_in, w, NULL, 0, n_out, whole, n_out);
+    attn__skinny_linear(x, rows, n_in, w, ATTN_WDTYPE_F32, NULL, 0, n_out, whole, n_out);
     for (int chunk = 1; chunk <= n_out; chunk += 9) {
         memset(split, 0, (size_t)rows * n_out * sizeof *split);
         for (int o = 0; o < n_out; o += chunk)
-            attn__skinny_linear(x, rows, n_in, w, NULL, o, o + chunk < n_out ? o + chunk : n_out, split, n_out);
+            attn__skinny_linear(x, rows, n_in, w, ATTN_WDTYPE_F32, NULL, o, o + chunk < n_out ? o + chunk : n_out, split, n_out);
         CHECK_MSG(memcmp(whole, split, (size_t)rows * n_out * sizeof *split) == 0, "chunks of %d differ", chunk);
     }
     /* a row's answer does not depend on which other rows share the call */
     float *alone = malloc(n_out * sizeof *alone);
-    attn__skinny_linear(x + 5 * n_in, 1, n_in, w, NULL, 0, n_out, alone, n_out);
+    attn__skinny_linear(x + 5 * n_in, 1, n_in, w, ATTN_WDTYPE_F32, NULL, 0, n_out, alone, n_out);
     CHECK(memcmp(alone, whole + 5 * n_out, n_out * sizeof *alone) == 0);
     free(alone); free(x); free(w); free(whole); free(split);
 }
