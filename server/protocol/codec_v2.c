@@ -354,8 +354,11 @@ static int want_type(v2dec *d, int k, int allow_bool, int allow_fp32)
                    allow_bool && allow_fp32 ? "BOOL or FP32" : allow_bool ? "BOOL" : "FP32");
 }
 
-/* x must be exactly `want` (rank n); -1 in want matches anything. */
-static int want_shape(v2dec *d, int k, const int64_t *want, int n, const char *what)
+/* x must be exactly `want` (rank n); -1 in want matches anything. The message's
+ * expected shape is written only on failure: want[i], or the letter dims[i] where
+ * want[i] is -1, then suffix (e.g. "[B,T,64]", "[2,8] (B,S)"). */
+static int want_shape(v2dec *d, int k, const int64_t *want, int n, const char *dims,
+                      const char *suffix)
 {
     const tensor *x = &d->in[k];
     int ok = x->rank == n;
@@ -363,8 +366,15 @@ static int want_shape(v2dec *d, int k, const int64_t *want, int n, const char *w
         ok = want[i] < 0 || want[i] == x->dim[i];
     if (ok)
         return 0;
-    char sh[96];
+    char sh[96], what[96];
+    size_t w = 0;
     shape_text(x, sh, sizeof sh);
+    what[w++] = '[';
+    for (int i = 0; i < n; i++)
+        w += (size_t)(want[i] < 0 ? snprintf(what + w, sizeof what - w, "%s%c", i ? "," : "", dims[i])
+                                  : snprintf(what + w, sizeof what - w, "%s%lld", i ? "," : "",
+                                             (long long)want[i]));
+    snprintf(what + w, sizeof what - w, "]%s", suffix);
     return v2_fail(d->err, 400, input_names[k], "input \"%s\": shape %s, expected %s",
                    input_names[k], sh, what);
 }
@@ -408,13 +418,11 @@ static int check_shapes(v2dec *d)
 {
     const attn_layer_info *in = d->info;
     tensor *q = &d->in[IN_QUERY], *k = &d->in[IN_KEY], *v = &d->in[IN_VALUE];
-    char what[96];
     if (!q->present)
         return v2_fail(d->err, 400, "query", "missing input \"query\" [B,T,%d] FP32", in->embed_q);
     if (want_type(d, IN_QUERY, 0, 1))
         return -1;
-    snprintf(what, sizeof what, "[B,T,%d]", in->embed_q);
-    if (want_shape(d, IN_QUERY, (int64_t[]){-1, -1, in->embed_q}, 3, what))
+    if (want_shape(d, IN_QUERY, (int64_t[]){-1, -1, in->embed_q}, 3, "BT", ""))
         return -1;
     d->b = (int)q->dim[0];
     d->t = (int)q->dim[1];
@@ -427,8 +435,7 @@ static int check_shapes(v2dec *d)
     if (k->present) {
         if (want_type(d, IN_KEY, 0, 1))
             return -1;
-        snprintf(what, sizeof what, "[%d,S,%d]", d->b, in->embed_k);
-        if (want_shape(d, IN_KEY, (int64_t[]){d->b, -1, in->embed_k}, 3, what))
+        if (want_shape(d, IN_KEY, (int64_t[]){d->b, -1, in->embed_k}, 3, "BS", ""))
             return -1;
         d->s = (int)k->dim[1];
         if (!v->present && in->embed_k != in->embed_v)
@@ -436,30 +443,26 @@ static int check_shapes(v2dec *d)
                            "differs from E_v=%d", in->embed_k, in->embed_v);
     }
     if (v->present) {
-        snprintf(what, sizeof what, "[%d,%d,%d]", d->b, d->s, in->embed_v);
         if (want_type(d, IN_VALUE, 0, 1) ||
-            want_shape(d, IN_VALUE, (int64_t[]){d->b, d->s, in->embed_v}, 3, what))
+            want_shape(d, IN_VALUE, (int64_t[]){d->b, d->s, in->embed_v}, 3, "", ""))
             return -1;
     }
     if (d->in[IN_KPM].present) {
-        snprintf(what, sizeof what, "[%d,%d] (B,S)", d->b, d->s);
         if (want_type(d, IN_KPM, 1, 0) ||
-            want_shape(d, IN_KPM, (int64_t[]){d->b, d->s}, 2, what))
+            want_shape(d, IN_KPM, (int64_t[]){d->b, d->s}, 2, "", " (B,S)"))
             return -1;
     }
     if (d->in[IN_MASK].present) {
-        snprintf(what, sizeof what, "[%d,%d] (T,S)", d->t, d->s);
         if (want_type(d, IN_MASK, 1, 1) ||
-            want_shape(d, IN_MASK, (int64_t[]){d->t, d->s}, 2, what))
+            want_shape(d, IN_MASK, (int64_t[]){d->t, d->s}, 2, "", " (T,S)"))
             return -1;
     }
     if (d->in[IN_POS].present) {
-        snprintf(what, sizeof what, "[%d,%d] (B,T)", d->b, d->t);
         if (d->in[IN_POS].type != DT_INT64)
             return v2_fail(d->err, 400, "position_ids",
                            "input \"position_ids\": datatype %s, expected INT64",
                            dtype_name(d->in[IN_POS].type));
-        if (want_shape(d, IN_POS, (int64_t[]){d->b, d->t}, 2, what))
+        if (want_shape(d, IN_POS, (int64_t[]){d->b, d->t}, 2, "", " (B,T)"))
             return -1;
     }
     return check_limits(d);
@@ -782,14 +785,19 @@ char *attnd_codec_v2_encode_response_with(const attnd_request *req, const attnd_
         return NULL;
     attnd_jb_puts(&b, "{\"model_name\":");
     attnd_jb_string(&b, model_name);
-    attnd_jb_printf(&b, ",\"model_version\":\"%d\"", model_version);
+    attnd_jb_puts(&b, ",\"model_version\":\"");
+    attnd_jb_i64(&b, model_version);
+    attnd_jb_putc(&b, '"');
     if (req->id[0]) {
         attnd_jb_puts(&b, ",\"id\":");
         attnd_jb_string(&b, req->id);
     }
-    attnd_jb_printf(&b,
-                    ",\"parameters\":{\"queue_us\":%lld,\"compute_us\":%lld,\"batch_size\":%d",
-                    (long long)req->queue_us, (long long)req->compute_us, req->batch_size);
+    attnd_jb_puts(&b, ",\"parameters\":{\"queue_us\":");
+    attnd_jb_i64(&b, (long long)req->queue_us);
+    attnd_jb_puts(&b, ",\"compute_us\":");
+    attnd_jb_i64(&b, (long long)req->compute_us);
+    attnd_jb_puts(&b, ",\"batch_size\":");
+    attnd_jb_i64(&b, req->batch_size);
     if (parameters && *parameters) {
         attnd_jb_putc(&b, ',');
         attnd_jb_puts(&b, parameters);
@@ -801,13 +809,18 @@ char *attnd_codec_v2_encode_response_with(const attnd_request *req, const attnd_
         int rank;
         size_t n;
         const float *x = output_tensor(req, call, call->outputs[i], shape, &rank, &n);
-        attnd_jb_printf(&b, "%s{\"name\":\"%s\",\"datatype\":\"FP32\",\"shape\":[",
-                        i ? "," : "",
-                        call->outputs[i] == ATTND_V2_OUTPUT ? "output" : "attn_weights");
-        for (int r = 0; r < rank; r++)
-            attnd_jb_printf(&b, "%s%lld", r ? "," : "", (long long)shape[r]);
+        attnd_jb_puts(&b, i ? ",{\"name\":\"" : "{\"name\":\"");
+        attnd_jb_puts(&b, call->outputs[i] == ATTND_V2_OUTPUT ? "output" : "attn_weights");
+        attnd_jb_puts(&b, "\",\"datatype\":\"FP32\",\"shape\":[");
+        for (int r = 0; r < rank; r++) {
+            if (r)
+                attnd_jb_putc(&b, ',');
+            attnd_jb_i64(&b, (long long)shape[r]);
+        }
         if (call->binary[i]) {
-            attnd_jb_printf(&b, "],\"parameters\":{\"binary_data_size\":%zu}}", n * sizeof(float));
+            attnd_jb_puts(&b, "],\"parameters\":{\"binary_data_size\":");
+            attnd_jb_i64(&b, (long long)(n * sizeof(float)));
+            attnd_jb_puts(&b, "}}");
             any_binary = 1;
         } else {
             attnd_jb_puts(&b, "],\"data\":");

@@ -637,6 +637,9 @@ TEST(errors)
     for (int i = 0; i < 2 * (E - 1); i++) sb_printf(&j, "%s1", i ? "," : "");
     sb_printf(&j, "]}]}");
     expect_400("wrong shape (E)", j.p, j.len, -1, "query");
+    char want[64]; /* the expected shape, written only when the check fails */
+    snprintf(want, sizeof want, "input \"query\": shape [1,2,%d], expected [B,T,%d]", E - 1, E);
+    expect_400("wrong shape (E), message", j.p, j.len, -1, want);
     free(j.p);
 
     j = (sbuf){0};
@@ -646,6 +649,8 @@ TEST(errors)
     sb_printf(&j, "]},{\"name\":\"key_padding_mask\",\"datatype\":\"BOOL\",\"shape\":[1,3],"
               "\"data\":[false,false,true]}]}");
     expect_400("wrong shape (mask S)", j.p, j.len, -1, "key_padding_mask");
+    expect_400("wrong shape (mask S), message", j.p, j.len, -1,
+               "shape [1,3], expected [1,2] (B,S)");
     free(j.p);
 
     j = (sbuf){0};
