@@ -606,6 +606,18 @@ TEST(errors)
     sb_put(&b, "xyz", 3);
     expect_400("trailing bytes", b.p, b.len, (long long)hl, "binary");
     free(b.p);
+    /* a non-finite binary value is refused by index, in any 64-value block or the tail */
+    const size_t bad_at[] = {0, 63, 70, 2 * E - 1};
+    for (size_t i = 0; i < sizeof bad_at / sizeof bad_at[0]; i++) {
+        float keep = q[bad_at[i]];
+        q[bad_at[i]] = i % 2 ? NAN : -INFINITY;
+        sbuf nf = infer_body(&t, 1, BINARY, "", &hl);
+        char needle[64];
+        snprintf(needle, sizeof needle, "element %zu is not finite", bad_at[i]);
+        expect_400("non-finite binary query", nf.p, nf.len, (long long)hl, needle);
+        free(nf.p);
+        q[bad_at[i]] = keep;
+    }
     /* binary_data_size without the header-length header: the body is not JSON */
     expect_400("binary without header length", ok.p, ok.len, -1, "JSON");
 
