@@ -264,6 +264,8 @@ static int read_parameters(v2dec *d, const json_t *params)
     return 0;
 }
 
+static void finish_outputs(v2dec *d, const int explicit_binary[2]);
+
 /* "outputs": which to return and how. Absent or empty: "output", plus "attn_weights"
  * when need_weights. Listing attn_weights turns need_weights on; not listing it off. */
 static int read_outputs(v2dec *d, const json_t *outs)
@@ -298,6 +300,16 @@ static int read_outputs(v2dec *d, const json_t *outs)
         explicit_binary[c->n_outputs] = bin ? json_is_true(bin) : -1;
         c->outputs[c->n_outputs++] = (attnd_v2_output)which;
     }
+    finish_outputs(d, explicit_binary);
+    return 0;
+}
+
+/* The outputs' defaults once d->call lists the requested ones (none: "output", and
+ * "attn_weights" when need_weights) and need_weights follows the list; binary per
+ * output: explicit_binary[j] (-1: not said) or binary_data_output. */
+static void finish_outputs(v2dec *d, const int explicit_binary[2])
+{
+    attnd_v2_call *c = d->call;
     if (c->n_outputs == 0) {
         c->outputs[c->n_outputs++] = ATTND_V2_OUTPUT;
         if (d->need_weights)
@@ -309,7 +321,6 @@ static int read_outputs(v2dec *d, const json_t *outs)
     }
     for (int j = 0; j < c->n_outputs; j++)
         c->binary[j] = explicit_binary[j] >= 0 ? explicit_binary[j] : d->binary_output;
-    return 0;
 }
 
 static int read_top(v2dec *d, const json_t *root, const char *bin, size_t bin_len)
@@ -340,6 +351,359 @@ static int read_top(v2dec *d, const json_t *root, const char *bin, size_t bin_le
                        "inputs' binary_data_size account for %zu",
                        bin_len, cursor);
     return read_outputs(d, outputs);
+}
+
+/* ================================================================ the fast header path */
+
+/* The usual binary header — {"inputs":[{"name":..,"datatype":..,"shape":[..],
+ * "parameters":{"binary_data_size":n}}, ...], "parameters":{..}, "outputs":[..],
+ * "id":".."} in any member order — read without jansson: fast_header scans a
+ * strict subset of JSON (strings of printable ASCII without escapes, integers of
+ * at most 18 digits, true/false, only the members above, each once, inputs
+ * binary) and fast_apply applies read_top's rules to it. Either declines (-1)
+ * at the first thing outside that subset or any rule read_top would refuse;
+ * the caller then parses the header with jansson, which finds and names the
+ * problem. Accepted headers leave *d exactly as read_top leaves it. */
+
+typedef struct fast_str {
+    const char *p;
+    size_t n;
+} fast_str;
+
+typedef struct fast_in {
+    fast_str name, dtype;
+    int rank;
+    long long dim[4];
+    long long size; /* binary_data_size; -1 when absent */
+} fast_in;
+
+typedef struct fast_hdr {
+    int has_id, n_in, n_par, has_outputs, n_out;
+    fast_str id;
+    fast_in in[IN_COUNT];
+    struct {
+        fast_str key;
+        int is_bool;
+        long long v;
+    } par[8];
+    struct {
+        fast_str name;
+        int binary; /* -1 when not said */
+    } out[2];
+} fast_hdr;
+
+typedef struct fast_scan {
+    const char *p, *end;
+} fast_scan;
+
+static int fs_ws(fast_scan *f)
+{
+    while (f->p < f->end && (*f->p == ' ' || *f->p == '\n' || *f->p == '\t' || *f->p == '\r'))
+        f->p++;
+    return f->p < f->end;
+}
+
+/* The byte c (after blanks), consumed; 0 when something else is there. */
+static int fs_eat(fast_scan *f, char c)
+{
+    if (!fs_ws(f) || *f->p != c)
+        return 0;
+    f->p++;
+    return 1;
+}
+
+static int fs_str(fast_scan *f, fast_str *out)
+{
+    if (!fs_eat(f, '"'))
+        return -1;
+    const char *s = f->p;
+    while (f->p < f->end && *f->p != '"') {
+        const unsigned char c = (unsigned char)*f->p;
+        if (c < 0x20 || c >= 0x7f || c == '\\')
+            return -1; /* escapes, control bytes, UTF-8: jansson's */
+        f->p++;
+    }
+    if (f->p >= f->end)
+        return -1;
+    out->p = s;
+    out->n = (size_t)(f->p - s);
+    f->p++;
+    return 0;
+}
+
+static int fs_int(fast_scan *f, long long *out)
+{
+    if (!fs_ws(f) || (unsigned)(*f->p - '0') >= 10u)
+        return -1;
+    const char *s = f->p;
+    long long v = 0;
+    while (f->p < f->end && (unsigned)(*f->p - '0') < 10u && f->p - s < 19)
+        v = v * 10 + (*f->p++ - '0');
+    if (f->p - s > 18 || (f->p - s > 1 && *s == '0') ||
+        (f->p < f->end && (*f->p == '.' || *f->p == 'e' || *f->p == 'E' ||
+                           (unsigned)(*f->p - '0') < 10u)))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int fs_bool(fast_scan *f, long long *out)
+{
+    if (!fs_ws(f))
+        return -1;
+    if (f->end - f->p >= 4 && memcmp(f->p, "true", 4) == 0) {
+        f->p += 4;
+        *out = 1;
+        return 0;
+    }
+    if (f->end - f->p >= 5 && memcmp(f->p, "false", 5) == 0) {
+        f->p += 5;
+        *out = 0;
+        return 0;
+    }
+    return -1;
+}
+
+static int fs_is(const fast_str *s, const char *lit)
+{
+    return s->n == strlen(lit) && memcmp(s->p, lit, s->n) == 0;
+}
+
+/* Members of an object, '{' next: calls member(f, key, ctx) for each, with the
+ * scanner after the ':'; 0 at the '}' consumed, -1 on anything else. */
+static int fs_object(fast_scan *f, int (*member)(fast_scan *, const fast_str *, void *), void *ctx)
+{
+    if (!fs_eat(f, '{'))
+        return -1;
+    if (fs_eat(f, '}'))
+        return 0;
+    do {
+        fast_str key;
+        if (fs_str(f, &key) || !fs_eat(f, ':') || member(f, &key, ctx))
+            return -1;
+    } while (fs_eat(f, ','));
+    return fs_eat(f, '}') ? 0 : -1;
+}
+
+/* Bit of each member already seen, for duplicates (jansson refuses them). */
+static int fs_once(unsigned *seen, unsigned bit)
+{
+    if (*seen & bit)
+        return -1;
+    *seen |= bit;
+    return 0;
+}
+
+typedef struct fs_in_ctx {
+    fast_in *x;
+    unsigned seen;
+} fs_in_ctx;
+
+static int fs_in_params(fast_scan *f, const fast_str *k, void *ctx)
+{
+    fs_in_ctx *c = ctx;
+    if (!fs_is(k, "binary_data_size") || fs_once(&c->seen, 16))
+        return -1;
+    return fs_int(f, &c->x->size);
+}
+
+static int fs_in_member(fast_scan *f, const fast_str *k, void *ctx)
+{
+    fs_in_ctx *c = ctx;
+    fast_in *x = c->x;
+    if (fs_is(k, "name"))
+        return fs_once(&c->seen, 1) || fs_str(f, &x->name);
+    if (fs_is(k, "datatype"))
+        return fs_once(&c->seen, 2) || fs_str(f, &x->dtype);
+    if (fs_is(k, "parameters"))
+        return fs_once(&c->seen, 8) || fs_object(f, fs_in_params, c);
+    if (!fs_is(k, "shape") || fs_once(&c->seen, 4) || !fs_eat(f, '['))
+        return -1;
+    do {
+        if (x->rank == 4 || fs_int(f, &x->dim[x->rank]))
+            return -1;
+        x->rank++;
+    } while (fs_eat(f, ','));
+    return fs_eat(f, ']') ? 0 : -1;
+}
+
+typedef struct fs_out_ctx {
+    fast_hdr *h;
+    unsigned seen;
+} fs_out_ctx;
+
+static int fs_out_params(fast_scan *f, const fast_str *k, void *ctx)
+{
+    fs_out_ctx *c = ctx;
+    long long v;
+    if (!fs_is(k, "binary_data") || fs_once(&c->seen, 4) || fs_bool(f, &v))
+        return -1;
+    c->h->out[c->h->n_out].binary = (int)v;
+    return 0;
+}
+
+static int fs_out_member(fast_scan *f, const fast_str *k, void *ctx)
+{
+    fs_out_ctx *c = ctx;
+    if (fs_is(k, "name"))
+        return fs_once(&c->seen, 1) || fs_str(f, &c->h->out[c->h->n_out].name);
+    if (fs_is(k, "parameters"))
+        return fs_once(&c->seen, 2) || fs_object(f, fs_out_params, c);
+    return -1;
+}
+
+static int fs_top_params(fast_scan *f, const fast_str *k, void *ctx)
+{
+    fast_hdr *h = ctx;
+    if (h->n_par == 8)
+        return -1;
+    for (int i = 0; i < h->n_par; i++)
+        if (h->par[i].key.n == k->n && memcmp(h->par[i].key.p, k->p, k->n) == 0)
+            return -1;
+    h->par[h->n_par].key = *k;
+    h->par[h->n_par].is_bool = fs_ws(f) && (*f->p == 't' || *f->p == 'f');
+    if (h->par[h->n_par].is_bool ? fs_bool(f, &h->par[h->n_par].v)
+                                 : fs_int(f, &h->par[h->n_par].v))
+        return -1;
+    h->n_par++;
+    return 0;
+}
+
+typedef struct fs_top_ctx {
+    fast_hdr *h;
+    unsigned seen;
+} fs_top_ctx;
+
+static int fs_top_member(fast_scan *f, const fast_str *k, void *ctx)
+{
+    fs_top_ctx *c = ctx;
+    fast_hdr *h = c->h;
+    if (fs_is(k, "id")) {
+        h->has_id = 1;
+        return fs_once(&c->seen, 1) || fs_str(f, &h->id);
+    }
+    if (fs_is(k, "parameters"))
+        return fs_once(&c->seen, 2) || fs_object(f, fs_top_params, h);
+    if (fs_is(k, "inputs")) {
+        if (fs_once(&c->seen, 4) || !fs_eat(f, '['))
+            return -1;
+        do {
+            if (h->n_in == IN_COUNT)
+                return -1;
+            fs_in_ctx ic = {&h->in[h->n_in], 0};
+            ic.x->size = -1;
+            if (fs_object(f, fs_in_member, &ic) || (ic.seen & 7) != 7 || ic.x->size < 0)
+                return -1; /* name, datatype, shape and binary_data_size, or jansson's */
+            h->n_in++;
+        } while (fs_eat(f, ','));
+        return fs_eat(f, ']') ? 0 : -1;
+    }
+    if (!fs_is(k, "outputs") || fs_once(&c->seen, 8) || !fs_eat(f, '['))
+        return -1;
+    h->has_outputs = 1;
+    if (fs_eat(f, ']'))
+        return 0;
+    do {
+        if (h->n_out == 2)
+            return -1;
+        fs_out_ctx oc = {h, 0};
+        h->out[h->n_out].binary = -1;
+        if (fs_object(f, fs_out_member, &oc) || !(oc.seen & 1))
+            return -1;
+        h->n_out++;
+    } while (fs_eat(f, ','));
+    return fs_eat(f, ']') ? 0 : -1;
+}
+
+static int fast_header(const char *text, size_t len, fast_hdr *h)
+{
+    fast_scan f = {text, text + len};
+    fs_top_ctx c = {h, 0};
+    memset(h, 0, sizeof *h);
+    if (fs_object(&f, fs_top_member, &c) || !(c.seen & 4))
+        return -1;
+    return fs_ws(&f) ? -1 : 0; /* only blanks may follow */
+}
+
+/* read_top's rules on a fast-scanned header; -1 (declined) where read_top would
+ * fail, so that jansson's path names the problem. */
+static int fast_apply(v2dec *d, const fast_hdr *h, const char *bin, size_t bin_len)
+{
+    if (h->has_id) {
+        if (h->id.n > 127)
+            return -1;
+        d->id = h->id.p;
+        d->id_len = h->id.n;
+    }
+    for (int i = 0; i < h->n_par; i++) {
+        const fast_str *k = &h->par[i].key;
+        const long long v = h->par[i].v;
+        const int b = h->par[i].is_bool;
+        if (fs_is(k, "is_causal") && b)
+            d->is_causal = (int)v;
+        else if (fs_is(k, "need_weights") && b)
+            d->need_weights = (int)v;
+        else if (fs_is(k, "average_attn_weights") && b)
+            d->average = (int)v;
+        else if (fs_is(k, "binary_data_output") && b)
+            d->binary_output = (int)v;
+        else if (fs_is(k, "window") && !b && v <= INT_MAX)
+            d->window = (int)v;
+        else if (fs_is(k, "timeout_ms") && !b && v <= INT64_MAX / 1000000)
+            d->timeout_ms = v;
+        else
+            return -1;
+    }
+    size_t cursor = 0;
+    for (int i = 0; i < h->n_in; i++) {
+        const fast_in *fi = &h->in[i];
+        int k = 0;
+        while (k < IN_COUNT && !fs_is(&fi->name, input_names[k]))
+            k++;
+        if (k == IN_COUNT || d->in[k].present)
+            return -1;
+        tensor *x = &d->in[k];
+        x->present = 1;
+        x->rank = fi->rank;
+        x->count = 1;
+        for (int r = 0; r < fi->rank; r++) {
+            if (fi->dim[r] < 1 || fi->dim[r] > INT_MAX)
+                return -1;
+            x->dim[r] = fi->dim[r];
+            if (__builtin_mul_overflow(x->count, (size_t)x->dim[r], &x->count) ||
+                x->count > SIZE_MAX / 16)
+                return -1;
+        }
+        if (fs_is(&fi->dtype, "FP32"))
+            x->type = DT_FP32;
+        else if (fs_is(&fi->dtype, "BOOL"))
+            x->type = DT_BOOL;
+        else if (fs_is(&fi->dtype, "INT64"))
+            x->type = DT_INT64;
+        else
+            return -1;
+        const unsigned long long n = (unsigned long long)fi->size;
+        if (n != x->count * elem_size(x->type) || n > bin_len - cursor)
+            return -1;
+        x->raw = (const unsigned char *)bin + cursor;
+        cursor += (size_t)n;
+    }
+    if (cursor != bin_len)
+        return -1;
+    attnd_v2_call *c = d->call;
+    int explicit_binary[2] = {-1, -1};
+    c->n_outputs = 0;
+    for (int i = 0; i < h->n_out; i++) {
+        const int which = fs_is(&h->out[i].name, "output")         ? ATTND_V2_OUTPUT
+                          : fs_is(&h->out[i].name, "attn_weights") ? ATTND_V2_ATTN_WEIGHTS
+                                                                   : -1;
+        if (which < 0 || (i == 1 && (int)c->outputs[0] == which))
+            return -1;
+        explicit_binary[i] = h->out[i].binary;
+        c->outputs[c->n_outputs++] = (attnd_v2_output)which;
+    }
+    finish_outputs(d, explicit_binary);
+    return 0;
 }
 
 /* ================================================================ shapes */
@@ -726,6 +1090,24 @@ int attnd_codec_v2_decode(const char *body, size_t len, long long header_len,
                            header_len, len);
         json_len = (size_t)header_len;
     }
+    fast_hdr fh;
+    if (header_len >= 0 && fast_header(body, json_len, &fh) == 0 &&
+        fast_apply(&d, &fh, body + json_len, len - json_len) == 0) {
+        if (check_shapes(&d) != 0 || build(&d, out) != 0)
+            return -1; /* shape and limit errors: the same checks as below */
+        d.call->batch = d.b;
+        d.call->t = d.t;
+        d.call->s = d.s;
+        return 0;
+    }
+    /* Declined: the jansson path below starts again from a clean state. */
+    memset(d.in, 0, sizeof d.in);
+    d.is_causal = d.window = d.need_weights = d.binary_output = 0;
+    d.average = 1;
+    d.timeout_ms = 0;
+    d.id = NULL;
+    d.id_len = 0;
+    memset(d.call, 0, sizeof *d.call);
     json_error_t je;
     int nomem = 0;
     json_t *root = attnd_json_loadb(body, json_len, JSON_REJECT_DUPLICATES, &je, &nomem);
