@@ -10,6 +10,10 @@ libmicrohttpd, jansson, attnd's codec and JSON numbers, the protocol handlers an
 glue, the scheduler hand-off (engine + pthread/futex), metrics, logging, libc malloc,
 libc string/stdio, OpenBLAS, the lib forward, and the rest. Printed as a table with the
 three largest functions of each layer. Used by scripts/callgrind-small.sh.
+Note: glibc runs memset/memcpy of 2 KiB and more as `rep stosb` / `rep movsb`, which
+callgrind counts as one instruction per byte: the "libc string" layer is mostly bytes
+zeroed or copied (libmicrohttpd's connection pool reset, calloc), far cheaper on the
+hardware than its count says.
 """
 import re
 import subprocess
