@@ -437,9 +437,9 @@ static int fs_int(fast_scan *f, long long *out)
         return -1;
     const char *s = f->p;
     long long v = 0;
-    while (f->p < f->end && (unsigned)(*f->p - '0') < 10u && f->p - s < 19)
+    while (f->p < f->end && (unsigned)(*f->p - '0') < 10u && f->p - s < 18) /* no overflow */
         v = v * 10 + (*f->p++ - '0');
-    if (f->p - s > 18 || (f->p - s > 1 && *s == '0') ||
+    if ((f->p - s > 1 && *s == '0') || /* a 19th digit, leading zeros, a fraction: jansson's */
         (f->p < f->end && (*f->p == '.' || *f->p == 'e' || *f->p == 'E' ||
                            (unsigned)(*f->p - '0') < 10u)))
         return -1;

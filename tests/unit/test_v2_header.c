@@ -187,6 +187,15 @@ TEST(fast_vs_jansson)
         {"{\"inputs\":[" Q(2, 32) ",{\"name\":\"position_ids\",\"datatype\":\"INT64\","
          "\"shape\":[1,3],\"parameters\":{\"binary_data_size\":24}}]}", "f8 i3"},
         {"{\"inputs\":[" Q(2, 32) "],\"parameters\":{\"timeout_ms\":99999999999999999}}", "f8"},
+        {"{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1,2,4],"
+         "\"parameters\":{\"binary_data_size\":1234567890123456789}}]}", "f8"}, /* 19 digits */
+        {"{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1,2,4],"
+         "\"parameters\":{\"binary_data_size\":99999999999999999999}}]}", "f8"},
+        {"{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1,2,4],"
+         "\"parameters\":{\"binary_data_size\":032}}]}", "f8"},
+        {"{\"inputs\":[" Q(2, 32) "],\"parameters\":{\"is_causal\":truex}}", "f8"},
+        {"{\"inputs\":[" Q(2, 32) "],\"id\":\"caf\xc3\xa9\"}", "f8"},   /* UTF-8: jansson */
+        {"{\"inputs\":[" Q(2, 32) "],\"id\":\"a\\\"b\"}", "f8"},          /* an escape */
     };
     char body[4096];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
