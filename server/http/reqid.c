@@ -2,7 +2,6 @@
 #include "http/reqid.h"
 
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 
@@ -42,6 +41,11 @@ int attnd_reqid_take(const char *client, char *out)
         memcpy(out, client, strlen(client) + 1);
         return 1;
     }
-    snprintf(out, ATTND_REQID_MAX + 1, "%016llx", (unsigned long long)random_bits());
+    /* "%016llx" without printf: 16 lowercase hex digits, most significant first. */
+    static const char hex[] = "0123456789abcdef";
+    uint64_t v = random_bits();
+    for (int i = 15; i >= 0; i--, v >>= 4)
+        out[i] = hex[v & 15];
+    out[16] = '\0';
     return 0;
 }

@@ -264,6 +264,8 @@ static int read_parameters(v2dec *d, const json_t *params)
     return 0;
 }
 
+static void finish_outputs(v2dec *d, const int explicit_binary[2]);
+
 /* "outputs": which to return and how. Absent or empty: "output", plus "attn_weights"
  * when need_weights. Listing attn_weights turns need_weights on; not listing it off. */
 static int read_outputs(v2dec *d, const json_t *outs)
@@ -298,6 +300,16 @@ static int read_outputs(v2dec *d, const json_t *outs)
         explicit_binary[c->n_outputs] = bin ? json_is_true(bin) : -1;
         c->outputs[c->n_outputs++] = (attnd_v2_output)which;
     }
+    finish_outputs(d, explicit_binary);
+    return 0;
+}
+
+/* The outputs' defaults once d->call lists the requested ones (none: "output", and
+ * "attn_weights" when need_weights) and need_weights follows the list; binary per
+ * output: explicit_binary[j] (-1: not said) or binary_data_output. */
+static void finish_outputs(v2dec *d, const int explicit_binary[2])
+{
+    attnd_v2_call *c = d->call;
     if (c->n_outputs == 0) {
         c->outputs[c->n_outputs++] = ATTND_V2_OUTPUT;
         if (d->need_weights)
@@ -309,7 +321,6 @@ static int read_outputs(v2dec *d, const json_t *outs)
     }
     for (int j = 0; j < c->n_outputs; j++)
         c->binary[j] = explicit_binary[j] >= 0 ? explicit_binary[j] : d->binary_output;
-    return 0;
 }
 
 static int read_top(v2dec *d, const json_t *root, const char *bin, size_t bin_len)
@@ -342,6 +353,359 @@ static int read_top(v2dec *d, const json_t *root, const char *bin, size_t bin_le
     return read_outputs(d, outputs);
 }
 
+/* ================================================================ the fast header path */
+
+/* The usual binary header — {"inputs":[{"name":..,"datatype":..,"shape":[..],
+ * "parameters":{"binary_data_size":n}}, ...], "parameters":{..}, "outputs":[..],
+ * "id":".."} in any member order — read without jansson: fast_header scans a
+ * strict subset of JSON (strings of printable ASCII without escapes, integers of
+ * at most 18 digits, true/false, only the members above, each once, inputs
+ * binary) and fast_apply applies read_top's rules to it. Either declines (-1)
+ * at the first thing outside that subset or any rule read_top would refuse;
+ * the caller then parses the header with jansson, which finds and names the
+ * problem. Accepted headers leave *d exactly as read_top leaves it. */
+
+typedef struct fast_str {
+    const char *p;
+    size_t n;
+} fast_str;
+
+typedef struct fast_in {
+    fast_str name, dtype;
+    int rank;
+    long long dim[4];
+    long long size; /* binary_data_size; -1 when absent */
+} fast_in;
+
+typedef struct fast_hdr {
+    int has_id, n_in, n_par, has_outputs, n_out;
+    fast_str id;
+    fast_in in[IN_COUNT];
+    struct {
+        fast_str key;
+        int is_bool;
+        long long v;
+    } par[8];
+    struct {
+        fast_str name;
+        int binary; /* -1 when not said */
+    } out[2];
+} fast_hdr;
+
+typedef struct fast_scan {
+    const char *p, *end;
+} fast_scan;
+
+static int fs_ws(fast_scan *f)
+{
+    while (f->p < f->end && (*f->p == ' ' || *f->p == '\n' || *f->p == '\t' || *f->p == '\r'))
+        f->p++;
+    return f->p < f->end;
+}
+
+/* The byte c (after blanks), consumed; 0 when something else is there. */
+static int fs_eat(fast_scan *f, char c)
+{
+    if (!fs_ws(f) || *f->p != c)
+        return 0;
+    f->p++;
+    return 1;
+}
+
+static int fs_str(fast_scan *f, fast_str *out)
+{
+    if (!fs_eat(f, '"'))
+        return -1;
+    const char *s = f->p;
+    while (f->p < f->end && *f->p != '"') {
+        const unsigned char c = (unsigned char)*f->p;
+        if (c < 0x20 || c >= 0x7f || c == '\\')
+            return -1; /* escapes, control bytes, UTF-8: jansson's */
+        f->p++;
+    }
+    if (f->p >= f->end)
+        return -1;
+    out->p = s;
+    out->n = (size_t)(f->p - s);
+    f->p++;
+    return 0;
+}
+
+static int fs_int(fast_scan *f, long long *out)
+{
+    if (!fs_ws(f) || (unsigned)(*f->p - '0') >= 10u)
+        return -1;
+    const char *s = f->p;
+    long long v = 0;
+    while (f->p < f->end && (unsigned)(*f->p - '0') < 10u && f->p - s < 18) /* no overflow */
+        v = v * 10 + (*f->p++ - '0');
+    if ((f->p - s > 1 && *s == '0') || /* a 19th digit, leading zeros, a fraction: jansson's */
+        (f->p < f->end && (*f->p == '.' || *f->p == 'e' || *f->p == 'E' ||
+                           (unsigned)(*f->p - '0') < 10u)))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int fs_bool(fast_scan *f, long long *out)
+{
+    if (!fs_ws(f))
+        return -1;
+    if (f->end - f->p >= 4 && memcmp(f->p, "true", 4) == 0) {
+        f->p += 4;
+        *out = 1;
+        return 0;
+    }
+    if (f->end - f->p >= 5 && memcmp(f->p, "false", 5) == 0) {
+        f->p += 5;
+        *out = 0;
+        return 0;
+    }
+    return -1;
+}
+
+static int fs_is(const fast_str *s, const char *lit)
+{
+    return s->n == strlen(lit) && memcmp(s->p, lit, s->n) == 0;
+}
+
+/* Members of an object, '{' next: calls member(f, key, ctx) for each, with the
+ * scanner after the ':'; 0 at the '}' consumed, -1 on anything else. */
+static int fs_object(fast_scan *f, int (*member)(fast_scan *, const fast_str *, void *), void *ctx)
+{
+    if (!fs_eat(f, '{'))
+        return -1;
+    if (fs_eat(f, '}'))
+        return 0;
+    do {
+        fast_str key;
+        if (fs_str(f, &key) || !fs_eat(f, ':') || member(f, &key, ctx))
+            return -1;
+    } while (fs_eat(f, ','));
+    return fs_eat(f, '}') ? 0 : -1;
+}
+
+/* Bit of each member already seen, for duplicates (jansson refuses them). */
+static int fs_once(unsigned *seen, unsigned bit)
+{
+    if (*seen & bit)
+        return -1;
+    *seen |= bit;
+    return 0;
+}
+
+typedef struct fs_in_ctx {
+    fast_in *x;
+    unsigned seen;
+} fs_in_ctx;
+
+static int fs_in_params(fast_scan *f, const fast_str *k, void *ctx)
+{
+    fs_in_ctx *c = ctx;
+    if (!fs_is(k, "binary_data_size") || fs_once(&c->seen, 16))
+        return -1;
+    return fs_int(f, &c->x->size);
+}
+
+static int fs_in_member(fast_scan *f, const fast_str *k, void *ctx)
+{
+    fs_in_ctx *c = ctx;
+    fast_in *x = c->x;
+    if (fs_is(k, "name"))
+        return fs_once(&c->seen, 1) || fs_str(f, &x->name);
+    if (fs_is(k, "datatype"))
+        return fs_once(&c->seen, 2) || fs_str(f, &x->dtype);
+    if (fs_is(k, "parameters"))
+        return fs_once(&c->seen, 8) || fs_object(f, fs_in_params, c);
+    if (!fs_is(k, "shape") || fs_once(&c->seen, 4) || !fs_eat(f, '['))
+        return -1;
+    do {
+        if (x->rank == 4 || fs_int(f, &x->dim[x->rank]))
+            return -1;
+        x->rank++;
+    } while (fs_eat(f, ','));
+    return fs_eat(f, ']') ? 0 : -1;
+}
+
+typedef struct fs_out_ctx {
+    fast_hdr *h;
+    unsigned seen;
+} fs_out_ctx;
+
+static int fs_out_params(fast_scan *f, const fast_str *k, void *ctx)
+{
+    fs_out_ctx *c = ctx;
+    long long v;
+    if (!fs_is(k, "binary_data") || fs_once(&c->seen, 4) || fs_bool(f, &v))
+        return -1;
+    c->h->out[c->h->n_out].binary = (int)v;
+    return 0;
+}
+
+static int fs_out_member(fast_scan *f, const fast_str *k, void *ctx)
+{
+    fs_out_ctx *c = ctx;
+    if (fs_is(k, "name"))
+        return fs_once(&c->seen, 1) || fs_str(f, &c->h->out[c->h->n_out].name);
+    if (fs_is(k, "parameters"))
+        return fs_once(&c->seen, 2) || fs_object(f, fs_out_params, c);
+    return -1;
+}
+
+static int fs_top_params(fast_scan *f, const fast_str *k, void *ctx)
+{
+    fast_hdr *h = ctx;
+    if (h->n_par == 8)
+        return -1;
+    for (int i = 0; i < h->n_par; i++)
+        if (h->par[i].key.n == k->n && memcmp(h->par[i].key.p, k->p, k->n) == 0)
+            return -1;
+    h->par[h->n_par].key = *k;
+    h->par[h->n_par].is_bool = fs_ws(f) && (*f->p == 't' || *f->p == 'f');
+    if (h->par[h->n_par].is_bool ? fs_bool(f, &h->par[h->n_par].v)
+                                 : fs_int(f, &h->par[h->n_par].v))
+        return -1;
+    h->n_par++;
+    return 0;
+}
+
+typedef struct fs_top_ctx {
+    fast_hdr *h;
+    unsigned seen;
+} fs_top_ctx;
+
+static int fs_top_member(fast_scan *f, const fast_str *k, void *ctx)
+{
+    fs_top_ctx *c = ctx;
+    fast_hdr *h = c->h;
+    if (fs_is(k, "id")) {
+        h->has_id = 1;
+        return fs_once(&c->seen, 1) || fs_str(f, &h->id);
+    }
+    if (fs_is(k, "parameters"))
+        return fs_once(&c->seen, 2) || fs_object(f, fs_top_params, h);
+    if (fs_is(k, "inputs")) {
+        if (fs_once(&c->seen, 4) || !fs_eat(f, '['))
+            return -1;
+        do {
+            if (h->n_in == IN_COUNT)
+                return -1;
+            fs_in_ctx ic = {&h->in[h->n_in], 0};
+            ic.x->size = -1;
+            if (fs_object(f, fs_in_member, &ic) || (ic.seen & 7) != 7 || ic.x->size < 0)
+                return -1; /* name, datatype, shape and binary_data_size, or jansson's */
+            h->n_in++;
+        } while (fs_eat(f, ','));
+        return fs_eat(f, ']') ? 0 : -1;
+    }
+    if (!fs_is(k, "outputs") || fs_once(&c->seen, 8) || !fs_eat(f, '['))
+        return -1;
+    h->has_outputs = 1;
+    if (fs_eat(f, ']'))
+        return 0;
+    do {
+        if (h->n_out == 2)
+            return -1;
+        fs_out_ctx oc = {h, 0};
+        h->out[h->n_out].binary = -1;
+        if (fs_object(f, fs_out_member, &oc) || !(oc.seen & 1))
+            return -1;
+        h->n_out++;
+    } while (fs_eat(f, ','));
+    return fs_eat(f, ']') ? 0 : -1;
+}
+
+static int fast_header(const char *text, size_t len, fast_hdr *h)
+{
+    fast_scan f = {text, text + len};
+    fs_top_ctx c = {h, 0};
+    memset(h, 0, sizeof *h);
+    if (fs_object(&f, fs_top_member, &c) || !(c.seen & 4))
+        return -1;
+    return fs_ws(&f) ? -1 : 0; /* only blanks may follow */
+}
+
+/* read_top's rules on a fast-scanned header; -1 (declined) where read_top would
+ * fail, so that jansson's path names the problem. */
+static int fast_apply(v2dec *d, const fast_hdr *h, const char *bin, size_t bin_len)
+{
+    if (h->has_id) {
+        if (h->id.n > 127)
+            return -1;
+        d->id = h->id.p;
+        d->id_len = h->id.n;
+    }
+    for (int i = 0; i < h->n_par; i++) {
+        const fast_str *k = &h->par[i].key;
+        const long long v = h->par[i].v;
+        const int b = h->par[i].is_bool;
+        if (fs_is(k, "is_causal") && b)
+            d->is_causal = (int)v;
+        else if (fs_is(k, "need_weights") && b)
+            d->need_weights = (int)v;
+        else if (fs_is(k, "average_attn_weights") && b)
+            d->average = (int)v;
+        else if (fs_is(k, "binary_data_output") && b)
+            d->binary_output = (int)v;
+        else if (fs_is(k, "window") && !b && v <= INT_MAX)
+            d->window = (int)v;
+        else if (fs_is(k, "timeout_ms") && !b && v <= INT64_MAX / 1000000)
+            d->timeout_ms = v;
+        else
+            return -1;
+    }
+    size_t cursor = 0;
+    for (int i = 0; i < h->n_in; i++) {
+        const fast_in *fi = &h->in[i];
+        int k = 0;
+        while (k < IN_COUNT && !fs_is(&fi->name, input_names[k]))
+            k++;
+        if (k == IN_COUNT || d->in[k].present)
+            return -1;
+        tensor *x = &d->in[k];
+        x->present = 1;
+        x->rank = fi->rank;
+        x->count = 1;
+        for (int r = 0; r < fi->rank; r++) {
+            if (fi->dim[r] < 1 || fi->dim[r] > INT_MAX)
+                return -1;
+            x->dim[r] = fi->dim[r];
+            if (__builtin_mul_overflow(x->count, (size_t)x->dim[r], &x->count) ||
+                x->count > SIZE_MAX / 16)
+                return -1;
+        }
+        if (fs_is(&fi->dtype, "FP32"))
+            x->type = DT_FP32;
+        else if (fs_is(&fi->dtype, "BOOL"))
+            x->type = DT_BOOL;
+        else if (fs_is(&fi->dtype, "INT64"))
+            x->type = DT_INT64;
+        else
+            return -1;
+        const unsigned long long n = (unsigned long long)fi->size;
+        if (n != x->count * elem_size(x->type) || n > bin_len - cursor)
+            return -1;
+        x->raw = (const unsigned char *)bin + cursor;
+        cursor += (size_t)n;
+    }
+    if (cursor != bin_len)
+        return -1;
+    attnd_v2_call *c = d->call;
+    int explicit_binary[2] = {-1, -1};
+    c->n_outputs = 0;
+    for (int i = 0; i < h->n_out; i++) {
+        const int which = fs_is(&h->out[i].name, "output")         ? ATTND_V2_OUTPUT
+                          : fs_is(&h->out[i].name, "attn_weights") ? ATTND_V2_ATTN_WEIGHTS
+                                                                   : -1;
+        if (which < 0 || (i == 1 && (int)c->outputs[0] == which))
+            return -1;
+        explicit_binary[i] = h->out[i].binary;
+        c->outputs[c->n_outputs++] = (attnd_v2_output)which;
+    }
+    finish_outputs(d, explicit_binary);
+    return 0;
+}
+
 /* ================================================================ shapes */
 
 static int want_type(v2dec *d, int k, int allow_bool, int allow_fp32)
@@ -354,8 +718,11 @@ static int want_type(v2dec *d, int k, int allow_bool, int allow_fp32)
                    allow_bool && allow_fp32 ? "BOOL or FP32" : allow_bool ? "BOOL" : "FP32");
 }
 
-/* x must be exactly `want` (rank n); -1 in want matches anything. */
-static int want_shape(v2dec *d, int k, const int64_t *want, int n, const char *what)
+/* x must be exactly `want` (rank n); -1 in want matches anything. The message's
+ * expected shape is written only on failure: want[i], or the letter dims[i] where
+ * want[i] is -1, then suffix (e.g. "[B,T,64]", "[2,8] (B,S)"). */
+static int want_shape(v2dec *d, int k, const int64_t *want, int n, const char *dims,
+                      const char *suffix)
 {
     const tensor *x = &d->in[k];
     int ok = x->rank == n;
@@ -363,8 +730,15 @@ static int want_shape(v2dec *d, int k, const int64_t *want, int n, const char *w
         ok = want[i] < 0 || want[i] == x->dim[i];
     if (ok)
         return 0;
-    char sh[96];
+    char sh[96], what[96];
+    size_t w = 0;
     shape_text(x, sh, sizeof sh);
+    what[w++] = '[';
+    for (int i = 0; i < n; i++)
+        w += (size_t)(want[i] < 0 ? snprintf(what + w, sizeof what - w, "%s%c", i ? "," : "", dims[i])
+                                  : snprintf(what + w, sizeof what - w, "%s%lld", i ? "," : "",
+                                             (long long)want[i]));
+    snprintf(what + w, sizeof what - w, "]%s", suffix);
     return v2_fail(d->err, 400, input_names[k], "input \"%s\": shape %s, expected %s",
                    input_names[k], sh, what);
 }
@@ -408,13 +782,11 @@ static int check_shapes(v2dec *d)
 {
     const attn_layer_info *in = d->info;
     tensor *q = &d->in[IN_QUERY], *k = &d->in[IN_KEY], *v = &d->in[IN_VALUE];
-    char what[96];
     if (!q->present)
         return v2_fail(d->err, 400, "query", "missing input \"query\" [B,T,%d] FP32", in->embed_q);
     if (want_type(d, IN_QUERY, 0, 1))
         return -1;
-    snprintf(what, sizeof what, "[B,T,%d]", in->embed_q);
-    if (want_shape(d, IN_QUERY, (int64_t[]){-1, -1, in->embed_q}, 3, what))
+    if (want_shape(d, IN_QUERY, (int64_t[]){-1, -1, in->embed_q}, 3, "BT", ""))
         return -1;
     d->b = (int)q->dim[0];
     d->t = (int)q->dim[1];
@@ -427,8 +799,7 @@ static int check_shapes(v2dec *d)
     if (k->present) {
         if (want_type(d, IN_KEY, 0, 1))
             return -1;
-        snprintf(what, sizeof what, "[%d,S,%d]", d->b, in->embed_k);
-        if (want_shape(d, IN_KEY, (int64_t[]){d->b, -1, in->embed_k}, 3, what))
+        if (want_shape(d, IN_KEY, (int64_t[]){d->b, -1, in->embed_k}, 3, "BS", ""))
             return -1;
         d->s = (int)k->dim[1];
         if (!v->present && in->embed_k != in->embed_v)
@@ -436,30 +807,26 @@ static int check_shapes(v2dec *d)
                            "differs from E_v=%d", in->embed_k, in->embed_v);
     }
     if (v->present) {
-        snprintf(what, sizeof what, "[%d,%d,%d]", d->b, d->s, in->embed_v);
         if (want_type(d, IN_VALUE, 0, 1) ||
-            want_shape(d, IN_VALUE, (int64_t[]){d->b, d->s, in->embed_v}, 3, what))
+            want_shape(d, IN_VALUE, (int64_t[]){d->b, d->s, in->embed_v}, 3, "", ""))
             return -1;
     }
     if (d->in[IN_KPM].present) {
-        snprintf(what, sizeof what, "[%d,%d] (B,S)", d->b, d->s);
         if (want_type(d, IN_KPM, 1, 0) ||
-            want_shape(d, IN_KPM, (int64_t[]){d->b, d->s}, 2, what))
+            want_shape(d, IN_KPM, (int64_t[]){d->b, d->s}, 2, "", " (B,S)"))
             return -1;
     }
     if (d->in[IN_MASK].present) {
-        snprintf(what, sizeof what, "[%d,%d] (T,S)", d->t, d->s);
         if (want_type(d, IN_MASK, 1, 1) ||
-            want_shape(d, IN_MASK, (int64_t[]){d->t, d->s}, 2, what))
+            want_shape(d, IN_MASK, (int64_t[]){d->t, d->s}, 2, "", " (T,S)"))
             return -1;
     }
     if (d->in[IN_POS].present) {
-        snprintf(what, sizeof what, "[%d,%d] (B,T)", d->b, d->t);
         if (d->in[IN_POS].type != DT_INT64)
             return v2_fail(d->err, 400, "position_ids",
                            "input \"position_ids\": datatype %s, expected INT64",
                            dtype_name(d->in[IN_POS].type));
-        if (want_shape(d, IN_POS, (int64_t[]){d->b, d->t}, 2, what))
+        if (want_shape(d, IN_POS, (int64_t[]){d->b, d->t}, 2, "", " (B,T)"))
             return -1;
     }
     return check_limits(d);
@@ -482,6 +849,29 @@ static int put_position(v2dec *d, int64_t v, size_t i, int64_t *dst)
                        (long long)v);
     dst[i] = v;
     return 0;
+}
+
+/* 1 when none of x[0..n) is infinite or NaN (exponent bits all ones): the
+ * exponents are OR-reduced 64 values at a time, a loop the compiler can
+ * vectorise; the caller's exact loop names the culprit otherwise. */
+static int all_finite(const float *x, size_t n)
+{
+    const uint32_t exp_mask = 0x7f800000u;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        uint32_t bad = 0;
+        for (size_t j = 0; j < 64; j++) {
+            uint32_t u;
+            memcpy(&u, &x[i + j], sizeof u);
+            bad |= (uint32_t)-((u & exp_mask) == exp_mask);
+        }
+        if (bad)
+            return 0;
+    }
+    for (; i < n; i++)
+        if (!isfinite(x[i]))
+            return 0;
+    return 1;
 }
 
 /* Raw little-endian FP32 / BOOL / INT64 bytes into dst; FP32 values must be finite. */
@@ -515,6 +905,8 @@ static int copy_raw(v2dec *d, int k, void *dst)
             memcpy(&o[i], &u, sizeof u);
         }
     }
+    if (k != IN_MASK && all_finite(o, x->count))
+        return 0; /* the common case, checked without a branch per value */
     if (k == IN_MASK) /* a float mask may hold -inf */
         for (size_t i = 0; i < x->count; i++) {
             if (isnan(o[i]))
@@ -698,6 +1090,24 @@ int attnd_codec_v2_decode(const char *body, size_t len, long long header_len,
                            header_len, len);
         json_len = (size_t)header_len;
     }
+    fast_hdr fh;
+    if (header_len >= 0 && fast_header(body, json_len, &fh) == 0 &&
+        fast_apply(&d, &fh, body + json_len, len - json_len) == 0) {
+        if (check_shapes(&d) != 0 || build(&d, out) != 0)
+            return -1; /* shape and limit errors: the same checks as below */
+        d.call->batch = d.b;
+        d.call->t = d.t;
+        d.call->s = d.s;
+        return 0;
+    }
+    /* Declined: the jansson path below starts again from a clean state. */
+    memset(d.in, 0, sizeof d.in);
+    d.is_causal = d.window = d.need_weights = d.binary_output = 0;
+    d.average = 1;
+    d.timeout_ms = 0;
+    d.id = NULL;
+    d.id_len = 0;
+    memset(d.call, 0, sizeof *d.call);
     json_error_t je;
     int nomem = 0;
     json_t *root = attnd_json_loadb(body, json_len, JSON_REJECT_DUPLICATES, &je, &nomem);
@@ -782,14 +1192,19 @@ char *attnd_codec_v2_encode_response_with(const attnd_request *req, const attnd_
         return NULL;
     attnd_jb_puts(&b, "{\"model_name\":");
     attnd_jb_string(&b, model_name);
-    attnd_jb_printf(&b, ",\"model_version\":\"%d\"", model_version);
+    attnd_jb_puts(&b, ",\"model_version\":\"");
+    attnd_jb_i64(&b, model_version);
+    attnd_jb_putc(&b, '"');
     if (req->id[0]) {
         attnd_jb_puts(&b, ",\"id\":");
         attnd_jb_string(&b, req->id);
     }
-    attnd_jb_printf(&b,
-                    ",\"parameters\":{\"queue_us\":%lld,\"compute_us\":%lld,\"batch_size\":%d",
-                    (long long)req->queue_us, (long long)req->compute_us, req->batch_size);
+    attnd_jb_puts(&b, ",\"parameters\":{\"queue_us\":");
+    attnd_jb_i64(&b, (long long)req->queue_us);
+    attnd_jb_puts(&b, ",\"compute_us\":");
+    attnd_jb_i64(&b, (long long)req->compute_us);
+    attnd_jb_puts(&b, ",\"batch_size\":");
+    attnd_jb_i64(&b, req->batch_size);
     if (parameters && *parameters) {
         attnd_jb_putc(&b, ',');
         attnd_jb_puts(&b, parameters);
@@ -801,13 +1216,18 @@ char *attnd_codec_v2_encode_response_with(const attnd_request *req, const attnd_
         int rank;
         size_t n;
         const float *x = output_tensor(req, call, call->outputs[i], shape, &rank, &n);
-        attnd_jb_printf(&b, "%s{\"name\":\"%s\",\"datatype\":\"FP32\",\"shape\":[",
-                        i ? "," : "",
-                        call->outputs[i] == ATTND_V2_OUTPUT ? "output" : "attn_weights");
-        for (int r = 0; r < rank; r++)
-            attnd_jb_printf(&b, "%s%lld", r ? "," : "", (long long)shape[r]);
+        attnd_jb_puts(&b, i ? ",{\"name\":\"" : "{\"name\":\"");
+        attnd_jb_puts(&b, call->outputs[i] == ATTND_V2_OUTPUT ? "output" : "attn_weights");
+        attnd_jb_puts(&b, "\",\"datatype\":\"FP32\",\"shape\":[");
+        for (int r = 0; r < rank; r++) {
+            if (r)
+                attnd_jb_putc(&b, ',');
+            attnd_jb_i64(&b, (long long)shape[r]);
+        }
         if (call->binary[i]) {
-            attnd_jb_printf(&b, "],\"parameters\":{\"binary_data_size\":%zu}}", n * sizeof(float));
+            attnd_jb_puts(&b, "],\"parameters\":{\"binary_data_size\":");
+            attnd_jb_i64(&b, (long long)(n * sizeof(float)));
+            attnd_jb_puts(&b, "}}");
             any_binary = 1;
         } else {
             attnd_jb_puts(&b, "],\"data\":");

@@ -52,7 +52,13 @@ static void finish_infer(attnd_exchange *x, const attnd_request *req, attnd_repl
     out->content_type = header_len ? attnd_binary_type : attnd_json_type;
     if (header_len) { /* binary tensors follow a JSON header of this many bytes */
         out->header_name = attnd_tensor_header;
-        snprintf(out->header_value, sizeof out->header_value, "%zu", header_len);
+        char digits[24], *d = digits + sizeof digits; /* "%zu" without printf */
+        *--d = '\0';
+        do {
+            *--d = (char)('0' + header_len % 10);
+            header_len /= 10;
+        } while (header_len);
+        memcpy(out->header_value, d, (size_t)(digits + sizeof digits - d));
     }
 }
 

@@ -46,7 +46,18 @@ void attnd_jb_puts(attnd_jsonbuf *b, const char *s) { attnd_jb_put(b, s, strlen(
 
 void attnd_jb_putc(attnd_jsonbuf *b, char c) { attnd_jb_put(b, &c, 1); }
 
-void attnd_jb_i64(attnd_jsonbuf *b, long long v) { attnd_jb_printf(b, "%lld", v); }
+void attnd_jb_i64(attnd_jsonbuf *b, long long v)
+{
+    char tmp[24], *p = tmp + sizeof tmp; /* digits from the right; no printf */
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *--p = '-';
+    attnd_jb_put(b, p, (size_t)(tmp + sizeof tmp - p));
+}
 
 void attnd_jb_printf(attnd_jsonbuf *b, const char *fmt, ...)
 {

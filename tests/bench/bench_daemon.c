@@ -2,7 +2,10 @@
  * requests (T=32, demo model E=64, 8 heads), 16 connections, closed loop, every target driven
  * the same way by wrk (Debian's package; a generated Lua script posts the request files in
  * turn): requests/s, p50, p99 and the ratios attnd/python and attnd/ceiling, with issue 18's
- * small-request targets (>= 50 % of the ceiling, >= 20x the faster PyTorch peer).
+ * small-request targets (>= 50 % of the ceiling, >= 20x the faster PyTorch peer) and issue 28's
+ * (>= 25 % of the ceiling with JSON, >= 40 % through v2 binary against its own ceiling; and,
+ * from scripts/callgrind-small.sh [--binary] 100 when valgrind is there, <= 0.7M instructions
+ * per JSON request and <= 0.35M per binary one — load-independent, unlike the wrk figures).
  *
  * Targets (started at once, measured one after another; each on 127.0.0.1, a free port):
  *   attnd            $BUILD/attnd --model demo=config/demo.safetensors (its defaults)
@@ -13,6 +16,10 @@
  *   ceiling          this binary with --ceiling FILE: libmicrohttpd configured as attnd's
  *                    (epoll, internal thread pool of 2) reading each body and answering a canned
  *                    real attnd response captured at start — no JSON, no compute
+ *   attnd v2 binary  the same attnd, POST /v2/models/demo/infer with binary tensors both ways
+ *                    (query FP32 [1,32,64] as raw bytes after the JSON header, its length in
+ *                    Inference-Header-Content-Length; binary_data_output)
+ *   ceiling (binary) the ceiling server answering attnd's canned binary v2 answer to those bodies
  * Each target is measured ROUNDS times, interleaved; the table shows per-target medians of the
  * rounds and the req/s range, and the 1-minute load average before and after (the machine is
  * shared: a busy box shows up there first). Every target gets the same pool of request files
@@ -308,6 +315,44 @@ static char *write_request(const char *path, size_t *len)
     return p;
 }
 
+/* The v2 binary request's JSON header: query FP32 [1,T,E] as raw bytes, answer binary too. */
+static const char *binary_header(void)
+{
+    static char h[256];
+    if (!h[0])
+        snprintf(h, sizeof h,
+                 "{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1,%d,%d],"
+                 "\"parameters\":{\"binary_data_size\":%d}}],"
+                 "\"parameters\":{\"binary_data_output\":true}}",
+                 SEQ_LEN, EMBED, SEQ_LEN * EMBED * 4);
+    return h;
+}
+
+/* Writes a v2 binary request (binary_header(), then T×E little-endian float32 values of 4
+ * decimals, as write_request's) to path. Returns the malloc'd body, or NULL. */
+static char *write_binary_request(const char *path, size_t *len)
+{
+    const size_t hl = strlen(binary_header()), n = hl + (size_t)SEQ_LEN * EMBED * 4;
+    char *p = malloc(n);
+    if (!p) return NULL;
+    memcpy(p, binary_header(), hl);
+    for (int i = 0; i < SEQ_LEN * EMBED; i++) {
+        char text[32];
+        snprintf(text, sizeof text, "%.4f", bench_rng_sym(&rng));
+        float v = strtof(text, NULL);
+        memcpy(p + hl + 4 * (size_t)i, &v, 4); /* x86-64 and every machine we run: little-endian */
+    }
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(p, 1, n, f) == n;
+    if (f && fclose(f) != 0) ok = 0;
+    if (!ok) {
+        free(p);
+        return NULL;
+    }
+    *len = n;
+    return p;
+}
+
 /* Largest |a - b| over the two answers' "output" (T×E), or INFINITY if either is malformed. */
 static double output_diff(const char *a, const char *b)
 {
@@ -336,13 +381,15 @@ static double output_diff(const char *a, const char *b)
 
 /* ------------------------------------------------------------ targets */
 
-enum { T_ATTND, T_PYTHON, T_FASTAPI, T_CEILING, N_TARGETS };
+enum { T_ATTND, T_PYTHON, T_FASTAPI, T_CEILING, T_BINARY, T_CEILING_BIN, N_TARGETS };
 
 typedef struct target {
     const char *name, *desc;
     pid_t pid;     /* a child we spawned (0 for attnd: see proc) */
     int port;
     char url[64];
+    const char *path;   /* what wrk posts to: /v1/attention unless set */
+    const char *script; /* the wrk script (set in run) */
     char log[256];
     char why[512]; /* non-empty: not measured, and why */
     size_t resp_bytes;
@@ -442,8 +489,9 @@ static void probe(target *t, const char *body, size_t len, const char *ref)
     http_result_free(&r);
 }
 
-/* Writes the wrk script that posts the request files in turn to /v1/attention. */
-static int write_wrk_script(const char *path, char files[N_BODIES][300])
+/* Writes the wrk script that posts the request files in turn to /v1/attention, or with
+ * binary set, to /v2/models/demo/infer with binary_header()'s length. */
+static int write_wrk_script(const char *path, char files[N_BODIES][300], int binary)
 {
     FILE *f = fopen(path, "w");
     if (!f) return -1;
@@ -452,12 +500,17 @@ static int write_wrk_script(const char *path, char files[N_BODIES][300])
     /* init(), not the script's top level: wrk.headers has its Host only from then on */
     fprintf(f, "}\nlocal reqs, n = {}, 0\n"
                "function init(args)\n"
-               "  wrk.headers[\"Content-Type\"] = \"application/json\"\n"
-               "  for i, p in ipairs(files) do\n"
+               "  wrk.headers[\"Content-Type\"] = \"%s\"\n",
+            binary ? "application/octet-stream" : "application/json");
+    if (binary)
+        fprintf(f, "  wrk.headers[\"Inference-Header-Content-Length\"] = \"%zu\"\n",
+                strlen(binary_header()));
+    fprintf(f, "  for i, p in ipairs(files) do\n"
                "    local h = assert(io.open(p, \"rb\"))\n"
-               "    reqs[i] = wrk.format(\"POST\", \"/v1/attention\", nil, h:read(\"*a\"))\n"
+               "    reqs[i] = wrk.format(\"POST\", \"%s\", nil, h:read(\"*a\"))\n"
                "    h:close()\n  end\nend\n"
-               "function request()\n  n = n %% #reqs + 1\n  return reqs[n]\nend\n");
+               "function request()\n  n = n %% #reqs + 1\n  return reqs[n]\nend\n",
+            binary ? "/v2/models/demo/infer" : "/v1/attention");
     return fclose(f) == 0 ? 0 : -1;
 }
 
@@ -508,7 +561,7 @@ static void measure(target *t, int round, const char *dir, const char *script, i
     snprintf(dur, sizeof dur, "%ds", seconds);
     snprintf(warm, sizeof warm, "%ds", WARMUP_S);
     snprintf(conc, sizeof conc, "%d", CONCURRENCY);
-    snprintf(url, sizeof url, "%s/v1/attention", t->url);
+    snprintf(url, sizeof url, "%s%s", t->url, t->path ? t->path : "/v1/attention");
     char *argv[] = { "/usr/bin/wrk", "-t2", "-c", conc, "-d", warm, "--timeout", "10s",
                      "--latency", "-s", (char *)script, url, NULL };
     int rc = run_child(argv, log, WARMUP_S + 30);
@@ -555,6 +608,47 @@ static void print_ratio(const char *what, const target *a, const target *b, doub
 
 /* Issue 18's small-request targets: attnd >= 50 % of the ceiling and >= 20x the faster of
  * the two PyTorch peers (the one a careful engineer would deploy). */
+/* One share-of-the-ceiling target: a's requests/s >= goal x c's. */
+static void ceiling_target(const char *what, const target *a, const target *c, double goal)
+{
+    char got[96];
+    const int have = !a->why[0] && !c->why[0] && median(c->rps) > 0;
+    snprintf(got, sizeof got, "%.0f%% (%.0f / %.0f req/s)",
+             have ? 100 * median(a->rps) / median(c->rps) : 0, median(a->rps), median(c->rps));
+    bench_target(what, have ? got : "not measured (see bench_daemon)",
+                 have ? median(a->rps) >= goal * median(c->rps) : -1);
+}
+
+/* Issue 28's instruction targets: scripts/callgrind-small.sh [--binary] 100 (valgrind),
+ * its "callgrind: N instructions per ..." line against the limit. */
+static void callgrind_target(const char *what, int binary, long limit, const char *dir)
+{
+    char log[300], line[512], got[96];
+    snprintf(log, sizeof log, "%s/callgrind-%s.log", dir, binary ? "binary" : "json");
+    char *argv[] = { "/bin/bash", "scripts/callgrind-small.sh", binary ? "--binary" : "100",
+                     binary ? "100" : NULL, NULL };
+    if (access("/usr/bin/valgrind", X_OK) != 0) {
+        bench_target(what, "not measured: no valgrind (scripts/deps.sh)", -1);
+        return;
+    }
+    long n = -1;
+    if (run_child(argv, log, 900) == 0) {
+        FILE *f = fopen(log, "r");
+        while (f && fgets(line, sizeof line, f))
+            if (sscanf(line, "callgrind: %ld instructions", &n) == 1) break;
+        if (f) fclose(f);
+    }
+    if (n < 0) {
+        print_log_tail("callgrind-small.sh", log);
+        bench_target(what, "not measured: callgrind-small.sh failed", -1);
+        return;
+    }
+    printf("callgrind-small.sh%s: %ld instructions per request (log %s)\n",
+           binary ? " --binary" : "", n, log);
+    snprintf(got, sizeof got, "%.2fM instructions/request", n / 1e6);
+    bench_target(what, got, n <= limit);
+}
+
 static void report_targets(const target *t)
 {
     char got[96];
@@ -575,6 +669,9 @@ static void report_targets(const target *t)
     bench_target("small requests >= 20x the faster PyTorch peer (wrk)",
                  have_p ? got : "not measured (see bench_daemon)",
                  have_p ? median(a->rps) >= 20 * median(peer->rps) : -1);
+    ceiling_target("issue 28: small JSON requests >= 25% of MHD ceiling", a, c, 0.25);
+    ceiling_target("issue 28: v2 binary requests >= 40% of their ceiling", &t[T_BINARY],
+                   &t[T_CEILING_BIN], 0.40);
 }
 
 static void print_table(const target *t, int seconds, double load0, double load1)
@@ -606,10 +703,44 @@ static void print_table(const target *t, int seconds, double load0, double load1
     print_ratio("attnd / python http.server+torch", &t[T_ATTND], &t[T_PYTHON], 20, 0);
     print_ratio("attnd / fastapi+uvicorn+torch", &t[T_ATTND], &t[T_FASTAPI], 20, 0);
     print_ratio("attnd / MHD ceiling", &t[T_ATTND], &t[T_CEILING], 0.5, 1);
+    print_ratio("attnd v2 binary / its MHD ceiling", &t[T_BINARY], &t[T_CEILING_BIN], 0.4, 1);
     for (int i = T_PYTHON; i <= T_FASTAPI; i++)
         if (!t[i].why[0])
             printf("  %s agrees with attnd: max |output diff| = %.2g\n", t[i].name, t[i].diff);
     report_targets(t);
+}
+
+/* The v2 binary pair: attnd's answer to one binary request (must be 200) becomes the canned
+ * answer of a second ceiling server; fills their why on failure. */
+static void start_binary(target *t, const char *base_url, const char *dir, const char *self,
+                         int have_self, const char *body, size_t len)
+{
+    char url[128], hdr[64], canned[300];
+    snprintf(url, sizeof url, "%s/v2/models/demo/infer", base_url);
+    snprintf(hdr, sizeof hdr, "Inference-Header-Content-Length: %zu", strlen(binary_header()));
+    const char *headers[] = { hdr, NULL };
+    http_result r;
+    if (http_do_ex("POST", url, body, len, "application/octet-stream", headers, NULL, &r) != 0) {
+        snprintf(t[T_BINARY].why, sizeof t[T_BINARY].why, "no answer to a binary probe");
+        snprintf(t[T_CEILING_BIN].why, sizeof t[T_CEILING_BIN].why, "no binary answer to can");
+        return;
+    }
+    t[T_BINARY].resp_bytes = r.body_len;
+    snprintf(canned, sizeof canned, "%s/canned-v2bin.bin", dir);
+    FILE *f = r.status == 200 ? fopen(canned, "wb") : NULL;
+    int wrote = f && fwrite(r.body, 1, r.body_len, f) == r.body_len;
+    if (f && fclose(f) != 0) wrote = 0;
+    if (r.status != 200) {
+        snprintf(t[T_BINARY].why, sizeof t[T_BINARY].why, "binary probe answered %ld", r.status);
+        snprintf(t[T_CEILING_BIN].why, sizeof t[T_CEILING_BIN].why, "no binary answer to can");
+    } else if (!wrote || !have_self) {
+        snprintf(t[T_CEILING_BIN].why, sizeof t[T_CEILING_BIN].why, "cannot write %s", canned);
+    } else {
+        char *ce_argv[] = { (char *)self, "--ceiling", canned, NULL };
+        start_port_server(&t[T_CEILING_BIN], ce_argv);
+        if (!t[T_CEILING_BIN].why[0]) probe(&t[T_CEILING_BIN], body, len, NULL);
+    }
+    http_result_free(&r);
 }
 
 /* ------------------------------------------------------------ main */
@@ -621,19 +752,29 @@ static int run(int seconds, const char *dir)
         [T_PYTHON] = { .name = "python", .desc = "python http.server + torch MHA (1 thread)" },
         [T_FASTAPI] = { .name = "fastapi", .desc = "python FastAPI/uvicorn + torch MHA (1 thr)" },
         [T_CEILING] = { .name = "ceiling", .desc = "HTTP ceiling: MHD, canned attnd answer" },
+        [T_BINARY] = { .name = "attnd-v2bin", .desc = "attnd, v2 infer, binary tensors both ways",
+                       .path = "/v2/models/demo/infer" },
+        [T_CEILING_BIN] = { .name = "ceiling-v2bin", .desc = "HTTP ceiling, canned binary v2 answer" },
     };
     for (int i = 0; i < N_TARGETS; i++)
         snprintf(t[i].log, sizeof t[i].log, "%s/%s.log", dir, t[i].name);
-    char files[N_BODIES][300], script[300];
-    char *bodies[N_BODIES] = { 0 };
-    size_t lens[N_BODIES];
+    char files[N_BODIES][300], bfiles[N_BODIES][300], script[300], bscript[300];
+    char *bodies[N_BODIES] = { 0 }, *bbodies[N_BODIES] = { 0 };
+    size_t lens[N_BODIES], blens[N_BODIES];
     int rc = 1;
     for (int i = 0; i < N_BODIES; i++) {
         snprintf(files[i], sizeof files[i], "%s/request%d.json", dir, i);
-        if (!(bodies[i] = write_request(files[i], &lens[i]))) goto done;
+        snprintf(bfiles[i], sizeof bfiles[i], "%s/request%d.bin", dir, i);
+        if (!(bodies[i] = write_request(files[i], &lens[i])) ||
+            !(bbodies[i] = write_binary_request(bfiles[i], &blens[i])))
+            goto done;
     }
     snprintf(script, sizeof script, "%s/post.lua", dir);
-    if (write_wrk_script(script, files) != 0) goto done;
+    snprintf(bscript, sizeof bscript, "%s/post-v2bin.lua", dir);
+    if (write_wrk_script(script, files, 0) != 0 || write_wrk_script(bscript, bfiles, 1) != 0)
+        goto done;
+    for (int i = 0; i < N_TARGETS; i++)
+        t[i].script = i == T_BINARY || i == T_CEILING_BIN ? bscript : script;
     ensure_python(&t[T_PYTHON], &t[T_FASTAPI], dir);
 
     /* The peers first: their torch import overlaps attnd's start. */
@@ -651,6 +792,7 @@ static int run(int seconds, const char *dir)
     }
     track(ap.pid);
     snprintf(t[T_ATTND].url, sizeof t[T_ATTND].url, "%s", ap.base_url);
+    snprintf(t[T_BINARY].url, sizeof t[T_BINARY].url, "%s", ap.base_url);
 
     /* attnd's real answer to request 0: the canned ceiling body and the peers' reference. */
     char url[128], canned_path[300];
@@ -674,23 +816,26 @@ static int run(int seconds, const char *dir)
         char *ce_argv[] = { self, "--ceiling", canned_path, NULL };
         start_port_server(&t[T_CEILING], ce_argv);
     }
-    for (int i = T_PYTHON; i < N_TARGETS; i++)
+    for (int i = T_PYTHON; i <= T_CEILING; i++)
         if (!t[i].why[0]) probe(&t[i], bodies[0], lens[0], i == T_CEILING ? NULL : ref.body);
     http_result_free(&ref);
+    start_binary(t, ap.base_url, dir, self, sl > 0, bbodies[0], blens[0]);
 
-    const int order[N_TARGETS] = { T_ATTND, T_CEILING, T_PYTHON, T_FASTAPI };
+    const int order[N_TARGETS] = { T_ATTND, T_CEILING, T_BINARY, T_CEILING_BIN, T_PYTHON, T_FASTAPI };
     double load0 = bench_loadavg();
     for (int r = 0; r < ROUNDS; r++)
         for (int k = 0; k < N_TARGETS; k++)
-            if (!t[order[k]].why[0]) measure(&t[order[k]], r, dir, script, seconds);
+            if (!t[order[k]].why[0]) measure(&t[order[k]], r, dir, t[order[k]].script, seconds);
     print_table(t, seconds, load0, bench_loadavg());
+    callgrind_target("issue 28: <= 0.7M instructions per T=32/E=64 JSON request", 0, 700000, dir);
+    callgrind_target("issue 28: <= 0.35M instructions per v2 binary request", 1, 350000, dir);
     rc = t[T_ATTND].why[0] || t[T_ATTND].ok == 0 ? 1 : 0;
 stop:
     for (int i = T_PYTHON; i < N_TARGETS; i++) stop_child(t[i].pid);
     untrack(ap.pid);
     attnd_proc_stop(&ap);
 done:
-    for (int i = 0; i < N_BODIES; i++) free(bodies[i]);
+    for (int i = 0; i < N_BODIES; i++) free(bodies[i]), free(bbodies[i]);
     return rc;
 }
 

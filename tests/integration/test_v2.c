@@ -606,6 +606,18 @@ TEST(errors)
     sb_put(&b, "xyz", 3);
     expect_400("trailing bytes", b.p, b.len, (long long)hl, "binary");
     free(b.p);
+    /* a non-finite binary value is refused by index, in any 64-value block or the tail */
+    const size_t bad_at[] = {0, 63, 70, 2 * E - 1};
+    for (size_t i = 0; i < sizeof bad_at / sizeof bad_at[0]; i++) {
+        float keep = q[bad_at[i]];
+        q[bad_at[i]] = i % 2 ? NAN : -INFINITY;
+        sbuf nf = infer_body(&t, 1, BINARY, "", &hl);
+        char needle[64];
+        snprintf(needle, sizeof needle, "element %zu is not finite", bad_at[i]);
+        expect_400("non-finite binary query", nf.p, nf.len, (long long)hl, needle);
+        free(nf.p);
+        q[bad_at[i]] = keep;
+    }
     /* binary_data_size without the header-length header: the body is not JSON */
     expect_400("binary without header length", ok.p, ok.len, -1, "JSON");
 
@@ -637,6 +649,9 @@ TEST(errors)
     for (int i = 0; i < 2 * (E - 1); i++) sb_printf(&j, "%s1", i ? "," : "");
     sb_printf(&j, "]}]}");
     expect_400("wrong shape (E)", j.p, j.len, -1, "query");
+    char want[64]; /* the expected shape, written only when the check fails */
+    snprintf(want, sizeof want, "input \"query\": shape [1,2,%d], expected [B,T,%d]", E - 1, E);
+    expect_400("wrong shape (E), message", j.p, j.len, -1, want);
     free(j.p);
 
     j = (sbuf){0};
@@ -646,6 +661,8 @@ TEST(errors)
     sb_printf(&j, "]},{\"name\":\"key_padding_mask\",\"datatype\":\"BOOL\",\"shape\":[1,3],"
               "\"data\":[false,false,true]}]}");
     expect_400("wrong shape (mask S)", j.p, j.len, -1, "key_padding_mask");
+    expect_400("wrong shape (mask S), message", j.p, j.len, -1,
+               "shape [1,3], expected [1,2] (B,S)");
     free(j.p);
 
     j = (sbuf){0};

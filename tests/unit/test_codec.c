@@ -6,6 +6,7 @@
  */
 #include <float.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -15,6 +16,7 @@
 
 #include "check.h"
 #include "protocol/codec.h"
+#include "protocol/jsonbuf.h"
 
 /* ------------------------------------------------------------ string helpers */
 
@@ -1058,8 +1060,29 @@ TEST(misc)
     CHECK_INT_EQ(strlen(e.message), sizeof e.message - 1);
 }
 
+/* attnd_jb_i64 writes what "%lld" does, at the extremes too. */
+TEST(jsonbuf_integers)
+{
+    const long long v[] = {0, 1, -1, 9, 10, -10, 99, 100, 123456789, -987654321,
+                           4294967296LL, LLONG_MAX, LLONG_MIN};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        attnd_jsonbuf b = {0};
+        attnd_jb_putc(&b, '[');
+        attnd_jb_i64(&b, v[i]);
+        attnd_jb_putc(&b, ']');
+        size_t len = 0;
+        char *text = attnd_jb_finish(&b, &len);
+        char want[32];
+        snprintf(want, sizeof want, "[%lld]", v[i]);
+        CHECK_MSG(text && strcmp(text, want) == 0 && len == strlen(want), "%lld printed as %s",
+                  v[i], text ? text : "(null)");
+        free(text);
+    }
+}
+
 int main(void)
 {
+    RUN(jsonbuf_integers);
     RUN(single);
     RUN(batch_ragged);
     RUN(cross);

@@ -506,6 +506,91 @@ TEST(nest)
     attnd_float_nest_free(&n);
 }
 
+/* Leaf numbers far enough from the end of the body for the short-decimal fast
+ * path (32 bytes): each text as the first element of a long array gives the
+ * float attnd_json_parse_float gives (bit for bit), or the nest is refused
+ * when the text is not a JSON number; then random plain decimals in long
+ * arrays, every element against attnd_json_parse_float. */
+TEST_WITH(nest_long, int n)
+{
+    static const char *const texts[] = {
+        "0.5", "-0.5", "-0.0", "0.0", "0.1234", "-0.9999", "1.5", "12.25", "1234567.1234567",
+        "9999999.9999999", "1677721.5", "1677721.7", "16777.216", "0.1677721", "0.16777216",
+        "12345678.5", "0.12345678", "0.1234567", "1.5e3", "1.5E-3", "-2.5e+1", "7", "-7",
+        "0", "123456789012345678", "1e39", "0.00000001", "3.0000001"};
+    static const char *const refused[] = {"01.5", "-.5", "1.", "-", ".5", "1.5.5", "--1.5",
+                                          "1.5,", "00.5", "-01.25", "+1.5", "1.5x"};
+    static const char tail[] = ",0.25,-0.75,0.125,0.5,0.25,0.75,0.5,0.25]";
+    char body[256];
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        snprintf(body, sizeof body, "[%s%s", texts[i], tail);
+        float want = 0.0f;
+        const char *t_end = attnd_json_parse_float(texts[i], texts[i] + strlen(texts[i]), &want);
+        attnd_float_nest nest = {0};
+        const char *end = attnd_json_parse_float_nest(body, body + strlen(body), &nest);
+        if (t_end == texts[i] + strlen(texts[i])) {
+            CHECK_MSG(end == body + strlen(body) && nest.n_values == 9 &&
+                          to_bits(nest.values[0]) == to_bits(want) && nest.values[2] == -0.75f,
+                      "%s: nest %s, values[0] %a, want %a", body, end ? "accepted" : "refused",
+                      nest.n_values ? nest.values[0] : 0.0f, want);
+        } else {
+            CHECK_MSG(end == NULL, "%s accepted", body); /* 1e39: beyond float32 */
+        }
+        attnd_float_nest_free(&nest);
+    }
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        snprintf(body, sizeof body, "[%s%s", refused[i], tail);
+        attnd_float_nest nest = {0};
+        CHECK_MSG(attnd_json_parse_float_nest(body, body + strlen(body), &nest) == NULL,
+                  "%s accepted", body);
+        attnd_float_nest_free(&nest);
+        snprintf(body, sizeof body, "[0.5,%s%s", refused[i], tail); /* not the first */
+        CHECK_MSG(attnd_json_parse_float_nest(body, body + strlen(body), &nest) == NULL,
+                  "%s accepted", body);
+        attnd_float_nest_free(&nest);
+    }
+    /* Blanks around the separators, on the fast path's side of the body too. */
+    const char *blank = "[0.5 , -1.25,\t2.75 ,\n0.125,0.25,0.5,0.75,0.875,0.5,0.25,0.125]";
+    attnd_float_nest nest = {0};
+    CHECK(attnd_json_parse_float_nest(blank, blank + strlen(blank), &nest) == blank + strlen(blank));
+    CHECK(nest.n_values == 11 && nest.values[1] == -1.25f && nest.values[2] == 2.75f &&
+          nest.values[3] == 0.125f);
+    attnd_float_nest_free(&nest);
+
+    char *big = malloc(64 * 24 + 8), text[64][24];
+    for (int it = 0; it < n; it++) {
+        size_t len = 0;
+        big[len++] = '[';
+        for (int k = 0; k < 64; k++) {
+            char *p = text[k];
+            if (rng32() & 1)
+                *p++ = '-';
+            const int ni = 1 + (int)(rng32() % 9), nf = 1 + (int)(rng32() % 9);
+            for (int d = 0; d < ni; d++)
+                *p++ = (char)(d == 0 ? (ni == 1 ? '0' + rng32() % 10 : '1' + rng32() % 9)
+                                     : '0' + rng32() % 10);
+            *p++ = '.';
+            for (int d = 0; d < nf; d++)
+                *p++ = (char)('0' + rng32() % 10);
+            *p = 0;
+            len += (size_t)sprintf(big + len, "%s%s", k ? "," : "", text[k]);
+        }
+        big[len++] = ']';
+        attnd_float_nest nn = {0};
+        const char *end = attnd_json_parse_float_nest(big, big + len, &nn);
+        int ok = end == big + len && nn.n_values == 64;
+        for (int k = 0; ok && k < 64; k++) {
+            float want = 0.0f;
+            ok = attnd_json_parse_float(text[k], text[k] + strlen(text[k]), &want) != NULL &&
+                 to_bits(want) == to_bits(nn.values[k]);
+            CHECK_MSG(ok, "element %d (%s) of a long array: %a", k, text[k], nn.values[k]);
+        }
+        CHECK_MSG(end == big + len && nn.n_values == 64, "a long array of decimals refused");
+        attnd_float_nest_free(&nn);
+    }
+    free(big);
+}
+
 /* Every biased exponent (so every table entry) with assorted mantissas, then
  * random bit patterns. */
 TEST_WITH(random, int n_random)
@@ -538,5 +623,6 @@ int main(int argc, char **argv)
     RUN_WITH(parse_plain, n_random / 4);
     RUN(nest);
     RUN_WITH(nest_vs_jansson, n_random / 4);
+    RUN_WITH(nest_long, n_random / 200);
     return check_summary();
 }
