@@ -100,6 +100,16 @@ attnd_model *attnd_models_oldest_retired(attnd_models *ms)
     return m;
 }
 
+attnd_model *attnd_models_next_retired(attnd_models *ms, attnd_model *m)
+{
+    pthread_mutex_lock(&ms->retired_mu);
+    attnd_model *n = m->retired_next;
+    while (n && !retain_if_alive(n))
+        n = n->retired_next;
+    pthread_mutex_unlock(&ms->retired_mu);
+    return n;
+}
+
 static void version_free(attnd_model *m)
 {
     if (!m)

@@ -106,6 +106,10 @@ void attnd_models_retired(attnd_models *ms, int *versions, size_t *bytes);
  * attnd_model_release), or NULL when there is none. */
 attnd_model *attnd_models_oldest_retired(attnd_models *ms);
 
+/* A reference to the retired version after m (which the caller holds, so it is
+ * still listed), or NULL when m is the newest. */
+attnd_model *attnd_models_next_retired(attnd_models *ms, attnd_model *m);
+
 /* How many model slots a registry for cfg has room for (configured + added):
  * the metrics registry reserves as many. */
 int attnd_models_capacity(const attnd_config *cfg);
