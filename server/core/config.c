@@ -88,6 +88,11 @@ static const option options[] = {
      "concurrent HTTP connections at most"},
     {"connection-timeout-s", NULL, NULL, OPT_INT, F(connection_timeout_s), "30", 0, 86400, "S",
      "idle connection timeout in seconds (0 = none)"},
+    {"drain-grace-ms", NULL, NULL, OPT_INT, F(drain_grace_ms), "0", 0, 600000, "MS",
+     "after SIGTERM, keep serving requests that arrive for MS ms (each answer then says "
+     "Connection: close) before new ones get 503 draining: for load balancers that stop "
+     "sending some time after the signal (0: the shipped Kubernetes manifest's preStop sleep "
+     "does that wait before the signal)"},
     {"http-threads", NULL, NULL, OPT_INT, F(http_threads), "2", 1, 1024, "N",
      "HTTP threads (libmicrohttpd thread pool size)"},
     {"request-read-timeout-s", NULL, NULL, OPT_INT, F(request_read_timeout_s), "60", 0, 86400,
