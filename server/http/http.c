@@ -1206,7 +1206,9 @@ static void sleep_ms(int ms)
 
 /* 1 when bytes arrived on ss since its last request ended (or it opened) and
  * no request on it has begun: unread in the socket, or read by libmicrohttpd
- * and not yet parsed (the kernel's time of the last data received says so). */
+ * and not yet parsed (the kernel's time of the last data received says so;
+ * it counts in jiffies, so data within 10 ms of the phase start is taken
+ * for the last request's). */
 static int bytes_waiting(const sock_state *ss, int64_t now)
 {
     if (atomic_load(&ss->in_request))
@@ -1219,7 +1221,7 @@ static int bytes_waiting(const sock_state *ss, int64_t now)
     if (getsockopt(ss->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
         return 0;
     int64_t last_ns = now - (int64_t)ti.tcpi_last_data_recv * 1000000;
-    return last_ns > atomic_load_explicit(&ss->phase_ns, memory_order_relaxed);
+    return last_ns > atomic_load_explicit(&ss->phase_ns, memory_order_relaxed) + 10000000;
 }
 
 void attnd_http_drain_begin(attnd_http *h, int grace_ms)
@@ -1246,11 +1248,18 @@ void attnd_http_drain_begin(attnd_http *h, int grace_ms)
               grace_ms > 0 ? "; requests arriving during --drain-grace-ms are too" : "");
 }
 
+/* How long after the grace the drain waits for owed connections to begin
+ * their request (they are read as the HTTP threads get to them; a client that
+ * had sent part of a request and stopped must not hold the stop longer). */
+#define OWED_WAIT_MS 5000
+
 int attnd_http_drain_admitted(attnd_http *h, int timeout_ms)
 {
+    int64_t owed_until = atomic_load(&h->drain_deadline_ns) + (int64_t)OWED_WAIT_MS * 1000000;
     for (int waited = 0; waited < timeout_ms; waited += 5) {
-        if (attnd_now_ns() >= atomic_load(&h->drain_deadline_ns) &&
-            atomic_load(&h->owed_waiting) <= 0 && atomic_load(&h->backlog_owed) <= 0 &&
+        int64_t now = attnd_now_ns();
+        int owed = atomic_load(&h->owed_waiting) > 0 || atomic_load(&h->backlog_owed) > 0;
+        if (now >= atomic_load(&h->drain_deadline_ns) && (!owed || now >= owed_until) &&
             atomic_load(&h->unsettled) <= 0)
             return 0;
         sleep_ms(5);
