@@ -212,15 +212,17 @@ static int parse_int64(const char *s, int allow_suffix, int64_t *out)
     return 0;
 }
 
-static int valid_model_name(const char *s)
+int attnd_config_model_name_ok(const char *s)
 {
-    size_t n = strlen(s);
+    size_t n = strlen(s), dots = 0;
     if (n == 0 || n > 64)
         return 0;
-    for (; *s; s++)
+    for (; *s; s++) {
         if (!isalnum((unsigned char)*s) && *s != '.' && *s != '_' && *s != '-')
             return 0;
-    return 1;
+        dots += *s == '.';
+    }
+    return dots < n; /* ".", "..": path segments a proxy or client resolves away */
 }
 
 /* ------------------------------------------------------------ models */
@@ -244,9 +246,9 @@ static void free_models(attnd_config *cfg)
 /* Appends one model like t (name, path and prefix copied; t keeps its own). */
 static int add_model(attnd_config *cfg, const attnd_model_spec *t, char *err, size_t errlen)
 {
-    if (!valid_model_name(t->name)) {
-        set_err(err, errlen, "model name '%.80s' must be 1-64 characters of A-Z a-z 0-9 . _ -",
-                t->name);
+    if (!attnd_config_model_name_ok(t->name)) {
+        set_err(err, errlen, "model name '%.80s' must be 1-64 characters of A-Z a-z 0-9 . _ - "
+                "and not dots alone", t->name);
         return -1;
     }
     if (!*t->path) {

@@ -143,4 +143,8 @@ int attnd_replica_name_valid(const char *name);
  * ("<what> <path> is world-writable ..."). For the config and API-key files. */
 int attnd_config_check_file_mode(const char *what, const char *path, char *err, size_t errlen);
 
+/* 1 when s can name a model: 1-64 characters of A-Z a-z 0-9 . _ -, not dots
+ * alone ("." and ".." are path segments proxies and clients resolve away). */
+int attnd_config_model_name_ok(const char *s);
+
 #endif

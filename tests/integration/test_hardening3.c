@@ -246,6 +246,142 @@ TEST(retired_bound_busy_session_unload_and_sighup)
     free(body);
 }
 
+/* ------------------------------------------------------------ defect 6, names, reasons */
+
+static long load(const attnd_proc *p, const char *name, const char *body, http_result *keep)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/v2/repository/models/%s/load", name);
+    return call(p, "POST", path, ADMIN, body, keep);
+}
+
+static long unload(const attnd_proc *p, const char *name)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/v2/repository/models/%s/unload", name);
+    return call(p, "POST", path, ADMIN, NULL, NULL);
+}
+
+/* The index (with auth) as text, or NULL. Caller frees. */
+static char *index_text(const attnd_proc *p, const char *auth)
+{
+    http_result r;
+    long st = call(p, "GET", "/v2/repository/index", auth, NULL, &r);
+    char *s = st == 200 && r.body ? strdup(r.body) : NULL;
+    http_result_free(&r);
+    return s;
+}
+
+/* 40 failed loads of new names (typos, a missing file), then a good one: it
+ * loads (was 409 repository_full after 32); the index remembers the last few
+ * failures, not all 40. 40 loads and unloads of new names: each takes the
+ * slot the one before left, and a 41st still loads. */
+TEST(failed_loads_take_no_slot)
+{
+    attnd_proc p;
+    if (start(&p, NULL) != 0)
+        return;
+    int failed = 0;
+    for (int k = 0; k < 40; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "typo%d", k);
+        failed += load(&p, name, "{\"parameters\": {\"path\": \"/nonexistent/m.safetensors\"}}",
+                       NULL) == 400;
+    }
+    CHECK_INT_EQ(failed, 40);
+    http_result r;
+    long st = load(&p, "good", "{\"parameters\": {\"path\": \"config/demo.safetensors\"}}", &r);
+    printf("a good load after 40 failed ones: %ld %.200s\n", st, r.body ? r.body : "");
+    http_result_free(&r);
+    CHECK_INT_EQ(st, 200);
+    char *idx = index_text(&p, ADMIN);
+    int listed = 0;
+    for (const char *at = idx; at && (at = strstr(at, "\"typo")); at++)
+        listed++;
+    CHECK(idx && strstr(idx, "\"typo39\"") && !strstr(idx, "\"typo0\""));
+    CHECK(listed >= 1 && listed <= 8);
+    free(idx);
+    int cycles = 0;
+    for (int k = 0; k < 40; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "cycle%d", k);
+        cycles += load(&p, name, "{\"parameters\": {\"path\": \"config/demo.safetensors\"}}",
+                       NULL) == 200 && unload(&p, name) == 200;
+    }
+    CHECK_INT_EQ(cycles, 40);
+    CHECK_INT_EQ(load(&p, "last", "{\"parameters\": {\"path\": \"config/demo.safetensors\"}}",
+                      NULL), 200);
+    CHECK_INT_EQ(call(&p, "POST", "/v1/models/last/attention", CLIENT,
+                      "{\"query\": [[0.5,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,"
+                      "0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]]}",
+                      NULL), 200);
+    http_result m;
+    CHECK_INT_EQ(call(&p, "GET", "/metrics", CLIENT, NULL, &m), 200);
+    CHECK(m.body && strstr(m.body, "attnd_model_info{model=\"last\""));
+    CHECK(m.body && !strstr(m.body, "model=\"cycle0\""));
+    http_result_free(&m);
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+}
+
+/* A model named "." or ".." (or dots alone): refused 400 naming the name, on
+ * the repository routes and in the configuration; nothing is loaded. */
+TEST(dot_names_refused)
+{
+    attnd_proc p;
+    if (start(&p, NULL) != 0)
+        return;
+    const char *names[] = {".", "..", "..."};
+    for (int k = 0; k < 3; k++) {
+        char path[128];
+        snprintf(path, sizeof path, "/v2/repository/models/%s/load", names[k]);
+        char req[512];
+        const char *body = "{\"parameters\": {\"path\": \"config/demo.safetensors\"}}";
+        int n = snprintf(req, sizeof req,
+                         "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: " ADMIN "\r\n"
+                         "Content-Type: application/json\r\nContent-Length: %zu\r\n"
+                         "Connection: close\r\n\r\n%s", path, strlen(body), body);
+        char *reply = http_raw(p.port, req, (size_t)n, 3000);
+        int st = reply ? http_raw_status(reply) : -1;
+        printf("load of \"%s\": %d %.160s\n", names[k], st,
+               reply && strstr(reply, "\r\n\r\n") ? strstr(reply, "\r\n\r\n") + 4 : "");
+        CHECK_INT_EQ(st, 400);
+        CHECK(reply && strstr(reply, "name"));
+        free(reply);
+    }
+    char *idx = index_text(&p, ADMIN);
+    CHECK(idx && !strstr(idx, "\"name\":\".\"") && !strstr(idx, "\"name\":\"..\""));
+    free(idx);
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+    const char *args[] = {"--model", "..=config/demo.safetensors", "--listen", "127.0.0.1:0",
+                          NULL};
+    char *out = NULL;
+    CHECK(attnd_run(args, 15, &out) == 2);
+    CHECK_MSG(out && strstr(out, "model name '..'"), "output: %s", out ? out : "");
+    free(out);
+}
+
+/* Why a load failed (a file path, parser text) is in the index for an admin
+ * key only; a client key sees that it failed. */
+TEST(load_reasons_admin_only)
+{
+    attnd_proc p;
+    if (start(&p, NULL) != 0)
+        return;
+    CHECK_INT_EQ(load(&p, "broken", "{\"parameters\": {\"path\": \"/secret/dir/m.safetensors\"}}",
+                      NULL), 400);
+    CHECK_INT_EQ(load(&p, "demo", "{\"parameters\": {\"path\": \"/secret/dir/d.safetensors\"}}",
+                      NULL), 400); /* a loaded model's failed reload */
+    char *client = index_text(&p, CLIENT), *admin = index_text(&p, ADMIN);
+    printf("index for a client key: %s\n", client ? client : "(none)");
+    CHECK(client && !strstr(client, "/secret/"));
+    CHECK(client && strstr(client, "\"broken\"") && strstr(client, "load failed"));
+    CHECK(admin && strstr(admin, "/secret/dir/m.safetensors") &&
+          strstr(admin, "/secret/dir/d.safetensors"));
+    free(client);
+    free(admin);
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+}
+
 int main(void)
 {
     int fds[] = {mkstemp(client_file), mkstemp(admin_file)};
@@ -257,6 +393,9 @@ int main(void)
     write_file(admin_file, ADMIN_KEY "\n");
     RUN(retired_bound_busy_session);
     RUN(retired_bound_busy_session_unload_and_sighup);
+    RUN(failed_loads_take_no_slot);
+    RUN(dot_names_refused);
+    RUN(load_reasons_admin_only);
     unlink(client_file);
     unlink(admin_file);
     return check_summary();
