@@ -28,6 +28,7 @@
 #include "core/jsonload.h"
 #include "core/log.h"
 #include "core/metrics.h"
+#include "engine/kvlayout.h"
 #include "engine/models.h"
 #include "protocol/handler_session.h"
 #include "engine/retire.h"
@@ -354,6 +355,25 @@ int main(int argc, char **argv)
     if (!app.sessions) {
         attnd_log(ATTND_LOG_ERROR, "%s", err);
         goto done;
+    }
+    /* A model whose one row of K and V is wider than a page (an explicit
+     * --kv-page-bytes) could never open a session: refused, as loads are. */
+    models.kv_page_bytes = attnd_sessions_page_bytes(app.sessions);
+    for (int i = 0; i < models.n; i++) {
+        attnd_model *m = attnd_models_acquire(&models, i);
+        attnd_kv_geometry g;
+        size_t row = 0;
+        int wide = m && attnd_kv_geometry_fit(m->layer, m->kv_dtype, models.kv_page_bytes, &g,
+                                              &row) != 0;
+        if (wide)
+            attnd_log(ATTND_LOG_ERROR, "model '%s': one row of its K and V (%zu bytes) is wider "
+                      "than a KV page (--kv-page-bytes %zu): set --kv-page-bytes >= %zu or 0",
+                      m->name, row, models.kv_page_bytes, row);
+        attnd_model_release(m);
+        if (wide) {
+            rc = EXIT_USAGE;
+            goto done;
+        }
     }
     atomic_store_explicit(&app.state, ATTND_STATE_READY, memory_order_release);
     attnd_log(ATTND_LOG_INFO, "ready: serving %d model(s) on %s", models.n, cfg.listen);

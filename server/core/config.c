@@ -999,9 +999,11 @@ attnd_config_action attnd_config_load(attnd_config *cfg, int argc, char *const *
         goto fail;
     }
     if (cfg->kv_page_bytes % 4 != 0 ||
+        (cfg->kv_page_bytes > 0 && cfg->kv_page_bytes < ATTND_KV_PAGE_MIN_BYTES) ||
         (cfg->kv_cache_bytes > 0 && cfg->kv_page_bytes > cfg->kv_cache_bytes)) {
-        set_err(err, errlen, "--kv-page-bytes %lld must be a multiple of 4 and at most --kv-cache-bytes",
-                (long long)cfg->kv_page_bytes);
+        set_err(err, errlen, "--kv-page-bytes %lld must be 0 (fitted to the models) or a multiple "
+                "of 4 of at least %d, and at most --kv-cache-bytes", (long long)cfg->kv_page_bytes,
+                ATTND_KV_PAGE_MIN_BYTES);
         goto fail;
     }
     if (!*cfg->tls_cert != !*cfg->tls_key) {

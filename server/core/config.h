@@ -143,6 +143,10 @@ int attnd_replica_name_valid(const char *name);
  * ("<what> <path> is world-writable ..."). For the config and API-key files. */
 int attnd_config_check_file_mode(const char *what, const char *path, char *err, size_t errlen);
 
+/* The smallest KV page --kv-page-bytes takes: the pool's bookkeeping is a few
+ * bytes a page, so tiny pages cost more than they hold (4 bytes gave ~6 GB). */
+#define ATTND_KV_PAGE_MIN_BYTES 1024
+
 /* 1 when s can name a model: 1-64 characters of A-Z a-z 0-9 . _ -, not dots
  * alone ("." and ".." are path segments proxies and clients resolve away). */
 int attnd_config_model_name_ok(const char *s);

@@ -16,6 +16,7 @@
 #include "core/jsonload.h"
 #include "core/log.h"
 #include "core/request.h"
+#include "engine/kvlayout.h"
 
 /* Scheduler batch hook: runs on a worker thread after every batch. */
 static void on_batch(void *ctx, int n_requests, size_t n_tokens, int64_t compute_us)
@@ -194,9 +195,25 @@ static attnd_sched_config sched_config(const attnd_model_spec *spec, const attnd
     return sc;
 }
 
+/* 0 when one row of m's K and V (in its kv dtype) fits a KV page of page
+ * bytes (0: not known yet, at start-up), else -1 with err naming the model. */
+static int fits_page(const attnd_model *m, size_t page, char *err, size_t errlen)
+{
+    static const char *const dtypes[] = {"f32", "f16", "bf16", "int8"};
+    attnd_kv_geometry g;
+    size_t row = 0;
+    if (page == 0 || attnd_kv_geometry_fit(m->layer, m->kv_dtype, page, &g, &row) == 0)
+        return 0;
+    snprintf(err, errlen, "model '%s': one row of its K and V (%zu bytes in kv_dtype %s) is "
+             "wider than a KV page (%zu bytes, fixed at start-up: --kv-page-bytes): its sessions "
+             "could not be opened; restart with --kv-page-bytes >= %zu", m->name, row,
+             dtypes[m->kv_dtype], page, row);
+    return -1;
+}
+
 static attnd_model *version_load(attnd_model_slot *slot, const attnd_model_spec *spec,
-                                 const attnd_config *cfg, attnd_metrics *metrics, char *err,
-                                 size_t errlen)
+                                 const attnd_config *cfg, attnd_metrics *metrics, size_t page,
+                                 char *err, size_t errlen)
 {
     attn_error lerr = {0};
     char serr[256] = "";
@@ -237,7 +254,7 @@ static attnd_model *version_load(attnd_model_slot *slot, const attnd_model_spec 
     m->kv_dtype = (attn_kv_dtype)(spec->kv_dtype >= 0 ? spec->kv_dtype : cfg->kv_dtype);
     m->load_ms = (double)(attnd_now_ns() - t0) / 1e6;
     attn_layer_get_info(m->layer, &m->info);
-    if (smoke_forward(m, err, errlen))
+    if (smoke_forward(m, err, errlen) || fits_page(m, page, err, errlen))
         goto fail;
     time_t now = time(NULL);
     struct tm tm;
@@ -338,7 +355,8 @@ int attnd_models_load(attnd_models *ms, const attnd_config *cfg, attnd_metrics *
             goto fail;
         }
         ms->n = ms->n_config = i + 1;
-        attnd_model *m = version_load(&ms->slots[i], &cfg->models[i], cfg, metrics, err, errlen);
+        attnd_model *m = version_load(&ms->slots[i], &cfg->models[i], cfg, metrics, 0, err,
+                                      errlen);
         if (!m)
             goto fail;
         publish(ms, i, m); /* the slot was empty: nothing to give back */
@@ -415,7 +433,8 @@ int attnd_models_reload(attnd_models *ms, const attnd_config *cfg, char *err, si
     int rc = 0;
     for (int i = 0; i < ms->n_config && rc == 0; i++)
         if (slot_loaded(ms, i) && !(fresh[i] = version_load(&ms->slots[i], &cfg->models[i], cfg,
-                                                            ms->metrics, err, errlen)))
+                                                            ms->metrics, ms->kv_page_bytes, err,
+                                                            errlen)))
             rc = -1;
     for (int i = 0; i < ms->n_config && rc == 0; i++) /* swap: fresh[i] now holds the old one */
         if (fresh[i])
@@ -747,7 +766,7 @@ static attnd_model *load_new(attnd_models *ms, const attnd_config *cfg, int i, i
     attnd_scheduler *old_sched = slot->sched;
     slot->sched = NULL;
     attnd_sched_config old_sc = slot->sc;
-    attnd_model *m = version_load(slot, spec, cfg, ms->metrics, err, errlen);
+    attnd_model *m = version_load(slot, spec, cfg, ms->metrics, ms->kv_page_bytes, err, errlen);
     pthread_mutex_lock(&ms->mu);
     ms->loading_name[0] = '\0';
     if (!m) {
@@ -813,7 +832,7 @@ attnd_repo_status attnd_models_repo_load(attnd_models *ms, const attnd_config *c
         attnd_model_slot *slot = &ms->slots[i];
         const attnd_model_spec *from = spec ? spec : &slot->spec;
         set_loading(ms, i, 1, NULL);
-        m = version_load(slot, from, cfg, ms->metrics, err, errlen);
+        m = version_load(slot, from, cfg, ms->metrics, ms->kv_page_bytes, err, errlen);
         if (!m) {
             set_loading(ms, i, 0, err);
             pthread_mutex_unlock(&ms->repo_mu);

@@ -102,6 +102,9 @@ typedef struct attnd_models {
         unsigned long long seq;
     } failed[ATTND_MODELS_FAILED_MAX];
     unsigned long long failed_seq;
+    /* The session store's KV page (set once the store exists; 0 before): a
+     * version whose one row of K and V is wider is refused at load. */
+    size_t kv_page_bytes;
 } attnd_models;
 
 /* The weights a version holds in memory (float parameters). */

@@ -382,6 +382,96 @@ TEST(load_reasons_admin_only)
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);
 }
 
+/* ------------------------------------------------------------ KV pages */
+
+/* An MHA checkpoint of embed e, all zeros, as a sparse file. Returns 0. */
+static int write_mha_checkpoint(const char *path, int e)
+{
+    char hdr[1024];
+    long long q = 3LL * e * e * 4, qb = 3LL * e * 4, o = (long long)e * e * 4, ob = e * 4LL;
+    int n = snprintf(hdr, sizeof hdr,
+                     "{\"in_proj_weight\":{\"dtype\":\"F32\",\"shape\":[%d,%d],\"data_offsets\":[0,%lld]},"
+                     "\"in_proj_bias\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%lld,%lld]},"
+                     "\"out_proj.weight\":{\"dtype\":\"F32\",\"shape\":[%d,%d],\"data_offsets\":[%lld,%lld]},"
+                     "\"out_proj.bias\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%lld,%lld]}}",
+                     3 * e, e, q, 3 * e, q, q + qb, e, e, q + qb, q + qb + o, e, q + qb + o,
+                     q + qb + o + ob);
+    while (n % 8)
+        hdr[n++] = ' ';
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    unsigned char le[8];
+    for (int i = 0; i < 8; i++)
+        le[i] = (unsigned char)((unsigned long long)n >> (8 * i));
+    int ok = fwrite(le, 1, 8, f) == 8 && fwrite(hdr, 1, (size_t)n, f) == (size_t)n &&
+             ftruncate(fileno(f), (off_t)(8 + n + q + qb + o + ob)) == 0;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* --kv-page-bytes 4 (and anything under 1024): refused at start naming the
+ * minimum. It used to start (with the default pool: ~6 GB of bookkeeping) and
+ * answer every session create 500. */
+TEST(kv_page_minimum)
+{
+    const char *sizes[] = {"4", "512", "1020"};
+    for (int k = 0; k < 3; k++) {
+        const char *args[] = {"--model", "demo=config/demo.safetensors", "--listen",
+                              "127.0.0.1:0", "--kv-cache-bytes", "1M", "--kv-page-bytes",
+                              sizes[k], NULL};
+        char *out = NULL;
+        int rc = attnd_run(args, 5, &out);
+        printf("--kv-page-bytes %s: exit %d\n", sizes[k], rc);
+        CHECK_INT_EQ(rc, 2);
+        CHECK_MSG(out && strstr(out, "--kv-page-bytes") && strstr(out, "at least 1024"),
+                  "output: %.300s", out ? out : "");
+        free(out);
+    }
+}
+
+/* A model whose one row of K and V is wider than the KV page: a repository
+ * load is refused 400 naming the model and the page (it used to load, then
+ * answer every session create 500); at start-up, attnd exits 2 naming it. */
+TEST(wide_rows_refused)
+{
+    char wide[] = "/tmp/attnd-h3-wide-XXXXXX";
+    int fd = mkstemp(wide);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    close(fd);
+    CHECK_INT_EQ(write_mha_checkpoint(wide, 1024), 0); /* a row: 2 x 1024 x 4 = 8 KiB */
+    const char *args[] = {"--kv-page-bytes", "4096", NULL};
+    attnd_proc p;
+    if (start(&p, args) == 0) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"parameters\": {\"path\": \"%s\", \"heads\": 8}}", wide);
+        http_result r;
+        long st = load(&p, "wide", body, &r);
+        printf("load of a model with 8 KiB rows on 4 KiB pages: %ld %.240s\n", st,
+               r.body ? r.body : "");
+        CHECK_INT_EQ(st, 400);
+        CHECK(r.body && strstr(r.body, "'wide'") && strstr(r.body, "KV page"));
+        http_result_free(&r);
+        CHECK_INT_EQ(call(&p, "POST", "/v1/models/wide/sessions", CLIENT, "{}", NULL), 404);
+        char id[64];
+        CHECK(open_session(&p, "demo", NULL, id) == 0); /* demo's 512-byte rows fit */
+        CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+    }
+    char spec[300];
+    snprintf(spec, sizeof spec, "wide=%s,heads=8", wide);
+    const char *boot[] = {"--model", "demo=config/demo.safetensors", "--model", spec,
+                          "--kv-page-bytes", "4096", "--kv-cache-bytes", "1M", "--listen",
+                          "127.0.0.1:0", NULL};
+    char *out = NULL;
+    int rc = attnd_run(boot, 10, &out);
+    CHECK_INT_EQ(rc, 2);
+    CHECK_MSG(out && strstr(out, "model 'wide'") && strstr(out, "--kv-page-bytes"),
+              "output: %.400s", out ? out : "");
+    free(out);
+    unlink(wide);
+}
+
 int main(void)
 {
     int fds[] = {mkstemp(client_file), mkstemp(admin_file)};
@@ -396,6 +486,8 @@ int main(void)
     RUN(failed_loads_take_no_slot);
     RUN(dot_names_refused);
     RUN(load_reasons_admin_only);
+    RUN(kv_page_minimum);
+    RUN(wide_rows_refused);
     unlink(client_file);
     unlink(admin_file);
     return check_summary();
