@@ -7,6 +7,7 @@
  * with a request id.
  */
 #include <jansson.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -472,6 +473,127 @@ TEST(wide_rows_refused)
     unlink(wide);
 }
 
+/* ------------------------------------------------------------ KV dtype overflow */
+
+/* The "output" of an append answer as floats (malloc'd, *n of them), or NULL. */
+static float *output_of(const char *body, size_t *n)
+{
+    json_error_t je;
+    json_t *j = body ? json_loads(body, 0, &je) : NULL, *o = json_object_get(j, "output");
+    size_t rows = json_array_size(o), w = json_array_size(json_array_get(o, 0));
+    float *out = rows && w ? malloc(rows * w * sizeof *out) : NULL;
+    for (size_t r = 0; out && r < rows; r++)
+        for (size_t c = 0; c < w; c++)
+            out[r * w + c] = (float)json_number_value(json_array_get(json_array_get(o, r), c));
+    *n = out ? rows * w : 0;
+    json_decref(j);
+    return out;
+}
+
+/* A session's length (GET), or -1. */
+static long long session_length(const attnd_proc *p, const char *id)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/sessions/%s", id);
+    http_result r;
+    long long len = -1;
+    if (call(p, "GET", path, CLIENT, NULL, &r) == 200 && r.body) {
+        json_t *j = json_loads(r.body, 0, NULL);
+        json_t *l = json_object_get(j, "length");
+        len = json_is_integer(l) ? json_integer_value(l) : -1;
+        json_decref(j);
+    }
+    http_result_free(&r);
+    return len;
+}
+
+/* An f16 session fed rows whose projected K/V pass 65504: 400 naming the dtype
+ * and its limit, nothing appended (the length stays); rows it holds still
+ * append. It used to answer 200, the cache saturated at 65504 (87 % off the
+ * f32 answer at |x| ~ 1e5). A cross session's memory likewise, at create.
+ * Then the error each dtype gives against f32, as inputs grow (printed for
+ * the README's dtype table): int8's grows with a sharp softmax. */
+TEST(kv_dtype_overflow)
+{
+    const char *args[] = {"--model", "f32=config/demo.safetensors",
+                          "--model", "f16=config/demo.safetensors,kv_dtype=f16",
+                          "--model", "bf16=config/demo.safetensors,kv_dtype=bf16",
+                          "--model", "int8=config/demo.safetensors,kv_dtype=int8", NULL};
+    attnd_proc p;
+    if (start(&p, args) != 0)
+        return;
+    char id[64];
+    CHECK(open_session(&p, "f16", NULL, id) == 0);
+    char *huge = rows_body("query", 2, 1e6);
+    http_result r;
+    long st = append(&p, id, huge, &r);
+    printf("f16 append of |x| ~ 1e6 rows: %ld %.300s\n", st, r.body ? r.body : "");
+    CHECK_INT_EQ(st, 400);
+    CHECK(r.body && strstr(r.body, "f16") && strstr(r.body, "65504") && strstr(r.body, "query"));
+    http_result_free(&r);
+    CHECK_INT_EQ(session_length(&p, id), 0);
+    char *small = rows_body("query", 2, 1.0);
+    CHECK_INT_EQ(append(&p, id, small, NULL), 200);
+    CHECK_INT_EQ(session_length(&p, id), 2);
+    CHECK_INT_EQ(append(&p, id, huge, NULL), 400);
+    CHECK_INT_EQ(session_length(&p, id), 2);
+    /* a cross session's memory, at create */
+    char *key = rows_body("key", 3, 1e6);
+    st = call(&p, "POST", "/v1/models/f16/sessions", CLIENT, key, &r);
+    printf("f16 cross session with a |x| ~ 1e6 memory: %ld %.300s\n", st, r.body ? r.body : "");
+    CHECK_INT_EQ(st, 400);
+    CHECK(r.body && strstr(r.body, "f16") && strstr(r.body, "65504"));
+    http_result_free(&r);
+    CHECK(open_session(&p, "bf16", NULL, id) == 0); /* bf16 has float32's range */
+    CHECK_INT_EQ(append(&p, id, huge, NULL), 200);
+    /* the error against f32 as |x| grows, one fresh session per (dtype, scale) */
+    const char *dtypes[] = {"f16", "bf16", "int8"};
+    const double scales[] = {1, 10, 100, 1000};
+    double int8_at_1 = -1;
+    printf("dtype  |x|~1    |x|~10   |x|~100  |x|~1e3  (max |out - f32| / max |f32|, 8 rows "
+           "then 8 more)\n");
+    for (int d = 0; d < 3; d++) {
+        printf("%-5s", dtypes[d]);
+        for (int k = 0; k < 4; k++) {
+            char *a = rows_body("query", 8, scales[k]);
+            double rel = -1;
+            char ida[64], idb[64];
+            if (open_session(&p, "f32", NULL, ida) == 0 &&
+                open_session(&p, dtypes[d], NULL, idb) == 0) {
+                http_result ra, rb;
+                append(&p, ida, a, NULL);
+                append(&p, idb, a, NULL);
+                long sa = append(&p, ida, a, &ra), sb = append(&p, idb, a, &rb);
+                size_t na = 0, nb = 0;
+                float *oa = sa == 200 ? output_of(ra.body, &na) : NULL;
+                float *ob = sb == 200 ? output_of(rb.body, &nb) : NULL;
+                if (oa && ob && na == nb) {
+                    double worst = 0, ref = 0;
+                    for (size_t i = 0; i < na; i++) {
+                        worst = fmax(worst, fabs((double)oa[i] - (double)ob[i]));
+                        ref = fmax(ref, fabs((double)oa[i]));
+                    }
+                    rel = ref > 0 ? worst / ref : 0;
+                }
+                free(oa);
+                free(ob);
+                http_result_free(&ra);
+                http_result_free(&rb);
+            }
+            if (d == 2 && k == 0)
+                int8_at_1 = rel;
+            printf("  %7.3g", rel);
+            free(a);
+        }
+        printf("\n");
+    }
+    CHECK(int8_at_1 >= 0 && int8_at_1 < 0.05);
+    free(key);
+    free(huge);
+    free(small);
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+}
+
 int main(void)
 {
     int fds[] = {mkstemp(client_file), mkstemp(admin_file)};
@@ -488,6 +610,7 @@ int main(void)
     RUN(load_reasons_admin_only);
     RUN(kv_page_minimum);
     RUN(wide_rows_refused);
+    RUN(kv_dtype_overflow);
     unlink(client_file);
     unlink(admin_file);
     return check_summary();
