@@ -994,10 +994,44 @@ static size_t unescape(void *cls, struct MHD_Connection *mc, char *s)
     return (size_t)(w - s);
 }
 
+/* libmicrohttpd's own answers (a malformed request line or header, headers
+ * over its memory, ...) are sent before attnd sees a request: no handler, no
+ * request id header. It says so through its logger, once per answer, with the
+ * status first: that line gets a request id of its own, the access-log line
+ * and the request counter every answer has. */
+static const char mhd_error_fmt[] = "Error processing request (HTTP response code is %u";
+
+static void mhd_own_answer(attnd_http *h, unsigned status, const char *message)
+{
+    char rid[ATTND_REQID_MAX + 1], title[96] = "";
+    attnd_reqid_take(NULL, rid);
+    const char *t = message ? strstr(message, "<title>") : NULL, *end;
+    if (t && (end = strstr(t += 7, "</title>")) && end - t < (long)sizeof title)
+        snprintf(title, sizeof title, "%.*s", (int)(end - t), t);
+    attnd_log_req(ATTND_LOG_WARN, rid, "libmicrohttpd answered %u (%s) before attnd saw a "
+                  "request (malformed or oversized request line or headers), closing the "
+                  "connection", status, title[0] ? title : "no reason given");
+    attnd_metrics_request_done(h->app->metrics, -1, ATTND_ROUTE_OTHER, 0, (int)status, 0);
+    if (h->app->access_log) {
+        attnd_access_entry e = {.request_id = rid, .remote = "-", .method = "-", .path = "-",
+                                .status = (int)status};
+        attnd_access_log_write(h->app->access_log, &e);
+    }
+}
+
 static void mhd_logger(void *cls, const char *fmt, va_list ap)
 {
+    attnd_http *h = cls;
+    if (strncmp(fmt, mhd_error_fmt, sizeof mhd_error_fmt - 1) == 0) {
+        va_list copy;
+        va_copy(copy, ap);
+        unsigned status = va_arg(copy, unsigned);
+        const char *message = va_arg(copy, const char *);
+        va_end(copy);
+        mhd_own_answer(h, status, message);
+        return;
+    }
     char msg[512];
-    (void)cls;
     vsnprintf(msg, sizeof msg, fmt, ap);
     attnd_log(ATTND_LOG_WARN, "libmicrohttpd: %s", msg);
 }

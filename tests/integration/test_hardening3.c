@@ -594,6 +594,63 @@ TEST(kv_dtype_overflow)
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);
 }
 
+/* ------------------------------------------------------------ libmicrohttpd's own answers */
+
+/* A header over libmicrohttpd's memory (431) and a malformed header line
+ * (400) are answered by libmicrohttpd before attnd sees a request. Each now
+ * has a log line with a request id of its own and an access-log line (they
+ * had neither: only libmicrohttpd's message, HTML and all). */
+TEST(mhd_answers_logged)
+{
+    char access[] = "/tmp/attnd-h3-access-XXXXXX";
+    int fd = mkstemp(access);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    close(fd);
+    const char *args[] = {"--access-log", access, NULL};
+    attnd_proc p;
+    if (start(&p, args) != 0) {
+        unlink(access);
+        return;
+    }
+    size_t big = 70000;
+    char *req = malloc(big + 128);
+    int n = snprintf(req, big + 128, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ");
+    memset(req + n, 'a', big);
+    n += (int)big;
+    n += snprintf(req + n, 128, "\r\n\r\n");
+    char *reply = http_raw(p.port, req, (size_t)n, 3000);
+    CHECK_INT_EQ(reply ? http_raw_status(reply) : -1, 431);
+    free(reply);
+    free(req);
+    static const char bad[] = "GET /healthz HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n";
+    reply = http_raw(p.port, bad, sizeof bad - 1, 3000);
+    CHECK_INT_EQ(reply ? http_raw_status(reply) : -1, 400);
+    free(reply);
+    attnd_sleep_ms(200);
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+    char *log = attnd_slurp(p.log_path), *acc = attnd_slurp(access);
+    const char *l431 = log ? strstr(log, "libmicrohttpd answered 431") : NULL;
+    const char *l400 = log ? strstr(log, "libmicrohttpd answered 400") : NULL;
+    /* "... WARN  [<16 hex>] libmicrohttpd answered ...": the id stands before it */
+    int id_ok = 0;
+    if (l431 && l431 - log > 20) {
+        const char *id = l431 - 18;
+        id_ok = id[-1] == '[' && id[16] == ']';
+        for (int i = 0; i < 16 && id_ok; i++)
+            id_ok = (id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f');
+    }
+    printf("log: %.160s\n", l431 ? l431 - 19 : "(no line)");
+    CHECK(l431 && l400);
+    CHECK_MSG(id_ok, "no request id before the 431 line");
+    CHECK_MSG(acc && strstr(acc, " 431 ") && strstr(acc, " 400 "), "access log: %s",
+              acc ? acc : "(none)");
+    free(log);
+    free(acc);
+    unlink(access);
+}
+
 int main(void)
 {
     int fds[] = {mkstemp(client_file), mkstemp(admin_file)};
@@ -611,6 +668,7 @@ int main(void)
     RUN(kv_page_minimum);
     RUN(wide_rows_refused);
     RUN(kv_dtype_overflow);
+    RUN(mhd_answers_logged);
     unlink(client_file);
     unlink(admin_file);
     return check_summary();
