@@ -548,13 +548,13 @@ TEST(kv_dtype_overflow)
     CHECK_INT_EQ(append(&p, id, huge, NULL), 200);
     /* the error against f32 as |x| grows, one fresh session per (dtype, scale) */
     const char *dtypes[] = {"f16", "bf16", "int8"};
-    const double scales[] = {1, 10, 100, 1000};
+    const double scales[] = {1, 10, 100, 1000, 3000};
     double int8_at_1 = -1;
-    printf("dtype  |x|~1    |x|~10   |x|~100  |x|~1e3  (max |out - f32| / max |f32|, 8 rows "
-           "then 8 more)\n");
+    printf("dtype  |x|~1    |x|~10   |x|~100  |x|~1e3  |x|~3e3 (max |out - f32| / max |f32|, "
+           "8 rows then 8 more; -1: refused)\n");
     for (int d = 0; d < 3; d++) {
         printf("%-5s", dtypes[d]);
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < 5; k++) {
             char *a = rows_body("query", 8, scales[k]);
             double rel = -1;
             char ida[64], idb[64];
