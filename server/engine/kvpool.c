@@ -10,8 +10,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/config.h"
-
 struct attnd_kvpool {
     char *base;
     size_t page_bytes, map_bytes;
@@ -23,9 +21,8 @@ struct attnd_kvpool {
 
 attnd_kvpool *attnd_kvpool_create(size_t total_bytes, size_t page_bytes, char *err, size_t errlen)
 {
-    if (page_bytes < ATTND_KV_PAGE_MIN_BYTES || page_bytes % 4 != 0) {
-        snprintf(err, errlen, "KV page size %zu bytes: must be a multiple of 4 of at least %d",
-                 page_bytes, ATTND_KV_PAGE_MIN_BYTES);
+    if (page_bytes < 4 || page_bytes % 4 != 0) {
+        snprintf(err, errlen, "KV page size %zu bytes: must be a multiple of 4", page_bytes);
         return NULL;
     }
     size_t n = total_bytes / page_bytes;
