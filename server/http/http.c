@@ -28,12 +28,13 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/ioctl.h>
-#include <netinet/tcp.h>
+#include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received (glibc's lacks it) */
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -86,6 +87,7 @@ typedef struct sock_state {
     int64_t gone_phase;          /* phase_ns then: a request since resets it     */
     int shut;                    /* reaper's: shut down already                  */
     _Atomic int in_request;      /* a request on it has begun, not completed      */
+    _Atomic int served;          /* a request on it has completed                 */
     _Atomic int owed;            /* its next request is served while draining     */
 } sock_state;
 
@@ -802,6 +804,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
         atomic_store_explicit(&c->sock->phase_ns, attnd_now_ns(), memory_order_relaxed);
         atomic_store_explicit(&c->sock->busy, 0, memory_order_relaxed);
         atomic_store(&c->sock->in_request, 0);
+        atomic_store(&c->sock->served, 1);
     }
     int computing = c->submitted && !atomic_load_explicit(&c->done, memory_order_acquire);
     assert(!computing); /* libmicrohttpd never closes a suspended connection */
@@ -851,6 +854,7 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
         atomic_init(&ss->busy, 0);
         atomic_init(&ss->in_request, 0);
         atomic_init(&ss->owed, 0);
+        atomic_init(&ss->served, 0);
         /* accepted in order: the first ones after the signal were queued then */
         int left = atomic_load(&h->backlog_owed);
         while (left > 0 && !atomic_compare_exchange_weak(&h->backlog_owed, &left, left - 1))
@@ -1240,9 +1244,10 @@ static void sleep_ms(int ms)
 
 /* 1 when bytes arrived on ss since its last request ended (or it opened) and
  * no request on it has begun: unread in the socket, or read by libmicrohttpd
- * and not yet parsed (the kernel's time of the last data received says so;
- * it counts in jiffies, so data within 10 ms of the phase start is taken
- * for the last request's). */
+ * and not yet parsed: on a connection that has served no request, any byte
+ * received; after one, the kernel's time of the last data received (it
+ * counts in jiffies, so data within 10 ms of the last request's end is taken
+ * for that request's). */
 static int bytes_waiting(const sock_state *ss, int64_t now)
 {
     if (atomic_load(&ss->in_request))
@@ -1252,8 +1257,12 @@ static int bytes_waiting(const sock_state *ss, int64_t now)
         return 1;
     struct tcp_info ti;
     socklen_t len = sizeof ti;
+    memset(&ti, 0, sizeof ti);
     if (getsockopt(ss->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
         return 0;
+    if (!atomic_load(&ss->served) &&
+        len >= offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+        return ti.tcpi_bytes_received > 0;
     int64_t last_ns = now - (int64_t)ti.tcpi_last_data_recv * 1000000;
     return last_ns > atomic_load_explicit(&ss->phase_ns, memory_order_relaxed) + 10000000;
 }
@@ -1273,7 +1282,7 @@ void attnd_http_drain_begin(attnd_http *h, int grace_ms)
     struct tcp_info ti;
     socklen_t len = sizeof ti;
     if (getsockopt(h->listen_fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
-        ti.tcpi_state == TCP_LISTEN)
+        ti.tcpi_state == 10 /* TCP_LISTEN */)
         queued = (int)ti.tcpi_unacked;
     atomic_store(&h->backlog_owed, queued);
     atomic_store(&h->drain_deadline_ns, now + (int64_t)grace_ms * 1000000 + 1);
