@@ -1,7 +1,9 @@
 /* main.c — attnd's entry point: settings, start-up (HTTP first, then models, so
- * /healthz answers while big layers load), a wait on the signal self-pipe, and
- * the drain on SIGTERM/SIGINT: not ready -> stop accepting -> answer everything
- * queued -> wait for responses -> stop HTTP -> free -> exit 0.
+ * /healthz answers while big layers load), a wait on the signal self-pipe
+ * (SIGHUP's reload runs on a thread of its own), and the drain on
+ * SIGTERM/SIGINT: not ready at once -> serve what was sent before the signal
+ * and during --drain-grace-ms -> answer everything queued -> wait for
+ * responses -> stop HTTP -> free -> exit 0.
  */
 #include <cblas.h>
 #include <errno.h>
@@ -26,6 +28,7 @@
 #include "core/jsonload.h"
 #include "core/log.h"
 #include "core/metrics.h"
+#include "engine/kvlayout.h"
 #include "engine/models.h"
 #include "engine/persist.h"
 #include "protocol/handler_session.h"
@@ -129,20 +132,109 @@ static void reload(attnd_app *app, int argc, char **argv)
     attnd_config_free(&cfg);
 }
 
-/* The graceful stop. Every request already accepted gets its answer. */
-static void drain(attnd_app *app, attnd_http *http, attnd_models *models)
+/* SIGHUP's reload runs on its own thread, so the main thread always waits on
+ * the signal pipe: a reload blocked behind a repository load (both take the
+ * repository lock) used to hold a SIGTERM back until that load ended, /readyz
+ * 200 all along. SIGHUPs that arrive while one runs make one more run. */
+typedef struct reloader {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int wanted, stop;          /* under mu */
+    int started;
+    pthread_t thread;
+    attnd_app *app;
+    int argc;
+    char **argv;
+} reloader;
+
+static void *reloader_main(void *arg)
+{
+    reloader *r = arg;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals are main's */
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        while (!r->wanted && !r->stop)
+            pthread_cond_wait(&r->cv, &r->mu);
+        if (r->stop)
+            break;
+        r->wanted = 0;
+        pthread_mutex_unlock(&r->mu);
+        reload(r->app, r->argc, r->argv);
+        pthread_mutex_lock(&r->mu);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+static int reloader_start(reloader *r, attnd_app *app, int argc, char **argv)
+{
+    *r = (reloader){.app = app, .argc = argc, .argv = argv};
+    if (pthread_mutex_init(&r->mu, NULL) != 0)
+        return -1;
+    if (pthread_cond_init(&r->cv, NULL) != 0) {
+        pthread_mutex_destroy(&r->mu);
+        return -1;
+    }
+    r->started = pthread_create(&r->thread, NULL, reloader_main, r) == 0;
+    if (!r->started) {
+        pthread_cond_destroy(&r->cv);
+        pthread_mutex_destroy(&r->mu);
+        return -1;
+    }
+    return 0;
+}
+
+static void reloader_request(reloader *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->wanted = 1;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* A reload asked for and not begun is dropped; one running finishes first. */
+static void reloader_stop(reloader *r)
+{
+    if (!r->started)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->stop = 1;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->thread, NULL);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    r->started = 0;
+}
+
+/* The graceful stop. Every request whose bytes reached attnd before the
+ * signal, or that arrives during --drain-grace-ms, gets its answer. */
+static void drain(attnd_app *app, attnd_http *http, attnd_models *models, reloader *rl)
 {
     /* The listening socket stays open until attnd_http_stop: libmicrohttpd
      * 0.9.75's MHD_quiesce_daemon races its epoll workers (one that drops the
      * listen socket from its own set first makes the quiesce's EPOLL_CTL_DEL
-     * fail, and MHD aborts). New connections are accepted and their requests
-     * answered 503 draining with Connection: close. */
+     * fail, and MHD aborts). So requests are told apart by when they arrived:
+     * those already sent (in a socket or the accept queue at the signal), and
+     * those arriving during the grace, are served; later ones are answered 503
+     * draining; every answer says Connection: close. */
     atomic_store_explicit(&app->state, ATTND_STATE_DRAINING, memory_order_release);
-    attnd_log(ATTND_LOG_INFO, "draining: /readyz now 503, new requests answered 503 draining");
-    attnd_models_drain(models);
-    attnd_log(ATTND_LOG_INFO, "draining: every queued request computed");
+    int grace = app->cfg->drain_grace_ms;
+    attnd_http_drain_begin(http, grace);
+    attnd_log(ATTND_LOG_INFO, "draining: /readyz now 503; requests arriving from now%s%.0f ms "
+              "on are answered 503 draining", grace > 0 ? " + --drain-grace-ms " : " + ",
+              (double)grace);
+    reloader_stop(rl); /* a reload under way (behind a repository load) ends first */
     int timeout_ms = (app->cfg->connection_timeout_s > 0 ? app->cfg->connection_timeout_s : 30)
                      * 1000;
+    int unread = attnd_http_drain_admitted(http, grace + timeout_ms);
+    if (unread)
+        attnd_log(ATTND_LOG_WARN, "draining: %d request(s) sent before the signal still not "
+                  "read after %d ms", unread, grace + timeout_ms);
+    attnd_models_drain(models);
+    attnd_log(ATTND_LOG_INFO, "draining: every queued request computed");
     int left = attnd_http_wait_idle(http, timeout_ms);
     if (left)
         attnd_log(ATTND_LOG_WARN, "draining: %d responses still unsent after %d ms", left,
@@ -265,18 +357,42 @@ int main(int argc, char **argv)
         attnd_log(ATTND_LOG_ERROR, "%s", err);
         goto done;
     }
+    /* A model whose one row of K and V is wider than a page (an explicit
+     * --kv-page-bytes) could never open a session: refused, as loads are. */
+    models.kv_page_bytes = attnd_sessions_page_bytes(app.sessions);
+    for (int i = 0; i < models.n; i++) {
+        attnd_model *m = attnd_models_acquire(&models, i);
+        attnd_kv_geometry g;
+        size_t row = 0;
+        int wide = m && attnd_kv_geometry_fit(m->layer, m->kv_dtype, models.kv_page_bytes, &g,
+                                              &row) != 0;
+        if (wide)
+            attnd_log(ATTND_LOG_ERROR, "model '%s': one row of its K and V (%zu bytes) is wider "
+                      "than a KV page (--kv-page-bytes %zu): set --kv-page-bytes >= %zu or 0",
+                      m->name, row, models.kv_page_bytes, row);
+        attnd_model_release(m);
+        if (wide) {
+            rc = EXIT_USAGE;
+            goto done;
+        }
+    }
     if (*cfg.session_dir) /* sessions a graceful stop saved, under their ids */
         attnd_persist_load(app.sessions, &models, &cfg);
     atomic_store_explicit(&app.state, ATTND_STATE_READY, memory_order_release);
     attnd_log(ATTND_LOG_INFO, "ready: serving %d model(s) on %s", models.n, cfg.listen);
 
+    reloader rl;
+    if (reloader_start(&rl, &app, argc, argv) != 0) {
+        attnd_log(ATTND_LOG_ERROR, "cannot start the reload thread");
+        goto done;
+    }
     int sig;
     while ((sig = wait_for_signal(&sigs)) == SIGHUP) {
         attnd_log(ATTND_LOG_INFO, "received SIGHUP: reloading");
-        reload(&app, argc, argv);
+        reloader_request(&rl);
     }
     attnd_log(ATTND_LOG_INFO, "received %s: shutting down gracefully", strsignal(sig));
-    drain(&app, http, &models);
+    drain(&app, http, &models, &rl);
     rc = 0;
 done:
     attnd_http_stop(http); /* before the models: no handler may touch them after */

@@ -88,6 +88,11 @@ static const option options[] = {
      "concurrent HTTP connections at most"},
     {"connection-timeout-s", NULL, NULL, OPT_INT, F(connection_timeout_s), "30", 0, 86400, "S",
      "idle connection timeout in seconds (0 = none)"},
+    {"drain-grace-ms", NULL, NULL, OPT_INT, F(drain_grace_ms), "0", 0, 600000, "MS",
+     "after SIGTERM, keep serving requests that arrive for MS ms (each answer then says "
+     "Connection: close) before new ones get 503 draining: for load balancers that stop "
+     "sending some time after the signal (0: the shipped Kubernetes manifest's preStop sleep "
+     "does that wait before the signal)"},
     {"http-threads", NULL, NULL, OPT_INT, F(http_threads), "2", 1, 1024, "N",
      "HTTP threads (libmicrohttpd thread pool size)"},
     {"request-read-timeout-s", NULL, NULL, OPT_INT, F(request_read_timeout_s), "60", 0, 86400,
@@ -213,15 +218,17 @@ static int parse_int64(const char *s, int allow_suffix, int64_t *out)
     return 0;
 }
 
-static int valid_model_name(const char *s)
+int attnd_config_model_name_ok(const char *s)
 {
-    size_t n = strlen(s);
+    size_t n = strlen(s), dots = 0;
     if (n == 0 || n > 64)
         return 0;
-    for (; *s; s++)
+    for (; *s; s++) {
         if (!isalnum((unsigned char)*s) && *s != '.' && *s != '_' && *s != '-')
             return 0;
-    return 1;
+        dots += *s == '.';
+    }
+    return dots < n; /* ".", "..": path segments a proxy or client resolves away */
 }
 
 /* ------------------------------------------------------------ models */
@@ -245,9 +252,9 @@ static void free_models(attnd_config *cfg)
 /* Appends one model like t (name, path and prefix copied; t keeps its own). */
 static int add_model(attnd_config *cfg, const attnd_model_spec *t, char *err, size_t errlen)
 {
-    if (!valid_model_name(t->name)) {
-        set_err(err, errlen, "model name '%.80s' must be 1-64 characters of A-Z a-z 0-9 . _ -",
-                t->name);
+    if (!attnd_config_model_name_ok(t->name)) {
+        set_err(err, errlen, "model name '%.80s' must be 1-64 characters of A-Z a-z 0-9 . _ - "
+                "and not dots alone", t->name);
         return -1;
     }
     if (!*t->path) {
@@ -1117,9 +1124,11 @@ attnd_config_action attnd_config_load(attnd_config *cfg, int argc, char *const *
         goto fail;
     }
     if (cfg->kv_page_bytes % 4 != 0 ||
+        (cfg->kv_page_bytes > 0 && cfg->kv_page_bytes < ATTND_KV_PAGE_MIN_BYTES) ||
         (cfg->kv_cache_bytes > 0 && cfg->kv_page_bytes > cfg->kv_cache_bytes)) {
-        set_err(err, errlen, "--kv-page-bytes %lld must be a multiple of 4 and at most --kv-cache-bytes",
-                (long long)cfg->kv_page_bytes);
+        set_err(err, errlen, "--kv-page-bytes %lld must be 0 (fitted to the models) or a multiple "
+                "of 4 of at least %d, and at most --kv-cache-bytes", (long long)cfg->kv_page_bytes,
+                ATTND_KV_PAGE_MIN_BYTES);
         goto fail;
     }
     if (!*cfg->tls_cert != !*cfg->tls_key) {

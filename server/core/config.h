@@ -66,6 +66,7 @@ typedef struct attnd_config {
     int max_connections;
     int connection_timeout_s;
     int http_threads;            /* libmicrohttpd thread pool size             */
+    int drain_grace_ms;          /* after SIGTERM, requests arriving are served  */
     int request_read_timeout_s;  /* headers+body must arrive within; 0 = none  */
     int64_t max_inflight_bytes;  /* bodies + decoded requests held at once      */
     char *api_key_file;          /* "" = none                                  */
@@ -170,5 +171,13 @@ int attnd_replica_name_valid(const char *name);
 /* Returns 0 when path exists and is not world-writable; else -1 with err
  * ("<what> <path> is world-writable ..."). For the config and API-key files. */
 int attnd_config_check_file_mode(const char *what, const char *path, char *err, size_t errlen);
+
+/* The smallest KV page --kv-page-bytes takes: the pool's bookkeeping is a few
+ * bytes a page, so tiny pages cost more than they hold (4 bytes gave ~6 GB). */
+#define ATTND_KV_PAGE_MIN_BYTES 1024
+
+/* 1 when s can name a model: 1-64 characters of A-Z a-z 0-9 . _ -, not dots
+ * alone ("." and ".." are path segments proxies and clients resolve away). */
+int attnd_config_model_name_ok(const char *s);
 
 #endif

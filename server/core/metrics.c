@@ -146,6 +146,25 @@ void attnd_metrics_name_model(attnd_metrics *m, int model, const char *name)
     atomic_store_explicit(&m->models[model].named, 1, memory_order_release);
 }
 
+void attnd_metrics_rename_model(attnd_metrics *m, int model, const char *name)
+{
+    if (model < 0 || model >= m->n_models)
+        return;
+    model_slot *ms = &m->models[model];
+    atomic_store_explicit(&ms->named, 0, memory_order_release); /* not rendered meanwhile */
+    atomic_store_explicit(&ms->loaded, 0, memory_order_release);
+    for (int h = 0; h < H_COUNT; h++) {
+        for (int k = 0; k <= MAX_BUCKETS; k++)
+            atomic_store_explicit(&ms->h[h].buckets[k], 0, memory_order_relaxed);
+        atomic_store_explicit(&ms->h[h].sum, 0, memory_order_relaxed);
+    }
+    size_t row = (size_t)(model + 1) * (size_t)m->n_routes * N_STATUS;
+    for (size_t i = 0; i < (size_t)m->n_routes * N_STATUS; i++)
+        atomic_store_explicit(&m->requests[row + i], 0, memory_order_relaxed);
+    snprintf(ms->name, sizeof ms->name, "%s", name);
+    atomic_store_explicit(&ms->named, 1, memory_order_release);
+}
+
 void attnd_metrics_model_unloaded(attnd_metrics *m, int model)
 {
     if (model >= 0 && model < m->n_models)

@@ -25,6 +25,10 @@ void attnd_metrics_free(attnd_metrics *m);
  * now on. A slot is named once: later calls do nothing. */
 void attnd_metrics_name_model(attnd_metrics *m, int model, const char *name);
 
+/* Slot i passes to another model (the repository reuses an unloaded model's
+ * slot once nothing holds its versions): named name, its series start at 0. */
+void attnd_metrics_rename_model(attnd_metrics *m, int model, const char *name);
+
 /* Model i was unloaded: its attnd_model_info series goes until it loads again. */
 void attnd_metrics_model_unloaded(attnd_metrics *m, int model);
 

@@ -16,6 +16,7 @@
 #include "core/jsonload.h"
 #include "core/log.h"
 #include "core/request.h"
+#include "engine/kvlayout.h"
 
 /* Scheduler batch hook: runs on a worker thread after every batch. */
 static void on_batch(void *ctx, int n_requests, size_t n_tokens, int64_t compute_us)
@@ -98,6 +99,16 @@ attnd_model *attnd_models_oldest_retired(attnd_models *ms)
         m = m->retired_next;
     pthread_mutex_unlock(&ms->retired_mu);
     return m;
+}
+
+attnd_model *attnd_models_next_retired(attnd_models *ms, attnd_model *m)
+{
+    pthread_mutex_lock(&ms->retired_mu);
+    attnd_model *n = m->retired_next;
+    while (n && !retain_if_alive(n))
+        n = n->retired_next;
+    pthread_mutex_unlock(&ms->retired_mu);
+    return n;
 }
 
 static void version_free(attnd_model *m)
@@ -185,9 +196,25 @@ static attnd_sched_config sched_config(const attnd_model_spec *spec, const attnd
     return sc;
 }
 
+/* 0 when one row of m's K and V (in its kv dtype) fits a KV page of page
+ * bytes (0: not known yet, at start-up), else -1 with err naming the model. */
+static int fits_page(const attnd_model *m, size_t page, char *err, size_t errlen)
+{
+    static const char *const dtypes[] = {"f32", "f16", "bf16", "int8"};
+    attnd_kv_geometry g;
+    size_t row = 0;
+    if (page == 0 || attnd_kv_geometry_fit(m->layer, m->kv_dtype, page, &g, &row) == 0)
+        return 0;
+    snprintf(err, errlen, "model '%s': one row of its K and V (%zu bytes in kv_dtype %s) is "
+             "wider than a KV page (%zu bytes, fixed at start-up: --kv-page-bytes): its sessions "
+             "could not be opened; restart with --kv-page-bytes >= %zu", m->name, row,
+             dtypes[m->kv_dtype], page, row);
+    return -1;
+}
+
 static attnd_model *version_load(attnd_model_slot *slot, const attnd_model_spec *spec,
-                                 const attnd_config *cfg, attnd_metrics *metrics, char *err,
-                                 size_t errlen)
+                                 const attnd_config *cfg, attnd_metrics *metrics, size_t page,
+                                 char *err, size_t errlen)
 {
     attn_error lerr = {0};
     char serr[256] = "";
@@ -228,7 +255,7 @@ static attnd_model *version_load(attnd_model_slot *slot, const attnd_model_spec 
     m->kv_dtype = (attn_kv_dtype)(spec->kv_dtype >= 0 ? spec->kv_dtype : cfg->kv_dtype);
     m->load_ms = (double)(attnd_now_ns() - t0) / 1e6;
     attn_layer_get_info(m->layer, &m->info);
-    if (smoke_forward(m, err, errlen))
+    if (smoke_forward(m, err, errlen) || fits_page(m, page, err, errlen))
         goto fail;
     time_t now = time(NULL);
     struct tm tm;
@@ -329,7 +356,8 @@ int attnd_models_load(attnd_models *ms, const attnd_config *cfg, attnd_metrics *
             goto fail;
         }
         ms->n = ms->n_config = i + 1;
-        attnd_model *m = version_load(&ms->slots[i], &cfg->models[i], cfg, metrics, err, errlen);
+        attnd_model *m = version_load(&ms->slots[i], &cfg->models[i], cfg, metrics, 0, err,
+                                      errlen);
         if (!m)
             goto fail;
         publish(ms, i, m); /* the slot was empty: nothing to give back */
@@ -408,7 +436,8 @@ int attnd_models_reload(attnd_models *ms, const attnd_config *cfg, char *err, si
     int rc = 0;
     for (int i = 0; i < ms->n_config && rc == 0; i++)
         if (slot_loaded(ms, i) && !(fresh[i] = version_load(&ms->slots[i], &cfg->models[i], cfg,
-                                                            ms->metrics, err, errlen)))
+                                                            ms->metrics, ms->kv_page_bytes, err,
+                                                            errlen)))
             rc = -1;
     for (int i = 0; i < ms->n_config && rc == 0; i++) /* swap: fresh[i] now holds the old one */
         if (fresh[i])
@@ -653,25 +682,35 @@ static int slot_of(attnd_models *ms, const char *name)
     return -1;
 }
 
-/* A new slot for spec's model. Returns its index, or -1 (*st: FULL, NO_MEMORY). */
-static int slot_add(attnd_models *ms, const attnd_model_spec *spec, attnd_repo_status *st)
+/* 1 when no version of slot i is alive any more (none in the retired list:
+ * every replaced or unloaded version is there until its last holder lets go). */
+static int slot_versions_gone(attnd_models *ms, int i)
 {
-    int i = ms->n;
-    if (i >= ms->cap) {
-        *st = ATTND_REPO_FULL;
-        return -1;
+    pthread_mutex_lock(&ms->retired_mu);
+    const attnd_model *m = ms->retired_head;
+    while (m && m->index != i)
+        m = m->retired_next;
+    pthread_mutex_unlock(&ms->retired_mu);
+    return m == NULL;
+}
+
+/* A slot for a new name (repo_mu held): an added model's that was unloaded
+ * and whose versions are all gone (*reuse 1), else the next unused one (not
+ * counted in n until its model loads). Returns its index, or -1 (FULL). */
+static int slot_find_free(attnd_models *ms, int *reuse)
+{
+    for (int i = ms->n_config; i < ms->n; i++) {
+        int unloaded;
+        pthread_mutex_lock(&ms->mu);
+        unloaded = !ms->items[i] && !ms->slots[i].loading;
+        pthread_mutex_unlock(&ms->mu);
+        if (unloaded && !ms->slots[i].configured && slot_versions_gone(ms, i)) {
+            *reuse = 1;
+            return i;
+        }
     }
-    if (slot_init(ms, i, spec, 0) != 0) {
-        attnd_config_spec_free(&ms->slots[i].spec);
-        *st = ATTND_REPO_NO_MEMORY;
-        return -1;
-    }
-    if (ms->metrics)
-        attnd_metrics_name_model(ms->metrics, i, spec->name);
-    pthread_mutex_lock(&ms->mu); /* readers see the slot whole, items[i] NULL */
-    ms->n = i + 1;
-    pthread_mutex_unlock(&ms->mu);
-    return i;
+    *reuse = 0;
+    return ms->n < ms->cap ? ms->n : -1;
 }
 
 static void set_loading(attnd_models *ms, int i, int loading, const char *reason)
@@ -683,40 +722,131 @@ static void set_loading(attnd_models *ms, int i, int loading, const char *reason
     pthread_mutex_unlock(&ms->mu);
 }
 
+/* Remembers (reason non-NULL) or forgets a failed load of the new name name. */
+static void failed_note(attnd_models *ms, const char *name, const char *reason)
+{
+    pthread_mutex_lock(&ms->mu);
+    int at = -1, oldest = 0;
+    for (int k = 0; k < ATTND_MODELS_FAILED_MAX; k++) {
+        if (strcmp(ms->failed[k].name, name) == 0)
+            at = k;
+        if (ms->failed[k].seq < ms->failed[oldest].seq)
+            oldest = k;
+    }
+    if (reason) {
+        if (at < 0)
+            at = oldest; /* unused entries have seq 0 */
+        snprintf(ms->failed[at].name, sizeof ms->failed[at].name, "%s", name);
+        snprintf(ms->failed[at].reason, sizeof ms->failed[at].reason, "%s", reason);
+        ms->failed[at].seq = ++ms->failed_seq;
+    } else if (at >= 0) {
+        ms->failed[at].name[0] = '\0';
+        ms->failed[at].seq = 0;
+    }
+    pthread_mutex_unlock(&ms->mu);
+}
+
+/* A new name's first version, into slot i (free: see slot_find_free), only
+ * kept when it loads: then the slot is the model's (counted in n, named in
+ * the metrics, a reused slot's old scheduler freed). A failure leaves the slot
+ * as it was and is remembered for the index. Returns the version or NULL. */
+static attnd_model *load_new(attnd_models *ms, const attnd_config *cfg, int i, int reuse,
+                             const attnd_model_spec *spec, char *err, size_t errlen)
+{
+    attnd_model_slot *slot = &ms->slots[i];
+    attnd_model_slot old = {0};
+    if (reuse)
+        old = *slot; /* an unloaded model's, nothing of it alive */
+    else
+        *slot = (attnd_model_slot){.index = i, .metrics = ms->metrics}; /* past n: unseen */
+    attnd_model_spec copy;
+    if (attnd_config_spec_copy(&copy, spec) != 0) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_lock(&ms->mu);
+    snprintf(ms->loading_name, sizeof ms->loading_name, "%s", spec->name);
+    pthread_mutex_unlock(&ms->mu);
+    /* the scheduler the version makes keeps &ms->slots[i] for its batch hook */
+    attnd_model_slot fresh = {.index = i, .metrics = ms->metrics};
+    attnd_scheduler *old_sched = slot->sched;
+    slot->sched = NULL;
+    attnd_sched_config old_sc = slot->sc;
+    attnd_model *m = version_load(slot, spec, cfg, ms->metrics, ms->kv_page_bytes, err, errlen);
+    pthread_mutex_lock(&ms->mu);
+    ms->loading_name[0] = '\0';
+    if (!m) {
+        slot->sched = old_sched;
+        slot->sc = old_sc;
+    } else {
+        fresh.sched = slot->sched;
+        fresh.sc = slot->sc;
+        fresh.spec = copy;
+        *slot = fresh; /* version 0: publish makes it 1 */
+    }
+    pthread_mutex_unlock(&ms->mu);
+    if (!m) {
+        attnd_config_spec_free(&copy);
+        failed_note(ms, spec->name, err);
+        return NULL;
+    }
+    failed_note(ms, spec->name, NULL);
+    if (reuse) {
+        attnd_log(ATTND_LOG_INFO, "model %s takes the slot of %s (unloaded, nothing holds it)",
+                  spec->name, old.spec.name);
+        attnd_scheduler_free(old_sched); /* idle: every version on it is gone */
+        attnd_config_spec_free(&old.spec);
+        if (ms->metrics)
+            attnd_metrics_rename_model(ms->metrics, i, spec->name);
+    } else {
+        if (ms->metrics)
+            attnd_metrics_name_model(ms->metrics, i, spec->name);
+        pthread_mutex_lock(&ms->mu); /* readers see the slot whole */
+        ms->n = i + 1;
+        pthread_mutex_unlock(&ms->mu);
+    }
+    return m;
+}
+
 attnd_repo_status attnd_models_repo_load(attnd_models *ms, const attnd_config *cfg,
                                          const char *name, const attnd_model_spec *spec,
                                          int *version, char *err, size_t errlen)
 {
-    attnd_repo_status st = ATTND_REPO_OK;
     pthread_mutex_lock(&ms->repo_mu);
-    int i = slot_of(ms, name);
+    int i = slot_of(ms, name), reuse = 0;
+    attnd_model *m = NULL;
     if (i < 0 && !spec) {
         snprintf(err, errlen, "no model named \"%.80s\" is configured or was loaded; give "
                  "its source: {\"parameters\": {\"path\": ...}}", name);
-        st = ATTND_REPO_NOT_FOUND;
-    } else if (i < 0 && (i = slot_add(ms, spec, &st)) < 0) {
-        if (st == ATTND_REPO_FULL)
-            snprintf(err, errlen, "%d models were added at run time already (the most a "
-                     "process takes); restart attnd with the models configured",
-                     ATTND_MODELS_ADDED_MAX);
-        else
-            snprintf(err, errlen, "out of memory");
-    }
-    if (st != ATTND_REPO_OK) {
         pthread_mutex_unlock(&ms->repo_mu);
-        return st;
+        return ATTND_REPO_NOT_FOUND;
     }
-    attnd_model_slot *slot = &ms->slots[i];
-    const attnd_model_spec *from = spec ? spec : &slot->spec;
-    set_loading(ms, i, 1, NULL);
-    attnd_model *m = version_load(slot, from, cfg, ms->metrics, err, errlen);
-    if (!m) {
-        set_loading(ms, i, 0, err);
-        pthread_mutex_unlock(&ms->repo_mu);
-        return ATTND_REPO_LOAD_FAILED;
+    if (i < 0) {
+        if ((i = slot_find_free(ms, &reuse)) < 0) {
+            snprintf(err, errlen, "%d models added at run time are loaded or held by sessions "
+                     "(the most a process takes); unload one, or restart attnd with the "
+                     "models configured", ATTND_MODELS_ADDED_MAX);
+            pthread_mutex_unlock(&ms->repo_mu);
+            return ATTND_REPO_FULL;
+        }
+        m = load_new(ms, cfg, i, reuse, spec, err, errlen);
+        if (!m) {
+            pthread_mutex_unlock(&ms->repo_mu);
+            return ATTND_REPO_LOAD_FAILED;
+        }
+    } else {
+        attnd_model_slot *slot = &ms->slots[i];
+        const attnd_model_spec *from = spec ? spec : &slot->spec;
+        set_loading(ms, i, 1, NULL);
+        m = version_load(slot, from, cfg, ms->metrics, ms->kv_page_bytes, err, errlen);
+        if (!m) {
+            set_loading(ms, i, 0, err);
+            pthread_mutex_unlock(&ms->repo_mu);
+            return ATTND_REPO_LOAD_FAILED;
+        }
+        if (spec && from != &slot->spec)
+            slot_set_spec(ms, i, spec); /* out of memory: the old source stays */
     }
-    if (spec && from != &slot->spec)
-        slot_set_spec(ms, i, spec); /* out of memory: the old source stays */
     attnd_model *old = publish(ms, i, m);
     *version = m->version;
     set_loading(ms, i, 0, "");
@@ -751,13 +881,23 @@ attnd_repo_status attnd_models_repo_unload(attnd_models *ms, const char *name)
     return i >= 0 ? ATTND_REPO_OK : ATTND_REPO_NOT_FOUND;
 }
 
+/* What the index says of reason (a slot's, or a failed load's) to a caller
+ * without an admin key: "unloaded" and "" as they are, a load's error only as
+ * a failure (it names files and quotes parsers). */
+static const char *shown_reason(const char *reason, int reasons)
+{
+    if (reasons || !*reason || strcmp(reason, "unloaded") == 0)
+        return reason;
+    return "the last load failed (an admin key sees why)";
+}
+
 /* One index entry of slot i (under mu). */
-static json_t *index_entry(attnd_models *ms, int i)
+static json_t *index_entry(attnd_models *ms, int i, int reasons)
 {
     const attnd_model_slot *slot = &ms->slots[i];
     const char *state = slot->loading ? "LOADING" : ms->items[i] ? "READY" : "UNAVAILABLE";
     json_t *o = json_pack("{s:s, s:s, s:s}", "name", slot->spec.name, "state", state,
-                          "reason", slot->reason);
+                          "reason", shown_reason(slot->reason, reasons));
     char v[16];
     snprintf(v, sizeof v, "%d", ms->items[i] ? ms->items[i]->version : slot->version);
     if (o && slot->version > 0 && json_object_set_new(o, "version", json_string(v)) != 0) {
@@ -767,14 +907,31 @@ static json_t *index_entry(attnd_models *ms, int i)
     return o;
 }
 
-char *attnd_models_index_json(attnd_models *ms, int ready_only, size_t *len)
+char *attnd_models_index_json(attnd_models *ms, int ready_only, int reasons, size_t *len)
 {
     json_t *arr = json_array();
     pthread_mutex_lock(&ms->mu);
     for (int i = 0; arr && i < ms->n; i++) {
         if (ready_only && !ms->items[i])
             continue;
-        if (json_array_append_new(arr, index_entry(ms, i)) != 0) {
+        if (json_array_append_new(arr, index_entry(ms, i, reasons)) != 0) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    }
+    if (arr && !ready_only && ms->loading_name[0] &&
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:s}", "name", ms->loading_name,
+                                             "state", "LOADING", "reason", "")) != 0) {
+        json_decref(arr);
+        arr = NULL;
+    }
+    for (int k = 0; arr && !ready_only && k < ATTND_MODELS_FAILED_MAX; k++) {
+        if (!ms->failed[k].name[0])
+            continue;
+        if (json_array_append_new(arr, json_pack("{s:s, s:s, s:s}", "name", ms->failed[k].name,
+                                                 "state", "UNAVAILABLE", "reason",
+                                                 shown_reason(ms->failed[k].reason,
+                                                              reasons))) != 0) {
             json_decref(arr);
             arr = NULL;
         }

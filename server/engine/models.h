@@ -51,9 +51,12 @@ typedef struct attnd_model {
     attnd_sched_config sched_cfg; /* what its (the slot's) scheduler runs with  */
 } attnd_model;
 
-/* Models the repository API may add beyond the configured ones (each name it
- * ever loads keeps its slot, and its metrics series, until the process ends). */
+/* Models the repository API may add beyond the configured ones. Only a model
+ * that loaded takes a slot; the slot of an added model that was unloaded goes
+ * to a new name once nothing holds its versions (its metrics series restart). */
 #define ATTND_MODELS_ADDED_MAX 32
+/* Failed loads of new names the index remembers (the latest), slots or not. */
+#define ATTND_MODELS_FAILED_MAX 8
 
 /* What one configured model keeps across its versions: the scheduler every
  * version submits to (each request names its version's layer), and what the
@@ -92,6 +95,18 @@ typedef struct attnd_models {
     attnd_metrics *metrics;    /* borrowed                                     */
     struct attnd_model_group *groups; /* n_groups, owned; fixed once loaded     */
     int n_groups;
+    /* Under mu: the new name a repository load is loading ("" = none), and the
+     * last failed loads of new names (name "" = unused), for the index. */
+    char loading_name[80];
+    struct {
+        char name[80];
+        char reason[256];
+        unsigned long long seq;
+    } failed[ATTND_MODELS_FAILED_MAX];
+    unsigned long long failed_seq;
+    /* The session store's KV page (set once the store exists; 0 before): a
+     * version whose one row of K and V is wider is refused at load. */
+    size_t kv_page_bytes;
 } attnd_models;
 
 /* A model group (--model NAME=DIR,layers=...): the layer models NAME.k, in
@@ -146,6 +161,10 @@ void attnd_models_retired(attnd_models *ms, int *versions, size_t *bytes);
 /* A reference to the oldest retired version still alive (release it with
  * attnd_model_release), or NULL when there is none. */
 attnd_model *attnd_models_oldest_retired(attnd_models *ms);
+
+/* A reference to the retired version after m (which the caller holds, so it is
+ * still listed), or NULL when m is the newest. */
+attnd_model *attnd_models_next_retired(attnd_models *ms, attnd_model *m);
 
 /* How many model slots a registry for cfg has room for (configured + added):
  * the metrics registry reserves as many. */
@@ -221,9 +240,12 @@ attnd_repo_status attnd_models_repo_load(attnd_models *ms, const attnd_config *c
 attnd_repo_status attnd_models_repo_unload(attnd_models *ms, const char *name);
 
 /* The repository index: [{"name","version","state","reason"}, ...] for every
- * slot (ready_only: the loaded ones). state is READY, LOADING or UNAVAILABLE.
- * malloc'd JSON (caller frees) and its length, or NULL on allocation failure. */
-char *attnd_models_index_json(attnd_models *ms, int ready_only, size_t *len);
+ * slot, then the last failed loads of new names (ready_only: the loaded ones).
+ * state is READY, LOADING or UNAVAILABLE. Why a load failed (file paths, parser
+ * text) is shown only with reasons set (an admin key); otherwise such a reason
+ * says only that it failed. malloc'd JSON (caller frees) and its length, or
+ * NULL on allocation failure. */
+char *attnd_models_index_json(attnd_models *ms, int ready_only, int reasons, size_t *len);
 
 /* Takes one more reference to a version the caller already holds (e.g. to keep
  * it beyond the request that found it). Release it with attnd_model_release. */

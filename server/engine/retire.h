@@ -12,9 +12,11 @@
 #include "engine/sessions.h"
 
 /* Bounds what retired model versions pin (--max-retired-bytes): while their
- * weights exceed bound, the sessions holding the oldest one are evicted (busy
- * ones when their append ends; their ids then answer 410). Call after every
- * reload, repository load or unload. Returns the sessions evicted. */
+ * weights exceed bound, the sessions holding the oldest ones are evicted (busy
+ * ones when their append ends; their ids then answer 410), one pass, each
+ * version once: it never waits for a busy session (the version goes when its
+ * last holder lets go). Call after every reload, repository load or unload.
+ * Returns the sessions evicted. */
 int attnd_retired_bound(attnd_sessions *st, attnd_models *models, size_t bound);
 
 #endif

@@ -28,11 +28,13 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/ioctl.h>
+#include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received (glibc's lacks it) */
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,6 +56,14 @@ struct attnd_http {
     _Atomic int active;          /* requests begun and not completed (conn)     */
     _Atomic int open_socks;      /* TCP connections open                        */
     _Atomic int64_t inflight_bytes; /* bodies, requests, responses held (budget) */
+    /* The drain (attnd_http_drain_begin): requests begun before the deadline
+     * (the signal + --drain-grace-ms) are served, and so is the next request
+     * of every connection owed one: its bytes had reached attnd at the signal
+     * (unread in the socket, or the connection still in the listen queue). */
+    _Atomic int64_t drain_deadline_ns; /* 0 = not draining                       */
+    _Atomic int owed_waiting;    /* owed connections whose request has not begun */
+    _Atomic int backlog_owed;    /* queued unaccepted at the signal: owed when accepted */
+    _Atomic int unsettled;       /* requests begun, neither submitted nor answered */
     char *tls_cert, *tls_key;    /* PEM text, owned; MHD borrows them           */
     /* The read-timeout reaper: every open socket, and a thread that shuts down
      * those whose request has not fully arrived within request_read_timeout_s. */
@@ -76,6 +86,9 @@ typedef struct sock_state {
                                     by socks_mu                                  */
     int64_t gone_phase;          /* phase_ns then: a request since resets it     */
     int shut;                    /* reaper's: shut down already                  */
+    _Atomic int in_request;      /* a request on it has begun, not completed      */
+    _Atomic int served;          /* a request on it has completed                 */
+    _Atomic int owed;            /* its next request is served while draining     */
 } sock_state;
 
 /* One request's state, hung on MHD's con_cls pointer. Created on the first
@@ -110,6 +123,8 @@ typedef struct conn {
     uint64_t bytes_in, bytes_out;/* body bytes received, response bytes queued  */
     int batch_size;              /* the batch its request ran in; 0 = none      */
     int64_t answered_ns;         /* when the response was queued                */
+    int admitted;                /* begun before the drain's deadline, or owed  */
+    int unsettled;               /* counted in http->unsettled                   */
 } conn;
 
 static const char internal_body[] =
@@ -119,6 +134,16 @@ static const char internal_body[] =
 
 static void budget_give(conn *c, int64_t n);
 static void budget_force(conn *c, int64_t n);
+
+/* c's request is in a scheduler or answered: the drain need not wait for it
+ * to be read any more. */
+static void settle(conn *c)
+{
+    if (c->unsettled) {
+        c->unsettled = 0;
+        atomic_fetch_sub(&c->http->unsettled, 1);
+    }
+}
 
 /* The answer is queued: what the request held (body, decoded request, parse
  * and response estimates) is given back, and the response body, which
@@ -217,6 +242,7 @@ static int queue_reply(conn *c, attnd_reply *r)
     if (ok != MHD_YES)
         return -1;
     c->responded = 1;
+    settle(c);
     c->status = r->status;
     c->answered_ns = attnd_now_ns();
     hold_response(c, held);
@@ -590,7 +616,7 @@ static enum MHD_Result submit(conn *c)
     attnd_app *app = c->http->app;
     const attnd_handler *hd = c->route->handler;
     attnd_http_error e;
-    if (attnd_app_state(app) == ATTND_STATE_DRAINING)
+    if (!c->admitted) /* it arrived after the signal and the grace */
         return send_error(c, attnd_http_error_set(&e, 503, "draining", "",
                                                   "attnd is shutting down"));
     attnd_request *req = NULL;
@@ -619,8 +645,10 @@ static enum MHD_Result submit(conn *c)
     atomic_fetch_add(&c->http->suspended, 1);
     MHD_suspend_connection(c->mc);
     attnd_submit_result sr = attnd_scheduler_submit(m->sched, req);
-    if (sr == ATTND_SUBMIT_OK)
+    if (sr == ATTND_SUBMIT_OK) {
+        settle(c);
         return MHD_YES;
+    }
     c->submitted = 0;
     atomic_fetch_sub(&c->http->pending, 1);
     c->req = NULL;
@@ -699,6 +727,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
             MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         c->sock = ci ? ci->socket_context : NULL;
         *con_cls = c;
+        int64_t deadline = atomic_load(&h->drain_deadline_ns);
+        c->admitted = deadline == 0 || c->start_ns < deadline;
+        if (c->sock) {
+            atomic_store(&c->sock->in_request, 1);
+            if (atomic_exchange(&c->sock->owed, 0)) {
+                c->admitted = 1;
+                atomic_fetch_sub(&h->owed_waiting, 1);
+            }
+        }
+        c->unsettled = 1;
+        atomic_fetch_add(&h->unsettled, 1);
         atomic_fetch_add(&h->active, 1);
         attnd_metrics_in_flight_add(h->app->metrics, 1);
         return begin(c);
@@ -760,9 +799,12 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
         attnd_log_req(ATTND_LOG_DEBUG, c->rid, "%s %s: connection ended early (code %d)",
                       c->method, c->url, (int)toe);
     attnd_metrics_in_flight_add(app->metrics, -1);
+    settle(c);
     if (c->sock) { /* the next request on this connection starts its clock now */
         atomic_store_explicit(&c->sock->phase_ns, attnd_now_ns(), memory_order_relaxed);
         atomic_store_explicit(&c->sock->busy, 0, memory_order_relaxed);
+        atomic_store(&c->sock->in_request, 0);
+        atomic_store(&c->sock->served, 1);
     }
     int computing = c->submitted && !atomic_load_explicit(&c->done, memory_order_acquire);
     assert(!computing); /* libmicrohttpd never closes a suspended connection */
@@ -810,6 +852,17 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
         ss->fd = ci->connect_fd;
         atomic_init(&ss->phase_ns, attnd_now_ns());
         atomic_init(&ss->busy, 0);
+        atomic_init(&ss->in_request, 0);
+        atomic_init(&ss->owed, 0);
+        atomic_init(&ss->served, 0);
+        /* accepted in order: the first ones after the signal were queued then */
+        int left = atomic_load(&h->backlog_owed);
+        while (left > 0 && !atomic_compare_exchange_weak(&h->backlog_owed, &left, left - 1))
+            ;
+        if (left > 0) {
+            atomic_store(&ss->owed, 1);
+            atomic_fetch_add(&h->owed_waiting, 1);
+        }
         pthread_mutex_lock(&h->socks_mu);
         ss->next = h->socks;
         if (h->socks)
@@ -821,6 +874,8 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
     }
     if (!ss)
         return;
+    if (atomic_exchange(&ss->owed, 0))
+        atomic_fetch_sub(&h->owed_waiting, 1);
     pthread_mutex_lock(&h->socks_mu);
     if (ss->prev)
         ss->prev->next = ss->next;
@@ -943,10 +998,44 @@ static size_t unescape(void *cls, struct MHD_Connection *mc, char *s)
     return (size_t)(w - s);
 }
 
+/* libmicrohttpd's own answers (a malformed request line or header, headers
+ * over its memory, ...) are sent before attnd sees a request: no handler, no
+ * request id header. It says so through its logger, once per answer, with the
+ * status first: that line gets a request id of its own, the access-log line
+ * and the request counter every answer has. */
+static const char mhd_error_fmt[] = "Error processing request (HTTP response code is %u";
+
+static void mhd_own_answer(attnd_http *h, unsigned status, const char *message)
+{
+    char rid[ATTND_REQID_MAX + 1], title[96] = "";
+    attnd_reqid_take(NULL, rid);
+    const char *t = message ? strstr(message, "<title>") : NULL, *end;
+    if (t && (end = strstr(t += 7, "</title>")) && end - t < (long)sizeof title)
+        snprintf(title, sizeof title, "%.*s", (int)(end - t), t);
+    attnd_log_req(ATTND_LOG_WARN, rid, "libmicrohttpd answered %u (%s) before attnd saw a "
+                  "request (malformed or oversized request line or headers), closing the "
+                  "connection", status, title[0] ? title : "no reason given");
+    attnd_metrics_request_done(h->app->metrics, -1, ATTND_ROUTE_OTHER, 0, (int)status, 0);
+    if (h->app->access_log) {
+        attnd_access_entry e = {.request_id = rid, .remote = "-", .method = "-", .path = "-",
+                                .status = (int)status};
+        attnd_access_log_write(h->app->access_log, &e);
+    }
+}
+
 static void mhd_logger(void *cls, const char *fmt, va_list ap)
 {
+    attnd_http *h = cls;
+    if (strncmp(fmt, mhd_error_fmt, sizeof mhd_error_fmt - 1) == 0) {
+        va_list copy;
+        va_copy(copy, ap);
+        unsigned status = va_arg(copy, unsigned);
+        const char *message = va_arg(copy, const char *);
+        va_end(copy);
+        mhd_own_answer(h, status, message);
+        return;
+    }
     char msg[512];
-    (void)cls;
     vsnprintf(msg, sizeof msg, fmt, ap);
     attnd_log(ATTND_LOG_WARN, "libmicrohttpd: %s", msg);
 }
@@ -1151,6 +1240,75 @@ static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+/* 1 when bytes arrived on ss since its last request ended (or it opened) and
+ * no request on it has begun: unread in the socket, or read by libmicrohttpd
+ * and not yet parsed: on a connection that has served no request, any byte
+ * received; after one, the kernel's time of the last data received (it
+ * counts in jiffies, so data within 10 ms of the last request's end is taken
+ * for that request's). */
+static int bytes_waiting(const sock_state *ss, int64_t now)
+{
+    if (atomic_load(&ss->in_request))
+        return 0; /* begun before the signal: admitted already */
+    int unread = 0;
+    if (ioctl(ss->fd, FIONREAD, &unread) == 0 && unread > 0)
+        return 1;
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    memset(&ti, 0, sizeof ti);
+    if (getsockopt(ss->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
+        return 0;
+    if (!atomic_load(&ss->served) &&
+        len >= offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+        return ti.tcpi_bytes_received > 0;
+    int64_t last_ns = now - (int64_t)ti.tcpi_last_data_recv * 1000000;
+    return last_ns > atomic_load_explicit(&ss->phase_ns, memory_order_relaxed) + 10000000;
+}
+
+void attnd_http_drain_begin(attnd_http *h, int grace_ms)
+{
+    int64_t now = attnd_now_ns();
+    int owed = 0, queued = 0;
+    pthread_mutex_lock(&h->socks_mu);
+    for (sock_state *ss = h->socks; ss; ss = ss->next)
+        if (!ss->shut && bytes_waiting(ss, now) && !atomic_exchange(&ss->owed, 1)) {
+            atomic_fetch_add(&h->owed_waiting, 1);
+            owed++;
+        }
+    pthread_mutex_unlock(&h->socks_mu);
+    /* A listening socket's TCP_INFO holds its accept queue's length (Linux). */
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    if (getsockopt(h->listen_fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+        ti.tcpi_state == 10 /* TCP_LISTEN */)
+        queued = (int)ti.tcpi_unacked;
+    atomic_store(&h->backlog_owed, queued);
+    atomic_store(&h->drain_deadline_ns, now + (int64_t)grace_ms * 1000000 + 1);
+    attnd_log(ATTND_LOG_INFO, "draining: %d open connection(s) and %d queued unaccepted hold "
+              "requests sent before the signal: they are answered%s", owed, queued,
+              grace_ms > 0 ? "; requests arriving during --drain-grace-ms are too" : "");
+}
+
+/* How long after the grace the drain waits for owed connections to begin
+ * their request (they are read as the HTTP threads get to them; a client that
+ * had sent part of a request and stopped must not hold the stop longer). */
+#define OWED_WAIT_MS 5000
+
+int attnd_http_drain_admitted(attnd_http *h, int timeout_ms)
+{
+    int64_t owed_until = atomic_load(&h->drain_deadline_ns) + (int64_t)OWED_WAIT_MS * 1000000;
+    for (int waited = 0; waited < timeout_ms; waited += 5) {
+        int64_t now = attnd_now_ns();
+        int owed = atomic_load(&h->owed_waiting) > 0 || atomic_load(&h->backlog_owed) > 0;
+        if (now >= atomic_load(&h->drain_deadline_ns) && (!owed || now >= owed_until) &&
+            atomic_load(&h->unsettled) <= 0)
+            return 0;
+        sleep_ms(5);
+    }
+    return atomic_load(&h->owed_waiting) + atomic_load(&h->backlog_owed) +
+           atomic_load(&h->unsettled);
 }
 
 /* Draining: every request that reaches attnd is answered, none is cut off by

@@ -19,6 +19,17 @@ attnd_http *attnd_http_start(attnd_app *app, char *err, size_t errlen);
 /* The bound TCP port (useful with --listen HOST:0). */
 int attnd_http_port(const attnd_http *h);
 
+/* The drain begins (app->state is DRAINING already): requests begun before
+ * now + grace_ms are served, and so is the next request of every connection
+ * whose bytes reached attnd before now (unread in its socket, or queued
+ * unaccepted on the listening socket); any other gets 503 draining. */
+void attnd_http_drain_begin(attnd_http *h, int grace_ms);
+
+/* Waits until the grace is over and every request drain_begin admitted has
+ * been read and handed to a scheduler or answered (then the schedulers may
+ * drain), or timeout_ms passed. Returns how many are still unread. */
+int attnd_http_drain_admitted(attnd_http *h, int timeout_ms);
+
 /* Waits until every attention request handed to a scheduler has had its
  * response sent, or timeout_ms passed. Returns how many are still pending. */
 int attnd_http_wait_idle(attnd_http *h, int timeout_ms);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/auth.h"
+#include "core/config.h"
 #include "engine/retire.h"
 #include "protocol/handler_v2.h"
 
@@ -107,7 +108,10 @@ static void answer_index(attnd_exchange *x, attnd_reply *out)
     ready_only = ready && json_is_true(ready);
     json_decref(root);
     size_t len = 0;
-    char *body = attnd_models_index_json(x->app->models, ready_only, &len);
+    /* why loads failed (file paths, parser text) is for admin keys only */
+    int reasons = attnd_auth_admin(x->app->auth, x->header(x, "Authorization")) ==
+                  ATTND_ADMIN_OK;
+    char *body = attnd_models_index_json(x->app->models, ready_only, reasons, &len);
     attnd_reply_body(out, 200, attnd_json_type, body, len);
     return;
 fail:
@@ -117,14 +121,22 @@ fail:
 
 /* ------------------------------------------------------------ load, unload */
 
-/* The {name} segment into buf. Returns 0, or -1 with a 400 (too long). */
+/* The {name} segment into buf. Returns 0, or -1 with a 400 naming it (too
+ * long, a character outside the set, or dots alone: "." and ".." would be
+ * resolved away by a proxy in front, so the name could never be reached). */
 static int path_name(const attnd_exchange *x, char *buf, size_t cap, attnd_http_error *err)
 {
     if (x->param_len == 0 || x->param_len >= cap || x->param_len > 64)
         return attnd_http_fail(err, 400, "invalid_request", "name",
-                               "a model name is 1-64 characters of A-Z a-z 0-9 . _ -");
+                               "a model name is 1-64 characters of A-Z a-z 0-9 . _ - and not "
+                               "dots alone");
     memcpy(buf, x->param, x->param_len);
     buf[x->param_len] = '\0';
+    if (!attnd_config_model_name_ok(buf))
+        return attnd_http_fail(err, 400, "invalid_request", "name",
+                               "model name \"%.64s\": a model name is 1-64 characters of "
+                               "A-Z a-z 0-9 . _ - and not dots alone (\".\" and \"..\" are "
+                               "path segments)", buf);
     return 0;
 }
 

@@ -8,6 +8,7 @@
 #include "protocol/handler_session.h"
 
 #include <assert.h>
+#include <float.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -420,6 +421,80 @@ static attn_status memory_bound(const attnd_model *m, const create_body *cb, flo
     return ATTN_OK;
 }
 
+/* ------------------------------------------------------------ what a kv dtype holds */
+
+/* The largest |x| a kv dtype stores as it is: f16 saturates past 65504 (a value
+ * stored as +-65504 reached it), bf16 rounds past its largest finite value to
+ * infinity; int8 (a float32 scale per block and KV head) and f32 hold every
+ * finite value (int8 coarsely, relative to the block's largest). */
+static float kv_dtype_max(attn_kv_dtype d)
+{
+    return d == ATTN_KV_F16 ? 65504.0f : d == ATTN_KV_BF16 ? 0x1.fep127f : FLT_MAX;
+}
+
+static const char *kv_dtype_label(attn_kv_dtype d)
+{
+    return d == ATTN_KV_F16 ? "f16" : d == ATTN_KV_BF16 ? "bf16" : d == ATTN_KV_INT8 ? "int8" : "f32";
+}
+
+/* 0 when the projected keys k and values v (rows × the model's K / V row
+ * widths) fit the model's kv dtype (reached: what is stored at the limit, an
+ * append's read-back), else -1 with a 400 naming field, the dtype and its limit. */
+static int kv_check(const attnd_model *m, const float *k, const float *v, size_t rows, int stored,
+                    const char *field, const char *what, attnd_http_error *e)
+{
+    const float lim = kv_dtype_max(m->kv_dtype);
+    if (m->kv_dtype != ATTN_KV_F16 && m->kv_dtype != ATTN_KV_BF16)
+        return 0;
+    const size_t rk = (size_t)attnd_kv_heads(&m->info) * (size_t)m->info.head_dim_k;
+    const size_t rv = (size_t)attnd_kv_heads(&m->info) * (size_t)m->info.head_dim_v;
+    const float mk = max_abs(k, rows * rk), mv = max_abs(v, rows * rv);
+    const int over = stored && m->kv_dtype == ATTN_KV_F16 ? (mk >= lim || mv >= lim)
+                                                          : (!(mk <= lim) || !(mv <= lim));
+    if (!over)
+        return 0;
+    char seen[64] = "";
+    if (!stored)
+        snprintf(seen, sizeof seen, " (largest |%s| %g)", mk >= mv ? "key" : "value",
+                 (double)(mk > mv ? mk : mv));
+    return attnd_http_fail(e, 400, "invalid_value", field,
+                           "%s projected keys or values%s %s the session's kv_dtype %s, which "
+                           "holds |x| <= %g; nothing was stored (model %s: use kv_dtype f32%s, "
+                           "or smaller inputs)", what, seen, stored ? "reach the limit of" :
+                           "overflow", kv_dtype_label(m->kv_dtype), (double)lim, m->name,
+                           m->kv_dtype == ATTN_KV_F16 ? " or bf16" : "");
+}
+
+/* After a self session's append was computed, before it is committed: the K
+ * and V rows it wrote, read back, must not have reached the dtype's limit (the
+ * library stores f16 overflow as +-65504 and answers 200 on it: 87 % off at
+ * |x| ~ 1e5). Returns 0, or -1 with a 400 (the append is then not committed:
+ * nothing appended). */
+static int append_kv_check(attnd_app *app, const attnd_model *m, attnd_session *s,
+                           const attn_seq *q, int t, attnd_http_error *e)
+{
+    if ((m->kv_dtype != ATTN_KV_F16 && m->kv_dtype != ATTN_KV_BF16) || !q->cache_append || t <= 0)
+        return 0;
+    const size_t rk = (size_t)attnd_kv_heads(&m->info) * (size_t)m->info.head_dim_k;
+    const size_t rv = (size_t)attnd_kv_heads(&m->info) * (size_t)m->info.head_dim_v;
+    float *k = malloc((size_t)t * rk * sizeof *k), *v = malloc((size_t)t * rv * sizeof *v);
+    attnd_session_kv kv;
+    attnd_sessions_kv(app->sessions, s, &kv);
+    attn_kv_cache cache = {.k = kv.k, .v = kv.v, .dtype = m->kv_dtype, .block_rows = kv.block_rows,
+                           .block_table = kv.table, .block_stride = kv.stride};
+    attn_error ae = {0};
+    int rc = 0;
+    if (!k || !v)
+        rc = attnd_http_fail(e, 500, "internal", "", "out of memory checking the KV rows");
+    else if (attn_kv_load(m->layer, &cache, q->cache_len, t, k, v, &ae) != ATTN_OK)
+        rc = attnd_http_fail(e, 500, "internal", "", "reading the KV rows back: %s", ae.message);
+    else
+        rc = kv_check(m, k, v, (size_t)t, 1, "query", "this append's", e);
+    free(k);
+    free(v);
+    return rc;
+}
+
 /* A cross session's memory: projected once, then stored on its pages in the
  * model's kv dtype. */
 static attn_status project_memory(attnd_sessions *st, const attnd_model *m, const create_body *cb,
@@ -436,6 +511,13 @@ static attn_status project_memory(attnd_sessions *st, const attnd_model *m, cons
     attnd_sessions_kv(st, s, &kv);
     attn_kv_cache cache = {.k = kv.k, .v = kv.v, .dtype = m->kv_dtype, .block_rows = kv.block_rows,
                            .block_table = kv.table, .block_stride = kv.stride};
+    attnd_http_error he;
+    if (status == ATTN_OK && kv_check(m, k, v, (size_t)cb->key_rows, 0, "key", "the memory's",
+                                      &he) != 0) {
+        snprintf(ae->message, sizeof ae->message, "%.*s", (int)sizeof ae->message - 1,
+                 he.message);
+        status = ATTN_ERR_INVALID_ARG; /* 400 */
+    }
     if (status == ATTN_OK)
         status = attn_kv_store(m->layer, &cache, 0, cb->key_rows, k, v, ae);
     free(k);
@@ -930,12 +1012,19 @@ static void append_finish(attnd_exchange *x, const attnd_request *req, attnd_rep
     int rows = 0;
     int ok = req->outcome == ATTND_DONE_OK;
     const int layer = call->sess->group ? call->sess->layer : -1;
+    attnd_http_error kv_err;
+    int kv_bad = ok && append_kv_check(app, model, call->sess, &req->seqs[0], call->t, &kv_err);
     memcpy(id, call->sess->id, sizeof id);
-    attnd_sessions_release(app->sessions, call->sess, ok ? call->t : 0, &length, &rows);
+    attnd_sessions_release(app->sessions, call->sess, ok && !kv_bad ? call->t : 0, &length,
+                           &rows);
     call->sess = NULL;
     if (app->metrics)
         attnd_metrics_session_append(app->metrics, model->index,
                                      attnd_now_ns() - call->start_ns);
+    if (kv_bad) {
+        attnd_reply_error(out, &kv_err);
+        return;
+    }
     if (!attnd_handler_succeeded(x, req, attnd_reply_error, out))
         return;
     if (call->binary) {

@@ -1,5 +1,6 @@
 /* test_repository.c — the v2 model repository extension through the real
- * daemon: the index (names, versions, states, reasons), loading a new model
+ * daemon: the index (names, versions, states, reasons: why a load failed only
+ * for an admin key), loading a new model
  * from a checkpoint path, reloading a configured one (its version goes up, and
  * v2 metadata, version routes, /v1/models and infer responses say so),
  * unloading while a request is in flight (it completes 200; then 404 naming
@@ -240,8 +241,14 @@ TEST_WITH(bad_loads, const attnd_proc *p)
     json_t *j = get_json(p, "/v2/repository/index", &st);
     json_t *e = index_entry(j, "broken");
     CHECK_STR_EQ(str(e, "state"), "UNAVAILABLE");
-    CHECK(strstr(str(e, "reason"), "nonexistent") != NULL);
+    CHECK(strstr(str(e, "reason"), "nonexistent") == NULL); /* why: for admin keys only */
+    CHECK(strstr(str(e, "reason"), "failed") != NULL);
     json_decref(j);
+    CHECK_INT_EQ(call(p, "GET", "/v2/repository/index", ADMIN, NULL, &r), 200);
+    j = r.body ? json_loads(r.body, 0, NULL) : NULL;
+    CHECK(strstr(str(index_entry(j, "broken"), "reason"), "nonexistent") != NULL);
+    json_decref(j);
+    http_result_free(&r);
     CHECK_INT_EQ(load(p, "x", "{\"parameters\": {\"path\": \"config/demo.safetensors\", "
                       "\"wrokers\": 2}}", &r), 400);
     CHECK_MSG(r.body && strstr(r.body, "parameters.wrokers"), "400 body: %s",
