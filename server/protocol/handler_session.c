@@ -814,8 +814,9 @@ fail:
     return -1;
 }
 
-/* The session's state after this append, as response members. */
-static char *session_members(const char *id, int64_t length, int rows)
+/* The session's state after this append, and where the model's decode loop
+ * computed it, as response members. */
+static char *session_members(const char *id, int64_t length, int rows, const attnd_request *req)
 {
     attnd_jsonbuf b = {0};
     attnd_jb_puts(&b, "\"session\":{\"id\":");
@@ -824,6 +825,14 @@ static char *session_members(const char *id, int64_t length, int rows)
     attnd_jb_i64(&b, (long long)length);
     attnd_jb_puts(&b, ",\"cached\":");
     attnd_jb_i64(&b, rows);
+    attnd_jb_puts(&b, "},\"decode\":{\"queued_after\":");
+    attnd_jb_i64(&b, (long long)req->queued_after);
+    attnd_jb_puts(&b, ",\"first\":");
+    attnd_jb_i64(&b, (long long)req->iter_first);
+    attnd_jb_puts(&b, ",\"last\":");
+    attnd_jb_i64(&b, (long long)req->iter_last);
+    attnd_jb_puts(&b, ",\"iterations\":");
+    attnd_jb_i64(&b, req->iterations);
     attnd_jb_putc(&b, '}');
     return attnd_jb_finish(&b, NULL);
 }
@@ -834,9 +843,12 @@ static void finish_binary(const attnd_session_call *call, const attnd_request *r
                           const attnd_model *model, const char *id, int64_t length, int rows,
                           attnd_reply *out)
 {
-    char params[256];
+    char params[384];
     snprintf(params, sizeof params, "\"session_id\":\"%s\",\"session_length\":%lld,"
-             "\"session_cached\":%d", id, (long long)length, rows);
+             "\"session_cached\":%d,\"decode_queued_after\":%lld,\"decode_first\":%lld,"
+             "\"decode_last\":%lld,\"decode_iterations\":%d", id, (long long)length, rows,
+             (long long)req->queued_after, (long long)req->iter_first, (long long)req->iter_last,
+             req->iterations);
     size_t header_len = 0;
     out->status = 200;
     out->body = attnd_codec_v2_encode_response_with(req, &call->v2, model->name, model->version,
@@ -872,7 +884,7 @@ static void append_finish(attnd_exchange *x, const attnd_request *req, attnd_rep
         finish_binary(call, req, model, id, length, rows, out);
         return;
     }
-    char *members = session_members(id, length, rows);
+    char *members = session_members(id, length, rows, req);
     size_t len = 0;
     char *body = members ? attnd_codec_encode_response_with(req, model->name, members, &len)
                          : NULL;
