@@ -3,7 +3,7 @@
 # section each, with OpenBLAS's thread count set explicitly (not left to the
 # machine), so the figures in one run are comparable with each other. Each bench
 # opens with the OpenBLAS kernel, the load average and the AVX-512 sgemm line
-# (tests/common/benchutil.c: bench_start) and states its issue-18 targets
+# (tests/common/benchutil.c: bench_start) and states its targets
 # (bench_target); the run ends with the table of every target, measured here.
 #   BUILD=build scripts/bench.sh      (make bench does this)
 #   OPENBLAS_NUM_THREADS=1 BENCH_SECONDS=0.5 scripts/bench.sh
@@ -69,9 +69,10 @@ if [ "$ran" -eq 0 ]; then
     exit 1
 fi
 
-# The closing table: every issue-18 target the benches measured in this run.
+# The closing table: every target the benches measured in this run (issue 18's,
+# bench_decode_http's issue 16 and 25 targets, bench_decode_loop's issue 25 ones).
 echo
-echo "== issue 18 targets (measured in this run; $(( $(date +%s) - bench_t0 )) s; load average $(cat /proc/loadavg)) =="
+echo "== targets (measured in this run; $(( $(date +%s) - bench_t0 )) s; load average $(cat /proc/loadavg)) =="
 if [ -s "$BENCH_TARGETS" ]; then
     awk -F'\t' '{ printf "%-58s | %-44s | %s\n", $1, $2, $3 }' "$BENCH_TARGETS"
 else
