@@ -91,6 +91,7 @@ static attn_layer *make_layer(uint64_t seed)
 typedef struct test_request {
     attnd_request req; /* first member: callbacks cast back */
     int done_calls;    /* on_done calls seen (guarded by the completion mutex) */
+    int64_t done_ns;   /* when on_done was called (the last time)              */
     int cross;
 } test_request;
 
@@ -208,6 +209,7 @@ static void on_done(attnd_request *req, void *ctx)
     (void)ctx;
     pthread_mutex_lock(&done_mu);
     ((test_request *)req)->done_calls++;
+    ((test_request *)req)->done_ns = attnd_now_ns();
     done_total++;
     pthread_cond_broadcast(&done_cv);
     pthread_mutex_unlock(&done_mu);
@@ -1053,10 +1055,10 @@ TEST_WITH(deadline_while_held, const attn_layer *layer)
     int64_t t0 = attnd_now_ns();
     submit_ok(s, stp);
     submit_ok(s, one);
-    CHECK_INT_EQ(wait_done(1), 1);
-    double ms1 = (double)(attnd_now_ns() - t0) / 1e6;
     CHECK_INT_EQ(wait_done(2), 2);
-    double ms2 = (double)(attnd_now_ns() - t0) / 1e6;
+    pthread_mutex_lock(&done_mu);
+    double ms1 = (double)(stp->done_ns - t0) / 1e6, ms2 = (double)(one->done_ns - t0) / 1e6;
+    pthread_mutex_unlock(&done_mu);
     printf("deadlines 50 / 80 ms while the worker is held: answered at %.1f / %.1f ms\n", ms1, ms2);
     CHECK_INT_EQ(stp->done_calls, 1);
     CHECK_INT_EQ(one->done_calls, 1);
