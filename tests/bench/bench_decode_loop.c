@@ -9,8 +9,12 @@
  *     prefill arrives every 0.5 s (--prefill-every): decode p99 with prefills
  *     against alone (target <= 2x), and the prefills' rows/s against the same
  *     prefills with nothing else running (target >= 0.8x), for each
- *     --prefill-chunk-rows in BENCH_LOOP_CHUNKS (default "64,256,0": a small
- *     chunk, the default, and whole appends).
+ *     --prefill-chunk-rows in BENCH_LOOP_CHUNKS (default "64,256,0": the
+ *     default, vLLM's usual 256, and whole appends; "-" runs the daemon's
+ *     defaults without the flag, e.g. an older attnd through ATTND_BIN).
+ *  3. stateless requests beside the loop: one client's T=32 causal requests
+ *     alone and while 16 streams decode, and the streams' p50 with and without
+ *     them (how the two share the cores; no target).
  * Every target is printed with its value and met / not met (bench_target).
  */
 #include "benchutil.h"
@@ -20,6 +24,7 @@
 
 #include <curl/curl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,6 +264,73 @@ static int decode_mix(const char *url, int n, int prefix, double seconds, double
     return rc;
 }
 
+/* 3: stateless requests beside the loop: one client sends T=32 causal one-shot
+ * requests to l0, one at a time, until *stop; their latencies (ms). */
+typedef struct oneshot_arg {
+    const char *base;
+    volatile int stop;
+    double ms[20000];
+    int n;
+} oneshot_arg;
+
+static void *oneshot_main(void *v)
+{
+    oneshot_arg *a = v;
+    client c;
+    client_init(&c);
+    uint64_t rng = 99;
+    char *body = rows_body(&rng, 32), url[2048];
+    body[strlen(body) - 1] = 0; /* drop the closing brace: add is_causal */
+    char *full = malloc(strlen(body) + 32);
+    sprintf(full, "%s,\"is_causal\":true}", body);
+    snprintf(url, sizeof url, "%s/v1/models/l0/attention", a->base);
+    while (!a->stop && a->n < 20000) {
+        double t0 = now_s();
+        if (client_do(&c, "POST", url, full) != 200) break;
+        a->ms[a->n++] = (now_s() - t0) * 1e3;
+    }
+    free(full);
+    free(body);
+    client_free(&c);
+    return NULL;
+}
+
+static double median_of(double *v, int n)
+{
+    if (n == 0) return -1;
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return v[n / 2];
+}
+
+/* One-shot median alone, then beside 16 decode streams, and the streams' p50 with them. */
+static int sharing(const char *base, double seconds)
+{
+    static oneshot_arg a;
+    memset(&a, 0, sizeof a);
+    a.base = base;
+    pthread_t th;
+    pthread_create(&th, NULL, oneshot_main, &a);
+    struct timespec ts = {1, 0};
+    nanosleep(&ts, NULL);
+    a.stop = 1;
+    pthread_join(th, NULL);
+    double alone = median_of(a.ms, a.n);
+    int n_alone = a.n;
+    mix_result d = {0}, b = {0};
+    if (decode_mix(base, 16, 512, seconds, 0, 0, &d) != 0) return -1;
+    memset(&a, 0, sizeof a);
+    a.base = base;
+    pthread_create(&th, NULL, oneshot_main, &a);
+    int rc = decode_mix(base, 16, 512, seconds, 0, 0, &b);
+    a.stop = 1;
+    pthread_join(th, NULL);
+    double beside = median_of(a.ms, a.n);
+    printf("stateless T=32 requests, one client: median %.2f ms alone (%d), %.2f ms beside 16 decode streams "
+           "(%d); the streams' p50 %.2f ms / %.0f tok/s alone, %.2f ms / %.0f tok/s beside them\n",
+           alone, n_alone, beside, a.n, d.p50, d.tokens_per_s, b.p50, b.tokens_per_s);
+    return rc;
+}
+
 static int start(attnd_proc *proc, const char *dir, const char *chunk)
 {
     char spec[LAYERS][600];
@@ -269,8 +341,12 @@ static int start(attnd_proc *proc, const char *dir, const char *chunk)
         args[n++] = "--model";
         args[n++] = spec[l];
     }
-    const char *fixed[] = {"--prefill-chunk-rows", chunk, "--max-seq-len", "16384", "--kv-cache-bytes", "1G",
-                           "--max-body-bytes", "256M", "--log-level", "warn", NULL};
+    const char *fixed[] = {"--max-seq-len", "16384", "--kv-cache-bytes", "1G", "--max-body-bytes", "256M",
+                           "--log-level", "warn", NULL};
+    if (strcmp(chunk, "-") != 0) { /* "-": the daemon's defaults (also an attnd without the flag) */
+        args[n++] = "--prefill-chunk-rows";
+        args[n++] = chunk;
+    }
     for (int i = 0; fixed[i]; i++) args[n++] = fixed[i];
     args[n] = NULL;
     return attnd_proc_start(proc, args);
@@ -314,6 +390,7 @@ int main(void)
             snprintf(m, sizeof m, "%.2fx (2 seq) / %.2fx (4 seq) of %.3f ms", r2, r4, med[0]);
             bench_target("decode loop: interleaved client median <= 1.2x one sequence", m,
                          r2 > 0 && r2 <= 1.2 && r4 <= 1.2);
+            failures += sharing(proc.base_url, seconds) != 0;
         }
         /* 2: decode with prefills arriving vs alone; prefills alone */
         double alone_rps = prefill_alone(proc.base_url, 2048, 3, &rng);
