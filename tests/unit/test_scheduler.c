@@ -1,7 +1,9 @@
 /* test_scheduler.c — the batching scheduler against the real library: results
  * of batched requests equal the same requests computed alone; batch limits,
  * queue bound, deadlines, drain and the bad-request fallback behave as
- * server/engine/scheduler.h promises.
+ * server/engine/scheduler.h promises; the decode loop: chunked appends equal
+ * whole ones, a step waits for one iteration (one piece) at most, deadlines
+ * are answered while the workers are held, the older kind goes first.
  *
  * Requests are built by hand here (not by the codec) and freed by this file.
  * Tests that need a batch to form deterministically block the only worker in
@@ -801,9 +803,9 @@ TEST(streams_counter)
     CHECK_INT_EQ(attnd_streams_active(&t, 450 * ms, 100 * ms), n);
 }
 
-/* Stream steps (attnd_request.stream): once four streams have taken a step,
- * the next step of one waits for the other three and all four run as one
- * batch; a step waits no longer than max_stream_wait_us when the others do
+/* Stream steps (attnd_request.stream) with the opt-in max_stream_wait_us: once
+ * four streams have taken a step, the next step of one waits for the other
+ * three and all four run as one iteration; a step waits no longer than max_stream_wait_us when the others do
  * not come; a lone stream and a request that is no step never wait. */
 static test_request *step(uint64_t *rng, uint64_t stream)
 {
