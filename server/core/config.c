@@ -68,7 +68,8 @@ static const option options[] = {
      "key/value bytes a batch's attention may read (cached positions of session appends, and "
      "every request's keys); a decode step's cost is reading its cache, not its one row"},
     {"max-queue-delay-us", NULL, NULL, OPT_I64, F(max_queue_delay_us), "0", 0, 60000000, "US",
-     "longest a request waits for its batch to fill, in microseconds"},
+     "longest a request waits for its batch to fill (a session append: its iteration of the decode "
+     "loop), in microseconds"},
     {"max-stream-wait-us", NULL, NULL, OPT_I64, F(max_stream_wait_us), "0", 0, 60000000, "US",
      "opt-in: an iteration of the decode loop holding fewer session appends than the streams "
      "active lately waits up to this long for the others, in microseconds; 0 = never (a client "
