@@ -478,7 +478,7 @@ static long queued_us(json_t *j)
     return t ? (long)json_integer_value(json_object_get(t, "queue_us")) : -1;
 }
 
-/* One worker busy with a long batch (16 causal sequences of 4096 rows): a step
+/* One worker busy with a long batch (8 causal sequences of 4096 rows): a step
  * with timeout_ms 100 and a request with timeout_ms 150 sent while it computes
  * are answered 504 at their deadlines, not when the batch ends: the step's 504
  * comes before the batch could have ended (sooner after the batch was sent
@@ -501,7 +501,7 @@ TEST(deadlines_while_queued)
     json_decref(j);
     sbuf b = {0};
     sb_printf(&b, "{\"is_causal\":true,\"query\":[");
-    for (int s = 0; s < 16; s++) {
+    for (int s = 0; s < 8; s++) {
         sb_printf(&b, "%s[", s ? "," : "");
         for (int i = 0; i < 4096; i++) {
             sb_printf(&b, "%s[", i ? "," : "");
@@ -517,7 +517,7 @@ TEST(deadlines_while_queued)
     pthread_create(&th, NULL, run_big, &big);
     /* Once its body is read and decoded, it computes: until then a step is
      * computed at once (200), so the test steps again a little later. */
-    struct timespec ts = {0, 400000000}, again = {0, 150000000};
+    struct timespec ts = {0, 200000000}, again = {0, 100000000};
     nanosleep(&ts, NULL);
     int64_t t0 = 0, t1 = 0;
     long step = 0, step_q = -1;
