@@ -64,13 +64,27 @@ for b in "$BUILD"/bench/bench_*; do
     fi
     ran=$((ran + 1))
 done
+# Whole-model decode (issue 25): a 4-layer Llama, every attention layer on attnd, vs PyTorch
+# alone (tests/bench/bench_whole_model.py); its TARGET line joins the closing table.
+echo
+echo "== bench_whole_model.py (4-layer Llama decode: attention on attnd vs PyTorch alone) =="
+if [ -n "$torch_note" ]; then
+    echo "$torch_note"
+elif [ -x "$BUILD/attnd" ]; then
+    whole=$(OPENBLAS_NUM_THREADS=2 "$TORCH_PY" tests/bench/bench_whole_model.py --attnd "$BUILD/attnd" 2>&1) ||
+        echo "bench_whole_model.py failed (see below)"
+    echo "$whole"
+    echo "$whole" | sed -n 's/^TARGET  \(.*\) | \(.*\) | \(.*\)$/\1\t\2\t\3/p' >>"$BENCH_TARGETS"
+fi
+
 if [ "$ran" -eq 0 ]; then
     echo "bench.sh: no benchmark binaries in $BUILD/bench (run: make BUILD=$BUILD bench)" >&2
     exit 1
 fi
 
 # The closing table: every target the benches measured in this run (issue 18's,
-# bench_decode_http's issue 16 and 25 targets, bench_decode_loop's issue 25 ones).
+# bench_decode_http's issue 16 and 25 targets, bench_decode_loop's and
+# bench_whole_model.py's issue 25 ones).
 echo
 echo "== targets (measured in this run; $(( $(date +%s) - bench_t0 )) s; load average $(cat /proc/loadavg)) =="
 if [ -s "$BENCH_TARGETS" ]; then
