@@ -74,7 +74,7 @@ static const option options[] = {
      "opt-in: an iteration of the decode loop holding fewer session appends than the streams "
      "active lately waits up to this long for the others, in microseconds; 0 = never (a client "
      "interleaving its own sessions would wait for itself)"},
-    {"prefill-chunk-rows", NULL, NULL, OPT_INT, F(prefill_chunk_rows), "64", 0, 1 << 20, "N",
+    {"prefill-chunk-rows", NULL, NULL, OPT_INT, F(prefill_chunk_rows), "256", 0, 1 << 20, "N",
      "a session append of more rows is computed this many rows per iteration of the decode loop, "
      "so decode steps never wait for a whole prefill; 0 = whole appends"},
     {"max-queue", NULL, NULL, OPT_INT, F(max_queue), "256", 1, 1 << 24, "N",

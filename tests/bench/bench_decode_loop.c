@@ -9,8 +9,8 @@
  *     prefill arrives every 0.5 s (--prefill-every): decode p99 with prefills
  *     against alone (target <= 2x), and the prefills' rows/s against the same
  *     prefills with nothing else running (target >= 0.8x), for each
- *     --prefill-chunk-rows in BENCH_LOOP_CHUNKS (default "64,256,0": the
- *     default, vLLM's usual 256, and whole appends; "-" runs the daemon's
+ *     --prefill-chunk-rows in BENCH_LOOP_CHUNKS (default "64,256,0": a
+ *     smaller piece, the default, and whole appends; "-" runs the daemon's
  *     defaults without the flag, e.g. an older attnd through ATTND_BIN).
  *  3. stateless requests beside the loop: one client's T=32 causal requests
  *     alone and while 16 streams decode, and the streams' p50 with and without
