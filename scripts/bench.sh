@@ -3,7 +3,7 @@
 # section each, with OpenBLAS's thread count set explicitly (not left to the
 # machine), so the figures in one run are comparable with each other. Each bench
 # opens with the OpenBLAS kernel, the load average and the AVX-512 sgemm line
-# (tests/common/benchutil.c: bench_start) and states its issue-18 targets
+# (tests/common/benchutil.c: bench_start) and states its targets
 # (bench_target); the run ends with the table of every target, measured here.
 #   BUILD=build scripts/bench.sh      (make bench does this)
 #   OPENBLAS_NUM_THREADS=1 BENCH_SECONDS=0.5 scripts/bench.sh
@@ -64,6 +64,19 @@ for b in "$BUILD"/bench/bench_*; do
     fi
     ran=$((ran + 1))
 done
+# Whole-model decode (issue 25): a 4-layer Llama, every attention layer on attnd, vs PyTorch
+# alone (tests/bench/bench_whole_model.py); its TARGET line joins the closing table.
+echo
+echo "== bench_whole_model.py (4-layer Llama decode: attention on attnd vs PyTorch alone) =="
+if [ -n "$torch_note" ]; then
+    echo "$torch_note"
+elif [ -x "$BUILD/attnd" ]; then
+    whole=$(OPENBLAS_NUM_THREADS=2 "$TORCH_PY" tests/bench/bench_whole_model.py --attnd "$BUILD/attnd" 2>&1) ||
+        echo "bench_whole_model.py failed (see below)"
+    echo "$whole"
+    echo "$whole" | sed -n 's/^TARGET  \(.*\) | \(.*\) | \(.*\)$/\1\t\2\t\3/p' >>"$BENCH_TARGETS"
+fi
+
 if [ "$ran" -eq 0 ]; then
     echo "bench.sh: no benchmark binaries in $BUILD/bench (run: make BUILD=$BUILD bench)" >&2
     exit 1
@@ -72,9 +85,12 @@ fi
 # attnd vs ONNX Runtime (scripts/bench_peers.sh), its targets into the table below
 scripts/bench_peers.sh || echo "bench_peers.sh failed (see above)"
 
-# The closing table: every issue-18 target the benches measured in this run.
+# The closing table: every target the benches measured in this run (issue 18's,
+# bench_decode_http's issue 16 and 25 targets, bench_decode_loop's and
+# bench_whole_model.py's issue 25 ones, issue 28's from bench_decode, bench_daemon
+# and the peers).
 echo
-echo "== issue 18 targets (measured in this run; $(( $(date +%s) - bench_t0 )) s; load average $(cat /proc/loadavg)) =="
+echo "== targets (measured in this run; $(( $(date +%s) - bench_t0 )) s; load average $(cat /proc/loadavg)) =="
 if [ -s "$BENCH_TARGETS" ]; then
     awk -F'\t' '{ printf "%-58s | %-44s | %s\n", $1, $2, $3 }' "$BENCH_TARGETS"
 else

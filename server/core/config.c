@@ -68,10 +68,15 @@ static const option options[] = {
      "key/value bytes a batch's attention may read (cached positions of session appends, and "
      "every request's keys); a decode step's cost is reading its cache, not its one row"},
     {"max-queue-delay-us", NULL, NULL, OPT_I64, F(max_queue_delay_us), "0", 0, 60000000, "US",
-     "longest a request waits for its batch to fill, in microseconds"},
-    {"max-stream-wait-us", NULL, NULL, OPT_I64, F(max_stream_wait_us), "2000", 0, 60000000, "US",
-     "longest a batch of session appends waits for the steps of the other streams active lately "
-     "(one batch then reads the weights for all of them), in microseconds; 0 = never"},
+     "longest a request waits for its batch to fill (a session append: its iteration of the decode "
+     "loop), in microseconds"},
+    {"max-stream-wait-us", NULL, NULL, OPT_I64, F(max_stream_wait_us), "0", 0, 60000000, "US",
+     "opt-in: an iteration of the decode loop holding fewer session appends than the streams "
+     "active lately waits up to this long for the others, in microseconds; 0 = never (a client "
+     "interleaving its own sessions would wait for itself)"},
+    {"prefill-chunk-rows", NULL, NULL, OPT_INT, F(prefill_chunk_rows), "256", 0, 1 << 20, "N",
+     "a session append of more rows is computed this many rows per iteration of the decode loop, "
+     "so decode steps never wait for a whole prefill; 0 = whole appends"},
     {"max-queue", NULL, NULL, OPT_INT, F(max_queue), "256", 1, 1 << 24, "N",
      "requests waiting per model; beyond that: 503 queue_full"},
     {"max-body-bytes", NULL, NULL, OPT_SIZE, F(max_body_bytes), "64M", 1, BIG, "BYTES",

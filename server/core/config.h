@@ -56,7 +56,8 @@ typedef struct attnd_config {
     int64_t max_batch_tokens;    /* positions projected per batch              */
     int64_t max_batch_kv_bytes;  /* K/V bytes a batch's attention reads        */
     int64_t max_queue_delay_us;
-    int64_t max_stream_wait_us;  /* a batch of stream steps waits for the others */
+    int64_t max_stream_wait_us;  /* opt-in: an iteration waits for the other streams */
+    int prefill_chunk_rows;      /* rows of a long append computed per iteration */
     int max_queue;
     int64_t max_body_bytes;
     int max_seq_len;

@@ -70,8 +70,8 @@ struct attnd_request {
     size_t bytes;              /* memory this request holds, for accounting       */
     char id[128];              /* optional client "id", echoed; "" when absent    */
     uint64_t stream;           /* nonzero: a step of this stream (a session's
-                                  append); the scheduler batches the steps of
-                                  active streams together (scheduler.h)         */
+                                  append): it runs in its model's decode loop
+                                  (scheduler.h), a long append in chunks      */
 
     /* ---- result (filled by the scheduler / worker) ---- */
     attnd_outcome outcome;
@@ -80,6 +80,13 @@ struct attnd_request {
     int64_t queue_us;          /* enqueue -> batch start                          */
     int64_t compute_us;        /* the batch's compute time                        */
     int batch_size;            /* requests in the batch this one ran in           */
+    /* Stream steps only (0 otherwise): the decode loop's iterations (its
+     * model's batches of steps, numbered from 1) this one computed in, first
+     * and last, how many, and how many had started when it was queued (a step
+     * that never waits behind more than the batch computing runs in
+     * queued_after + 1). */
+    int64_t iter_first, iter_last, queued_after;
+    int iterations;
 
     /* ---- completion (set by the HTTP layer before submit) ---- */
     const attn_layer *layer;   /* the version of the model it was decoded for (one
@@ -93,6 +100,9 @@ struct attnd_request {
     size_t kv_bytes;           /* K/V bytes its attention reads                  */
     int64_t enqueued_ns;
     int64_t deadline_ns;
+    int chunked;               /* computed in pieces over several iterations     */
+    int done_rows;             /* rows of seqs[0] computed so far (chunked)      */
+    int in_batch;              /* a piece of it is computing now (chunked)       */
     attnd_request *next;
 
     /* ---- the single allocation owning every array above (attnd_request_alloc) ---- */

@@ -190,6 +190,7 @@ static attnd_sched_config sched_config(const attnd_model_spec *spec, const attnd
         .max_queue_delay_us = spec->max_queue_delay_us >= 0 ? spec->max_queue_delay_us
                                                             : cfg->max_queue_delay_us,
         .max_stream_wait_us = cfg->max_stream_wait_us,
+        .prefill_chunk_rows = cfg->prefill_chunk_rows,
         .max_queue = cfg->max_queue,
         .workers = spec->workers > 0 ? spec->workers : cfg->workers,
     };
@@ -597,12 +598,13 @@ static const char *kv_dtype_name(attn_kv_dtype d)
 /* {"workers", "max_batch_requests", ...}: what the model's scheduler runs with. */
 static json_t *sched_object(const attnd_sched_config *sc)
 {
-    return json_pack("{s:i, s:i, s:I, s:I, s:I, s:I, s:i}", "workers", sc->workers,
+    return json_pack("{s:i, s:i, s:I, s:I, s:I, s:I, s:i, s:i}", "workers", sc->workers,
                      "max_batch_requests", sc->max_batch_requests, "max_batch_tokens",
                      (json_int_t)sc->max_batch_tokens, "max_batch_kv_bytes",
                      (json_int_t)sc->max_batch_kv_bytes, "max_queue_delay_us",
                      (json_int_t)sc->max_queue_delay_us, "max_stream_wait_us",
-                     (json_int_t)sc->max_stream_wait_us, "max_queue", sc->max_queue);
+                     (json_int_t)sc->max_stream_wait_us, "prefill_chunk_rows",
+                     sc->prefill_chunk_rows, "max_queue", sc->max_queue);
 }
 
 static json_t *info_object(const attnd_model *m)

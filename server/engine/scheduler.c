@@ -1,47 +1,57 @@
-/* scheduler.c — cross-client dynamic batching: a bounded FIFO per model, worker
- * threads that cut batches from it and run each batch as one attn_forward.
+/* scheduler.c — one model's compute: a decode loop for stream steps (session
+ * appends, chunked when long) and dynamic batching for stateless requests,
+ * both run by the model's worker threads as one attn_forward per batch.
  *
- * Design. One mutex guards the queue. Workers take turns as the single
- * *collector*: the collector watches the queue and cuts the next batch; the
- * others either compute or wait for the collector role (cv_lead). So with two
- * workers one computes while the other is already collecting the next batch,
- * and a submit wakes exactly one thread (cv_queue has one waiter at most).
+ * Queues. One mutex guards two FIFOs: `steps` (requests with a stream key:
+ * session appends) and `oneshot` (everything else). Both count towards
+ * max_queue.
  *
- * The batch is the longest FIFO prefix of live requests with
- *   count <= max_batch_requests, rows <= max_batch_tokens and
- *   kv_bytes <= max_batch_kv_bytes
- * (the first request always goes in, so an oversized one runs alone). rows are
- * the positions the batch's one projection GEMM computes (query rows, plus the
- * key rows of cross-attention); kv_bytes the keys and values its attention
- * reads (a session append reads its whole cache but projects one row: counting
- * both as "tokens" kept decode batches at a handful of requests). It is cut
- * when it is full (request cap reached, or the next request would not fit), when
- * its oldest request has waited max_queue_delay_us, or when draining. Requests
- * whose deadline has passed are unlinked as the queue is scanned and finished
- * with ATTND_DONE_TIMEOUT, never computed. No thread waits busily: the collector
- * sleeps on cv_queue until a submit or the oldest request's delay expires.
+ * Stateless batching. A one-shot batch is the longest FIFO prefix of live
+ * requests with count <= max_batch_requests, rows <= max_batch_tokens and
+ * kv_bytes <= max_batch_kv_bytes (the first request always goes in, so an
+ * oversized one runs alone). rows are the positions the batch's projection
+ * GEMM computes (query rows, plus the key rows of cross-attention); kv_bytes
+ * the keys and values its attention reads. It is cut when full, when its
+ * oldest request has waited max_queue_delay_us, or when draining.
  *
- * Streams. A session append carries its stream's key (attnd_request.stream).
- * Closed-loop streams send their next step as soon as they have their answer,
- * so the steps of N active streams arrive within a client round trip of each
- * other, and two batches of N/2 read every weight twice where one batch of N
- * reads them once. So a batch made only of stream steps, fewer than the
- * streams active lately (distinct keys cut into batches within the last
- * STREAM_WINDOW_NS, or three of the last batch's durations if longer), waits
- * for the rest: while another batch of stream steps computes (its streams come
- * back when it ends), then up to max_stream_wait_us after the later of its
- * oldest step's arrival and that batch's end. Two half-batches so merge into
- * one within a step; a lone stream never waits. Anything else in the batch, a
- * full batch, or draining cuts it as before.
+ * The decode loop (vLLM's iteration-level scheduling). At most one batch of
+ * steps computes at a time per model: an *iteration*. When none computes and
+ * steps are queued, the next iteration starts at once with every queued step
+ * that fits the three budgets (the oldest always goes in; a step that does not
+ * fit waits for the next iteration, where it is older than the newcomers) plus
+ * at most one *piece* of one long append: an append of more than
+ * prefill_chunk_rows rows (self-attention over the session's cache, no
+ * weights or masks asked) is computed prefill_chunk_rows rows at a time, one
+ * piece per iteration, the oldest such append first; it stays queued between
+ * its pieces, each piece appending its rows to the cache and attending to
+ * everything before it, which is what the whole append computes (for an INT8
+ * cache a piece ends on a block boundary, so each block is quantised once, as
+ * the whole append would). Steps that arrive while an iteration computes join
+ * the next one, which starts the moment this one ends. So no timer waits for a
+ * stream, a lone step on an idle model starts at once, and a decode step waits
+ * behind at most one iteration: its steps and one piece, never a whole
+ * prefill. Waits are opt-in only: max_queue_delay_us (0 by default) holds an
+ * iteration as it holds a stateless batch, until its oldest step has waited
+ * that long or max_batch_requests steps are queued; max_stream_wait_us (0 by
+ * default) holds one that would have fewer steps than the streams active
+ * lately (streams.h) up to that long after its oldest step's arrival (many
+ * independent closed-loop clients then merge their steps; a client that
+ * interleaves its own sessions would wait for itself).
+ *
+ * Sharing. Workers take turns as the single *collector*, which cuts the next
+ * batch; the others compute or wait for the role (cv_lead). With two or more
+ * workers one can compute stateless batches while another runs the loop, so
+ * neither kind waits for the other; with one worker, when both are ready the
+ * one whose oldest request is older goes first, so neither starves. Cores: an
+ * iteration runs on the workspace with one thread per core (the library's
+ * pool); a stateless batch does too when nothing else of the model computes,
+ * else it runs on its worker's own thread (the two then share the cores).
+ *
+ * Deadlines. A request whose deadline passes while queued (or between two
+ * pieces) is finished with ATTND_DONE_TIMEOUT at its deadline by the reaper
+ * thread, which sleeps until the earliest deadline queued; never computed.
  *
  * Every on_done, and the batch hook, runs with the mutex released.
- *
- * Cores. Each worker computes on its own thread, so under load W workers keep
- * W cores busy without oversubscribing them. A batch that starts while no other
- * worker is computing runs on a workspace with one thread per core instead (the
- * library's pool, with single-threaded OpenBLAS), so a lone large request uses
- * every idle core. If another worker starts meanwhile, the two share the cores
- * for the rest of that batch.
  */
 #include "engine/scheduler.h"
 
@@ -60,21 +70,20 @@
 #define SCHED_MAX_WORKERS 256
 /* Likewise a batching delay beyond an hour (also keeps ns arithmetic far from overflow). */
 #define SCHED_MAX_DELAY_US INT64_C(3600000000)
+/* Pieces beyond this many rows are a configuration mistake. */
+#define SCHED_MAX_CHUNK_ROWS (1 << 20)
 /* A stream counts as active for this long after its last step was cut into a
  * batch (at least: three batch durations when batches take longer). */
 #define STREAM_WINDOW_NS INT64_C(100000000)
 
 /* A worker's private state: its thread, its scratch, and the growable array
- * into which it concatenates a batch's sequences (no malloc per batch once it
- * has grown to the largest batch seen). */
+ * into which it concatenates a batch's sequences. */
 typedef struct sched_worker {
     attnd_scheduler *s;
     pthread_t thread;
-    attn_workspace *ws; /* owned: the calling thread only                     */
-    attn_workspace *ws_wide; /* owned: every core, for a batch that runs while no
-                                other worker computes (a lone large request);
-                                NULL with one core                             */
-    attn_seq *seqs;     /* owned, seq_cap entries */
+    attn_workspace *ws;      /* owned: the calling thread only                */
+    attn_workspace *ws_wide; /* owned: every core (NULL with one core)        */
+    attn_seq *seqs;          /* owned, seq_cap entries */
     int seq_cap;
 } sched_worker;
 
@@ -82,8 +91,18 @@ typedef struct sched_worker {
 typedef struct req_list {
     attnd_request *head, *tail;
     int count;
-    size_t tokens;   /* sum of n_tokens (for the batch hook and metrics) */
+    size_t tokens; /* sum of n_tokens (for the batch hook and metrics) */
 } req_list;
+
+/* What the collector hands a worker. */
+typedef struct sched_job {
+    req_list batch;        /* whole requests                                  */
+    attnd_request *piece;  /* a chunked append's piece this iteration, or NULL */
+    int piece_rows;
+    int loop;              /* an iteration of the decode loop                  */
+    int64_t iteration;
+    req_list expired;
+} sched_job;
 
 struct attnd_scheduler {
     const attn_layer *layer; /* borrowed: for requests that name none          */
@@ -92,22 +111,29 @@ struct attnd_scheduler {
     void *hook_ctx;
 
     pthread_mutex_t mu;
-    pthread_cond_t cv_queue; /* the collector waits here: submit, delay, drain */
+    pthread_cond_t cv_queue; /* the collector waits here: submit, delay, loop end, drain */
     pthread_cond_t cv_lead;  /* idle workers wait here to become collector    */
-    req_list queue;          /* FIFO, guarded by mu                           */
+    pthread_cond_t cv_reap;  /* the reaper waits here for the earliest deadline */
+    req_list oneshot;        /* stateless requests, FIFO (mu)                 */
+    req_list steps;          /* stream steps, FIFO; a chunked append stays here
+                                between its pieces (mu)                        */
     int collecting;          /* a worker holds the collector role (mu)        */
     int closing;             /* drain started: no submits, no delay (mu)      */
     int sync_ready;          /* mutexes and condvars initialised              */
+    int loop_busy;           /* an iteration computes (mu)                    */
+    int64_t iterations;      /* iterations started (mu)                       */
+    int64_t reap_wake_ns;    /* when the reaper wakes next; INT64_MAX: never (mu) */
+    int reap_stop;           /* (mu)                                          */
+    int reaper_started;
+    pthread_t reaper;
 
-    attnd_streams streams;    /* streams whose steps were cut lately (mu)     */
-    int steps_computing;      /* stream steps inside running batches (mu)     */
-    int64_t steps_done_ns;    /* when the last batch holding steps ended (mu) */
-    _Atomic int64_t last_batch_ns; /* the last batch's compute time            */
-    _Atomic int computing;    /* workers inside run_batch now                  */
+    attnd_streams streams;   /* streams whose steps were cut lately (mu)     */
+    _Atomic int64_t last_batch_ns; /* the last iteration's compute time        */
+    _Atomic int computing;   /* workers inside run_batch now                  */
     pthread_mutex_t drain_mu; /* serialises drain; guards joined              */
     int joined;
-    sched_worker *workers;    /* cfg.workers entries                          */
-    int n_started;            /* threads actually created                     */
+    sched_worker *workers;   /* cfg.workers entries                          */
+    int n_started;           /* threads actually created                     */
 };
 
 /* ------------------------------------------------------------ small helpers */
@@ -133,6 +159,14 @@ static void list_unlink(req_list *l, attnd_request *prev, attnd_request *r)
     l->tokens -= r->n_tokens;
 }
 
+/* Unlinks r from l, finding its predecessor. */
+static void list_remove(req_list *l, attnd_request *r)
+{
+    attnd_request *prev = NULL;
+    for (attnd_request *p = l->head; p && p != r; p = p->next) prev = p;
+    list_unlink(l, prev, r);
+}
+
 static int64_t us_between(int64_t from_ns, int64_t to_ns)
 {
     return to_ns > from_ns ? (to_ns - from_ns) / 1000 : 0;
@@ -142,6 +176,11 @@ static struct timespec mono_timespec(int64_t ns)
 {
     struct timespec ts = { .tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000 };
     return ts;
+}
+
+static int expired_at(const attnd_request *r, int64_t now)
+{
+    return r->deadline_ns != 0 && now >= r->deadline_ns;
 }
 
 /* Calls on_done for every request of l. Each request may be freed by its
@@ -158,7 +197,19 @@ static void finish_all(req_list *l)
     memset(l, 0, sizeof *l);
 }
 
-/* ------------------------------------------------------------ batch cutting */
+/* Answers requests whose deadline passed while queued. */
+static void finish_expired(req_list *expired)
+{
+    int64_t now = attnd_now_ns();
+    for (attnd_request *r = expired->head; r; r = r->next) {
+        r->outcome = ATTND_DONE_TIMEOUT;
+        if (r->iterations == 0) r->queue_us = us_between(r->enqueued_ns, now);
+        r->batch_size = 0;
+    }
+    finish_all(expired);
+}
+
+/* ------------------------------------------------------------ measuring */
 
 /* The layer req computes with: its own (a model version), or the default. */
 static const attn_layer *layer_of(const attnd_scheduler *s, const attnd_request *r)
@@ -169,7 +220,7 @@ static const attn_layer *layer_of(const attnd_scheduler *s, const attnd_request 
 /* What req costs a batch: the positions projected for it (its query rows, and
  * the key rows of cross-attention; a cache's rows are projected already) and
  * the key/value bytes its attention reads (every key it attends to, g * (d_k +
- * d_v) floats each). */
+ * d_v) floats each); and whether it is computed in pieces. */
 static void measure(const attnd_scheduler *s, attnd_request *req)
 {
     attn_layer_info in;
@@ -184,46 +235,88 @@ static void measure(const attnd_scheduler *s, attnd_request *req)
     }
     req->rows = rows;
     req->kv_bytes = keys > SIZE_MAX / row_bytes ? SIZE_MAX : keys * row_bytes;
+    const attn_seq *q = &req->seqs[0];
+    req->chunked = s->cfg.prefill_chunk_rows > 0 && req->stream != 0 && req->n_seqs == 1 &&
+                   q->t > s->cfg.prefill_chunk_rows && q->cache_k != NULL && q->cache_append &&
+                   q->key == NULL && q->weights == NULL && q->attn_mask_kind == ATTN_MASK_NONE &&
+                   q->key_padding_mask == NULL && q->key_length == 0;
+    req->done_rows = 0;
+    req->in_batch = 0;
+    req->iter_first = req->iter_last = 0;
+    req->iterations = 0;
+    req->compute_us = 0;
 }
 
-/* 1 when a batch of `count` stream steps should wait for more: more streams
- * than that took steps lately (see "Streams" above). mu held. */
-static int awaits_streams(attnd_scheduler *s, int64_t now, int count)
+/* The rows of r's next piece: at most budget, and for an INT8 paged cache
+ * ending on a block boundary unless it is the last (each block then quantised
+ * once, as by the whole append; a piece may so exceed budget by a block). */
+static int piece_rows(const attnd_request *r, int budget)
 {
-    if (s->cfg.max_stream_wait_us == 0) return 0;
-    int64_t window = 3 * atomic_load(&s->last_batch_ns);
-    if (window < STREAM_WINDOW_NS) window = STREAM_WINDOW_NS;
-    return attnd_streams_active(&s->streams, now, window) > count;
+    const attn_seq *q = &r->seqs[0];
+    int left = q->t - r->done_rows, n = left < budget ? left : budget;
+    int b = q->cache_block_rows;
+    if (n == left || b <= 0 || q->cache_dtype != ATTN_KV_INT8) return n;
+    long long start = (long long)q->cache_len + r->done_rows, end = start + n;
+    long long aligned = end / b * b;
+    if (aligned <= start) aligned = (start / b + 1) * b; /* budget < a block: one block */
+    long long m = aligned - start;
+    return m < left ? (int)m : left;
 }
 
-/* When a waiting stream batch is cut anyway: never while other steps compute
- * (INT64_MAX: the end of their batch signals), else max_stream_wait_us after
- * the later of its oldest step and the end of the last batch of steps, or
- * later if max_queue_delay_us says so. */
-static int64_t stream_ready_ns(const attnd_scheduler *s, int64_t delay_ready_ns)
+/* Piece [done_rows, done_rows + n) of r's append as a sequence of its own:
+ * its query and output rows, the cache as it stands before them (the earlier
+ * pieces' rows included), and their positions. */
+static attn_seq piece_view(const attnd_scheduler *s, const attnd_request *r, int n)
 {
-    if (s->steps_computing > 0) return INT64_MAX;
-    int64_t from = s->queue.head->enqueued_ns > s->steps_done_ns ? s->queue.head->enqueued_ns : s->steps_done_ns;
-    int64_t t = from + s->cfg.max_stream_wait_us * 1000;
-    return t > delay_ready_ns ? t : delay_ready_ns;
+    attn_layer_info in;
+    attn_layer_get_info(layer_of(s, r), &in);
+    const attn_seq *q = &r->seqs[0];
+    const int c0 = r->done_rows;
+    attn_seq v = *q;
+    v.t = n;
+    v.query = q->query + (size_t)c0 * (size_t)in.embed_q;
+    v.output = q->output + (size_t)c0 * (size_t)in.embed_out;
+    v.cache_len = q->cache_len + c0;
+    v.s = v.cache_len + n;
+    if (q->position_ids) v.position_ids = q->position_ids + c0;
+    return v;
 }
 
-/* Scans the queue once (mu held). Unlinks expired requests into *expired.
- * Returns 1 when the batch starting at the head should be cut now, and moves it
- * into *batch; returns 0 when it should wait, with *wake_ns set to when the
- * oldest live request's delay ends (or 0 if the queue is empty). */
-static int scan_queue(attnd_scheduler *s, int64_t now, req_list *batch, req_list *expired,
-                      int64_t *wake_ns)
-{
-    req_list *q = &s->queue;
-    attnd_request *prev = NULL, *r = q->head, *last_in = NULL;
-    int count = 0, full = 0, steps = 0; /* steps: requests of a stream */
-    size_t tokens = 0, rows = 0, kv_bytes = 0; /* rows, kv_bytes: below each budget */
+/* ------------------------------------------------------------ batch cutting */
 
-    *wake_ns = 0;
+/* Expires dead requests of l into *expired, skipping a computing piece. */
+static void reap_list(req_list *l, int64_t now, req_list *expired, int64_t *earliest)
+{
+    attnd_request *prev = NULL, *r = l->head;
     while (r) {
         attnd_request *next = r->next;
-        if (r->deadline_ns != 0 && now >= r->deadline_ns) {
+        if (!r->in_batch && expired_at(r, now)) {
+            list_unlink(l, prev, r);
+            list_push(expired, r);
+        } else {
+            if (!r->in_batch && r->deadline_ns != 0 && r->deadline_ns < *earliest)
+                *earliest = r->deadline_ns;
+            prev = r;
+        }
+        r = next;
+    }
+}
+
+/* Does a one-shot batch start now? Scans the oneshot queue once (mu held):
+ * expired ones go into *expired. Returns 1 with the batch moved into *batch,
+ * or 0 with *ready_ns set to when the head's delay ends (INT64_MAX: empty). */
+static int cut_oneshot(attnd_scheduler *s, int64_t now, req_list *batch, req_list *expired,
+                       int64_t *ready_ns)
+{
+    req_list *q = &s->oneshot;
+    attnd_request *prev = NULL, *r = q->head, *last_in = NULL;
+    int count = 0, full = 0;
+    size_t tokens = 0, rows = 0, kv_bytes = 0;
+
+    *ready_ns = INT64_MAX;
+    while (r) {
+        attnd_request *next = r->next;
+        if (expired_at(r, now)) {
             list_unlink(q, prev, r);
             list_push(expired, r);
             r = next;
@@ -241,26 +334,20 @@ static int scan_queue(attnd_scheduler *s, int64_t now, req_list *batch, req_list
         rows += r->rows;
         kv_bytes += r->kv_bytes;
         tokens += r->n_tokens;
-        steps += r->stream != 0;
         count++;
         last_in = r;
         prev = r;
         r = next;
     }
     if (count == 0) return 0;
-    /* A request at least as big as a budget fills the batch by itself. */
     if (count == s->cfg.max_batch_requests || rows >= s->cfg.max_batch_tokens ||
         kv_bytes >= s->cfg.max_batch_kv_bytes)
         full = 1;
-
-    int64_t ready_ns = q->head->enqueued_ns + s->cfg.max_queue_delay_us * 1000;
-    if (!full && !s->closing && steps == count && awaits_streams(s, now, count))
-        ready_ns = stream_ready_ns(s, ready_ns);
-    if (!full && !s->closing && now < ready_ns) {
-        *wake_ns = ready_ns == INT64_MAX ? 0 : ready_ns; /* 0: until signalled */
+    int64_t ready = q->head->enqueued_ns + s->cfg.max_queue_delay_us * 1000;
+    if (!full && !s->closing && now < ready) {
+        *ready_ns = ready;
         return 0;
     }
-    /* Detach head..last_in: the prefix scanned above, now free of expired ones. */
     batch->head = q->head;
     batch->tail = last_in;
     batch->count = count;
@@ -270,27 +357,130 @@ static int scan_queue(attnd_scheduler *s, int64_t now, req_list *batch, req_list
     last_in->next = NULL;
     q->count -= count;
     q->tokens -= tokens;
-    for (attnd_request *b = batch->head; b; b = b->next) {
-        attnd_streams_seen(&s->streams, b->stream, now);
-        s->steps_computing += b->stream != 0;
-    }
     return 1;
 }
 
+/* The oldest step not computing now, or NULL. */
+static attnd_request *first_step(const attnd_scheduler *s)
+{
+    for (attnd_request *r = s->steps.head; r; r = r->next)
+        if (!r->in_batch) return r;
+    return NULL;
+}
+
+/* When the next iteration may start (mu held, loop idle, steps queued): now,
+ * unless opted into waits: max_queue_delay_us after its oldest step's arrival
+ * (as for stateless batches) until max_batch_requests steps are queued, and
+ * with max_stream_wait_us, until the streams active lately have all queued a
+ * step or that long after the oldest one's arrival. */
+static int64_t loop_ready_ns(attnd_scheduler *s, int64_t now, const attnd_request *oldest)
+{
+    if (s->closing || (s->cfg.max_queue_delay_us == 0 && s->cfg.max_stream_wait_us == 0)) return now;
+    int queued = 0;
+    for (const attnd_request *r = s->steps.head; r; r = r->next) queued++;
+    if (queued >= s->cfg.max_batch_requests) return now;
+    int64_t ready = oldest->enqueued_ns + s->cfg.max_queue_delay_us * 1000;
+    if (s->cfg.max_stream_wait_us == 0) return ready;
+    int64_t window = 3 * atomic_load(&s->last_batch_ns);
+    if (window < STREAM_WINDOW_NS) window = STREAM_WINDOW_NS;
+    if (attnd_streams_active(&s->streams, now, window) <= queued) return ready;
+    int64_t streams = oldest->enqueued_ns + s->cfg.max_stream_wait_us * 1000;
+    return streams > ready ? streams : ready;
+}
+
+/* Cuts the next iteration (mu held, loop idle): every queued step that fits
+ * the budgets, in FIFO order (one layer an iteration: the oldest step's), and
+ * one piece of the oldest chunked append. */
+static void cut_iteration(attnd_scheduler *s, int64_t now, sched_job *job)
+{
+    req_list *q = &s->steps;
+    const attn_layer *layer = NULL;
+    attnd_request *prev = NULL, *r = q->head;
+    size_t rows = 0, kv_bytes = 0;
+    int count = 0;
+    while (r) {
+        attnd_request *next = r->next;
+        if (r->in_batch) {
+            prev = r;
+            r = next;
+            continue;
+        }
+        if (expired_at(r, now)) {
+            list_unlink(q, prev, r);
+            list_push(&job->expired, r);
+            r = next;
+            continue;
+        }
+        int take = 0;
+        if (layer == NULL) layer = layer_of(s, r);
+        if (layer_of(s, r) != layer) {
+            take = 0;
+        } else if (r->chunked) {
+            if (job->piece == NULL) {
+                job->piece = r;
+                job->piece_rows = piece_rows(r, s->cfg.prefill_chunk_rows);
+                r->in_batch = 1;
+            }
+        } else if (count == 0 || (count < s->cfg.max_batch_requests &&
+                                  r->rows <= s->cfg.max_batch_tokens - rows &&
+                                  rows < s->cfg.max_batch_tokens &&
+                                  kv_bytes < s->cfg.max_batch_kv_bytes &&
+                                  r->kv_bytes <= s->cfg.max_batch_kv_bytes - kv_bytes)) {
+            take = 1;
+        }
+        if (take) {
+            list_unlink(q, prev, r);
+            list_push(&job->batch, r);
+            rows += r->rows;
+            kv_bytes += r->kv_bytes;
+            count++;
+        } else {
+            prev = r;
+        }
+        r = next;
+    }
+    if (job->batch.count == 0 && job->piece == NULL) return; /* everything expired */
+    job->loop = 1;
+    job->iteration = ++s->iterations;
+    s->loop_busy = 1;
+    for (attnd_request *b = job->batch.head; b; b = b->next) attnd_streams_seen(&s->streams, b->stream, now);
+    if (job->piece) attnd_streams_seen(&s->streams, job->piece->stream, now);
+}
+
 /* The collector's job (mu held, collector role held): waits until there is a
- * batch to run or expired requests to answer, or until draining leaves the
- * queue empty. Returns 0 in that last case: the worker should exit. */
-static int collect(attnd_scheduler *s, req_list *batch, req_list *expired)
+ * batch to run or expired requests to answer, or until draining leaves both
+ * queues empty. Returns 0 in that last case: the worker should exit. */
+static int collect(attnd_scheduler *s, sched_job *job)
 {
     for (;;) {
-        int64_t wake_ns;
-        int cut = scan_queue(s, attnd_now_ns(), batch, expired, &wake_ns);
-        if (cut || expired->count > 0) return 1;
-        if (s->queue.count == 0 && s->closing) return 0;
-        if (wake_ns == 0) {
+        int64_t now = attnd_now_ns(), one_ready = INT64_MAX, loop_ready = INT64_MAX;
+        attnd_request *oldest = s->loop_busy ? NULL : first_step(s);
+        if (oldest) loop_ready = loop_ready_ns(s, now, oldest);
+        int one = cut_oneshot(s, now, &job->batch, &job->expired, &one_ready);
+        int loop = oldest && now >= loop_ready;
+        if (one && loop && oldest->enqueued_ns < job->batch.head->enqueued_ns) {
+            /* Both ready: the older head goes first; the batch goes back. */
+            job->batch.tail->next = s->oneshot.head;
+            s->oneshot.head = job->batch.head;
+            if (s->oneshot.tail == NULL) s->oneshot.tail = job->batch.tail;
+            s->oneshot.count += job->batch.count;
+            s->oneshot.tokens += job->batch.tokens;
+            memset(&job->batch, 0, sizeof job->batch);
+            one = 0;
+        }
+        if (one) return 1;
+        if (loop) {
+            cut_iteration(s, now, job);
+            if (job->loop || job->expired.count) return 1;
+            continue;
+        }
+        if (job->expired.count > 0) return 1;
+        if (s->closing && s->oneshot.count == 0 && s->steps.count == 0) return 0;
+        int64_t wake = one_ready < loop_ready ? one_ready : loop_ready;
+        if (wake == INT64_MAX) {
             pthread_cond_wait(&s->cv_queue, &s->mu);
         } else {
-            struct timespec ts = mono_timespec(wake_ns);
+            struct timespec ts = mono_timespec(wake);
             pthread_cond_timedwait(&s->cv_queue, &s->mu, &ts);
         }
     }
@@ -319,86 +509,120 @@ static void set_result(attnd_request *r, attn_status st)
     r->outcome = st == ATTN_OK ? ATTND_DONE_OK : ATTND_DONE_ERROR;
 }
 
-/* Runs every request of the batch alone: the fallback when the joint forward
- * failed, so one bad request cannot fail the others, and each error names a
- * sequence index of its own request. */
-static void run_each_alone(sched_worker *w, attn_workspace *ws, req_list *batch)
+/* Runs every request of the batch (and the piece) alone: the fallback when
+ * the joint forward failed, so one bad request cannot fail the others, and
+ * each error names a sequence index of its own request. */
+static void run_each_alone(sched_worker *w, attn_workspace *ws, sched_job *job, const attn_seq *piece)
 {
-    for (attnd_request *r = batch->head; r; r = r->next)
-        set_result(r, attn_forward(layer_of(w->s, r), r->seqs, r->n_seqs, ws, NULL,
-                                   &r->lib_error));
+    for (attnd_request *r = job->batch.head; r; r = r->next)
+        set_result(r, attn_forward(layer_of(w->s, r), r->seqs, r->n_seqs, ws, NULL, &r->lib_error));
+    if (job->piece)
+        set_result(job->piece, attn_forward(layer_of(w->s, job->piece), piece, 1, ws, NULL,
+                                            &job->piece->lib_error));
 }
 
-/* The batch's stream steps are computed: a collector waiting for them to come
- * back (stream_ready_ns) starts its wait now. */
-static void steps_finished(attnd_scheduler *s, const req_list *batch, int64_t end_ns)
+/* The iteration ended (mu taken here): the loop is free, the piece advanced;
+ * a finished piece's request (done, failed, or past its deadline) goes into
+ * *done. */
+static void iteration_ended(attnd_scheduler *s, sched_job *job, req_list *done)
 {
-    int steps = 0;
-    for (const attnd_request *r = batch->head; r; r = r->next) steps += r->stream != 0;
-    if (steps == 0) return;
     pthread_mutex_lock(&s->mu);
-    s->steps_computing -= steps;
-    s->steps_done_ns = end_ns;
+    s->loop_busy = 0;
+    attnd_request *p = job->piece;
+    if (p) {
+        p->in_batch = 0;
+        if (p->outcome == ATTND_DONE_OK) p->done_rows += job->piece_rows;
+        int end = p->outcome != ATTND_DONE_OK || p->done_rows >= p->seqs[0].t;
+        if (!end && expired_at(p, attnd_now_ns())) {
+            p->outcome = ATTND_DONE_TIMEOUT;
+            end = 1;
+        }
+        if (end) {
+            list_remove(&s->steps, p);
+            list_push(done, p);
+        } else {
+            p->outcome = ATTND_PENDING;
+            if (p->deadline_ns != 0 && p->deadline_ns < s->reap_wake_ns) pthread_cond_signal(&s->cv_reap);
+        }
+    }
     pthread_cond_signal(&s->cv_queue);
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Runs one batch: concatenates the requests' sequences, one attn_forward,
- * fills every result field, calls the hook, then every on_done. */
-static void run_batch(sched_worker *w, req_list *batch)
+/* Runs one job's batch: concatenates the sequences, one attn_forward, fills
+ * every result field, calls the hook, then every on_done. */
+static void run_batch(sched_worker *w, sched_job *job)
 {
     attnd_scheduler *s = w->s;
+    req_list *batch = &job->batch;
     int64_t start = attnd_now_ns();
-    long n_seqs = 0;
+    int members = batch->count + (job->piece != NULL);
+    long n_seqs = job->piece != NULL;
+    attn_seq piece = { 0 };
+    if (job->piece) piece = piece_view(s, job->piece, job->piece_rows);
+    for (attnd_request *r = batch->head; r; r = r->next) n_seqs += r->n_seqs;
     for (attnd_request *r = batch->head; r; r = r->next) {
         r->queue_us = us_between(r->enqueued_ns, start);
-        r->batch_size = batch->count;
-        n_seqs += r->n_seqs;
+        r->batch_size = members;
+    }
+    if (job->piece) {
+        attnd_request *p = job->piece;
+        if (p->iterations == 0) p->queue_us = us_between(p->enqueued_ns, start);
+        p->batch_size = members;
+    }
+    if (job->loop) {
+        for (attnd_request *r = batch->head; r; r = r->next) {
+            r->iter_first = r->iter_last = job->iteration;
+            r->iterations = 1;
+        }
+        if (job->piece) {
+            if (job->piece->iterations++ == 0) job->piece->iter_first = job->iteration;
+            job->piece->iter_last = job->iteration;
+        }
     }
 
-    /* Alone: every core; else this worker's own thread (see "Cores" above). */
+    /* The loop: every core; stateless alone: every core; else this worker's thread. */
     int others = atomic_fetch_add(&s->computing, 1);
-    attn_workspace *ws = others == 0 && w->ws_wide ? w->ws_wide : w->ws;
-    if (batch->count == 1) {
-        run_each_alone(w, ws, batch);
+    attn_workspace *ws = (job->loop || others == 0) && w->ws_wide ? w->ws_wide : w->ws;
+    if (members == 1 && !job->piece) {
+        run_each_alone(w, ws, job, NULL);
     } else if (reserve_seqs(w, n_seqs) != 0) {
-        run_each_alone(w, ws, batch); /* no memory to pack: still answer correctly */
+        run_each_alone(w, ws, job, &piece); /* no memory to pack: still answer correctly */
     } else {
         int k = 0;
         for (attnd_request *r = batch->head; r; r = r->next) {
             memcpy(w->seqs + k, r->seqs, (size_t)r->n_seqs * sizeof *r->seqs);
             k += r->n_seqs;
         }
+        if (job->piece) w->seqs[k++] = piece;
+        const attn_layer *layer = layer_of(s, batch->head ? batch->head : job->piece);
         attn_error err;
-        attn_status st = attn_forward(layer_of(s, batch->head), w->seqs, k, ws, NULL, &err);
+        attn_status st = attn_forward(layer, w->seqs, k, ws, NULL, &err);
         if (st == ATTN_OK) {
             for (attnd_request *r = batch->head; r; r = r->next) set_result(r, ATTN_OK);
+            if (job->piece) set_result(job->piece, ATTN_OK);
         } else {
-            run_each_alone(w, ws, batch);
+            run_each_alone(w, ws, job, &piece);
         }
     }
     atomic_fetch_sub(&s->computing, 1);
 
     int64_t end = attnd_now_ns();
-    atomic_store(&s->last_batch_ns, end - start);
-    steps_finished(s, batch, end);
     int64_t compute_us = us_between(start, end);
     for (attnd_request *r = batch->head; r; r = r->next) r->compute_us = compute_us;
-    if (s->hook) s->hook(s->hook_ctx, batch->count, batch->tokens, compute_us);
-    finish_all(batch);
-}
-
-/* Answers requests whose deadline passed while queued. */
-static void finish_expired(req_list *expired)
-{
-    int64_t now = attnd_now_ns();
-    for (attnd_request *r = expired->head; r; r = r->next) {
-        r->outcome = ATTND_DONE_TIMEOUT;
-        r->queue_us = us_between(r->enqueued_ns, now);
-        r->compute_us = 0;
-        r->batch_size = 0;
+    if (job->piece) job->piece->compute_us += compute_us;
+    req_list done = { 0 };
+    if (job->loop) {
+        atomic_store(&s->last_batch_ns, end - start);
+        iteration_ended(s, job, &done);
     }
-    finish_all(expired);
+    size_t tokens = batch->tokens + (job->piece ? (size_t)job->piece_rows : 0);
+    if (s->hook) s->hook(s->hook_ctx, members, tokens, compute_us);
+    finish_all(batch);
+    if (done.count) {
+        if (done.head->outcome == ATTND_DONE_TIMEOUT) done.head->batch_size = 0;
+        finish_all(&done);
+    }
 }
 
 static void *worker_main(void *arg)
@@ -410,16 +634,45 @@ static void *worker_main(void *arg)
     for (;;) {
         while (s->collecting) pthread_cond_wait(&s->cv_lead, &s->mu);
         s->collecting = 1;
-        req_list batch = { 0 }, expired = { 0 };
-        int more = collect(s, &batch, &expired);
+        sched_job job = { 0 };
+        int more = collect(s, &job);
         s->collecting = 0;
         pthread_cond_signal(&s->cv_lead); /* the next idle worker takes over */
         if (!more) break;
 
         pthread_mutex_unlock(&s->mu);
-        if (expired.count) finish_expired(&expired);
-        if (batch.count) run_batch(w, &batch);
+        if (job.expired.count) finish_expired(&job.expired);
+        if (job.batch.count || job.piece) run_batch(w, &job);
         pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* Answers queued requests at their deadline (see "Deadlines" above). */
+static void *reaper_main(void *arg)
+{
+    attnd_scheduler *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->reap_stop) {
+        req_list expired = { 0 };
+        int64_t earliest = INT64_MAX, now = attnd_now_ns();
+        reap_list(&s->oneshot, now, &expired, &earliest);
+        reap_list(&s->steps, now, &expired, &earliest);
+        if (expired.count) {
+            s->reap_wake_ns = INT64_MAX; /* it rescans after answering */
+            pthread_mutex_unlock(&s->mu);
+            finish_expired(&expired);
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
+        s->reap_wake_ns = earliest;
+        if (earliest == INT64_MAX) {
+            pthread_cond_wait(&s->cv_reap, &s->mu);
+        } else {
+            struct timespec ts = mono_timespec(earliest);
+            pthread_cond_timedwait(&s->cv_reap, &s->mu, &ts);
+        }
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -435,13 +688,14 @@ static int check_config(const attnd_sched_config *c, char *err, size_t errlen)
         field = "max_batch_requests"; rule = "at least 1"; v = c->max_batch_requests;
     } else if (c->max_batch_tokens < 1) {
         field = "max_batch_tokens"; rule = "at least 1"; v = (long long)c->max_batch_tokens;
-
     } else if (c->max_queue_delay_us < 0 || c->max_queue_delay_us > SCHED_MAX_DELAY_US) {
         field = "max_queue_delay_us"; rule = "between 0 and 3600000000 (one hour)";
         v = c->max_queue_delay_us;
     } else if (c->max_stream_wait_us < 0 || c->max_stream_wait_us > SCHED_MAX_DELAY_US) {
         field = "max_stream_wait_us"; rule = "between 0 and 3600000000 (one hour)";
         v = c->max_stream_wait_us;
+    } else if (c->prefill_chunk_rows < 0 || c->prefill_chunk_rows > SCHED_MAX_CHUNK_ROWS) {
+        field = "prefill_chunk_rows"; rule = "between 0 and 1048576"; v = c->prefill_chunk_rows;
     } else if (c->max_queue < 1) {
         field = "max_queue"; rule = "at least 1"; v = c->max_queue;
     } else if (c->workers < 1 || c->workers > SCHED_MAX_WORKERS) {
@@ -453,7 +707,7 @@ static int check_config(const attnd_sched_config *c, char *err, size_t errlen)
     return -1;
 }
 
-/* Stops the workers and joins them (drain_mu held). */
+/* Stops the workers and then the reaper, and joins them (drain_mu held). */
 static void stop_and_join(attnd_scheduler *s)
 {
     pthread_mutex_lock(&s->mu);
@@ -463,6 +717,14 @@ static void stop_and_join(attnd_scheduler *s)
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < s->n_started; i++) pthread_join(s->workers[i].thread, NULL);
     s->n_started = 0;
+    if (s->reaper_started) {
+        pthread_mutex_lock(&s->mu);
+        s->reap_stop = 1;
+        pthread_cond_signal(&s->cv_reap);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->reaper, NULL);
+        s->reaper_started = 0;
+    }
     s->joined = 1;
 }
 
@@ -484,8 +746,12 @@ static int init_sync(attnd_scheduler *s)
     if (pthread_condattr_init(&ca) != 0) return -1;
     int rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     if (rc == 0) rc = pthread_cond_init(&s->cv_queue, &ca);
-    if (rc == 0 && (rc = pthread_cond_init(&s->cv_lead, NULL)) != 0)
+    if (rc == 0 && (rc = pthread_cond_init(&s->cv_reap, &ca)) != 0)
         pthread_cond_destroy(&s->cv_queue);
+    if (rc == 0 && (rc = pthread_cond_init(&s->cv_lead, NULL)) != 0) {
+        pthread_cond_destroy(&s->cv_queue);
+        pthread_cond_destroy(&s->cv_reap);
+    }
     pthread_condattr_destroy(&ca);
     if (rc != 0) return -1;
     pthread_mutex_init(&s->mu, NULL);
@@ -497,6 +763,7 @@ static void destroy_sync(attnd_scheduler *s)
 {
     pthread_cond_destroy(&s->cv_queue);
     pthread_cond_destroy(&s->cv_lead);
+    pthread_cond_destroy(&s->cv_reap);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->drain_mu);
 }
@@ -517,6 +784,7 @@ attnd_scheduler *attnd_scheduler_create(const attn_layer *layer, const attnd_sch
     s->layer = layer;
     s->cfg = *cfg;
     if (s->cfg.max_batch_kv_bytes == 0) s->cfg.max_batch_kv_bytes = SIZE_MAX;
+    s->reap_wake_ns = INT64_MAX;
 
     s->hook = hook;
     s->hook_ctx = hook_ctx;
@@ -538,8 +806,14 @@ attnd_scheduler *attnd_scheduler_create(const attn_layer *layer, const attnd_sch
                 goto fail;
         }
     }
+    int rc = pthread_create(&s->reaper, NULL, reaper_main, s);
+    if (rc != 0) {
+        snprintf(why, sizeof why, "cannot start the deadline thread: %s", strerror(rc));
+        goto fail;
+    }
+    s->reaper_started = 1;
     for (int i = 0; i < cfg->workers; i++) {
-        int rc = pthread_create(&s->workers[i].thread, NULL, worker_main, &s->workers[i]);
+        rc = pthread_create(&s->workers[i].thread, NULL, worker_main, &s->workers[i]);
         if (rc != 0) {
             snprintf(why, sizeof why, "cannot start worker thread %d: %s", i, strerror(rc));
             goto fail;
@@ -567,18 +841,20 @@ attnd_submit_result attnd_scheduler_submit(attnd_scheduler *s, attnd_request *re
         pthread_mutex_unlock(&s->mu);
         return ATTND_SUBMIT_CLOSED;
     }
-    if (s->queue.count >= s->cfg.max_queue) {
+    if (s->oneshot.count + s->steps.count >= s->cfg.max_queue) {
         pthread_mutex_unlock(&s->mu);
         return ATTND_SUBMIT_FULL;
     }
     measure(s, req);
     req->outcome = ATTND_PENDING;
     req->enqueued_ns = now;
+    req->queued_after = req->stream ? s->iterations : 0;
     if (req->timeout_ms <= 0) req->deadline_ns = 0;
     else if (req->timeout_ms > (INT64_MAX - now) / 1000000) req->deadline_ns = 0; /* never */
     else req->deadline_ns = now + req->timeout_ms * 1000000;
-    list_push(&s->queue, req);
+    list_push(req->stream ? &s->steps : &s->oneshot, req);
     pthread_cond_signal(&s->cv_queue); /* only the collector waits there */
+    if (req->deadline_ns != 0 && req->deadline_ns < s->reap_wake_ns) pthread_cond_signal(&s->cv_reap);
     pthread_mutex_unlock(&s->mu);
     return ATTND_SUBMIT_OK;
 }
@@ -586,7 +862,7 @@ attnd_submit_result attnd_scheduler_submit(attnd_scheduler *s, attnd_request *re
 int attnd_scheduler_queue_depth(attnd_scheduler *s)
 {
     pthread_mutex_lock(&s->mu);
-    int n = s->queue.count;
+    int n = s->oneshot.count + s->steps.count;
     pthread_mutex_unlock(&s->mu);
     return n;
 }

@@ -1,17 +1,18 @@
-/* scheduler.h — cross-client dynamic batching for one model.
+/* scheduler.h — one model's compute: a decode loop for stream steps and
+ * dynamic batching for stateless requests (scheduler.c says how).
  *
- * Requests wait in a bounded FIFO. A batch is cut when it holds
+ * Stateless requests wait in a bounded FIFO. A batch is cut when it holds
  * max_batch_requests requests, max_batch_tokens positions to project or
- * max_batch_kv_bytes of keys and values to read (the two costs are counted
- * apart, so dozens of one-row decode steps over long caches make one batch), or
- * when its oldest request has waited max_queue_delay_us. A batch made only of
- * stream steps (session appends) waits up to max_stream_wait_us while fewer
- * steps are queued than streams took steps lately (scheduler.c, "Streams"):
- * one batch then reads the weights for every stream. Worker threads run each batch as ONE
- * attn_forward over the concatenated (ragged) sequences of all its requests,
- * fill each request's result fields and call its on_done. Workers only do
- * maths: no JSON, no HTTP. A request whose deadline passed while queued is
- * finished with ATTND_DONE_TIMEOUT and never computed.
+ * max_batch_kv_bytes of keys and values to read, or when its oldest request
+ * has waited max_queue_delay_us. Stream steps (requests with a stream key:
+ * session appends) run in the model's decode loop instead: one batch of steps
+ * (an iteration) at a time, the next starting the moment the last ends, with
+ * every step queued meanwhile plus at most one piece of prefill_chunk_rows
+ * rows of one long append. Worker threads run each batch as ONE attn_forward
+ * over the concatenated (ragged) sequences of all its requests, fill each
+ * request's result fields and call its on_done. Workers only do maths: no
+ * JSON, no HTTP. A request whose deadline passes while queued is finished
+ * with ATTND_DONE_TIMEOUT at its deadline and never computed.
  */
 #ifndef ATTND_SCHEDULER_H
 #define ATTND_SCHEDULER_H
@@ -30,7 +31,11 @@ typedef struct attnd_sched_config {
                                     of every sequence, cached or not); 0 = no
                                     limit                                     */
     int64_t max_queue_delay_us;  /* >= 0                                      */
-    int64_t max_stream_wait_us;  /* >= 0; 0 = stream steps never wait         */
+    int64_t max_stream_wait_us;  /* >= 0; 0 = steps never wait (the default);
+                                    opt-in: an iteration of fewer steps than
+                                    the streams active lately waits this long */
+    int prefill_chunk_rows;      /* 0..1048576: a longer append is computed in
+                                    pieces of this many rows; 0 = whole       */
     int max_queue;               /* requests waiting, >= 1; beyond -> FULL    */
     int workers;                 /* worker threads, >= 1                      */
 } attnd_sched_config;

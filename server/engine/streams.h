@@ -1,8 +1,9 @@
 /* streams.h — how many streams are active: a set of stream keys (a session's
  * identity, attnd_request.stream) with the time each was last seen, counted
- * over a recent window. The scheduler asks it how many steps a decode batch
- * may still expect: closed-loop streams send their next step right after their
- * answer, so a batch of some of them waits briefly for the rest.
+ * over a recent window. Only for the opt-in --max-stream-wait-us: the decode
+ * loop then asks it how many steps an iteration may still expect (closed-loop
+ * streams send their next step right after their answer, so an iteration of
+ * some of them waits briefly for the rest).
  *
  * Fixed capacity, no allocation: past ATTND_STREAMS_CAP keys alive at once the
  * count saturates (a batch's own request cap binds long before). Not

@@ -958,9 +958,11 @@ fail:
     return -1;
 }
 
-/* The session's state after this append, as response members (layer >= 0: the
- * sequence's layer appended to, whose length and rows these are). */
-static char *session_members(const char *id, int layer, int64_t length, int rows)
+/* The session's state after this append (layer >= 0: the sequence's layer
+ * appended to, whose length and rows these are), and where the model's decode
+ * loop computed it, as response members. */
+static char *session_members(const char *id, int layer, int64_t length, int rows,
+                             const attnd_request *req)
 {
     attnd_jsonbuf b = {0};
     attnd_jb_puts(&b, "\"session\":{\"id\":");
@@ -973,6 +975,14 @@ static char *session_members(const char *id, int layer, int64_t length, int rows
     attnd_jb_i64(&b, (long long)length);
     attnd_jb_puts(&b, ",\"cached\":");
     attnd_jb_i64(&b, rows);
+    attnd_jb_puts(&b, "},\"decode\":{\"queued_after\":");
+    attnd_jb_i64(&b, (long long)req->queued_after);
+    attnd_jb_puts(&b, ",\"first\":");
+    attnd_jb_i64(&b, (long long)req->iter_first);
+    attnd_jb_puts(&b, ",\"last\":");
+    attnd_jb_i64(&b, (long long)req->iter_last);
+    attnd_jb_puts(&b, ",\"iterations\":");
+    attnd_jb_i64(&b, req->iterations);
     attnd_jb_putc(&b, '}');
     return attnd_jb_finish(&b, NULL);
 }
@@ -983,9 +993,12 @@ static void finish_binary(const attnd_session_call *call, const attnd_request *r
                           const attnd_model *model, const char *id, int layer, int64_t length,
                           int rows, attnd_reply *out)
 {
-    char params[320];
+    char params[416];
     int n = snprintf(params, sizeof params, "\"session_id\":\"%s\",\"session_length\":%lld,"
-                     "\"session_cached\":%d", id, (long long)length, rows);
+                     "\"session_cached\":%d,\"decode_queued_after\":%lld,\"decode_first\":%lld,"
+                     "\"decode_last\":%lld,\"decode_iterations\":%d", id, (long long)length, rows,
+                     (long long)req->queued_after, (long long)req->iter_first,
+                     (long long)req->iter_last, req->iterations);
     if (layer >= 0 && n > 0 && (size_t)n < sizeof params)
         snprintf(params + n, sizeof params - (size_t)n, ",\"session_layer\":%d", layer);
     size_t header_len = 0;
@@ -1031,7 +1044,7 @@ static void append_finish(attnd_exchange *x, const attnd_request *req, attnd_rep
         finish_binary(call, req, model, id, layer, length, rows, out);
         return;
     }
-    char *members = session_members(id, layer, length, rows);
+    char *members = session_members(id, layer, length, rows, req);
     size_t len = 0;
     char *body = members ? attnd_codec_encode_response_with(req, model->name, members, &len)
                          : NULL;

@@ -166,7 +166,7 @@ static int layer_cmd(const layer_row *r, double secs, const char *out_path)
         goto done;
     }
     attn_layer_desc d = {r->h, r->e / r->h, r->e / r->h, r->e, r->e, r->e, r->e, w, w + e * e, w + 2 * e * e,
-                         w + 3 * e * e, b, b + e, b + 2 * e, b + 3 * e, 0, {0}};
+                         w + 3 * e * e, b, b + e, b + 2 * e, b + 3 * e, 0, {0}, ATTN_WDTYPE_F32};
     attn_workspace_options o = {.n_threads = THREADS, .kernel = ATTN_KERNEL_FUSED};
     if (attn_layer_create(&d, &layer, &err) != ATTN_OK || attn_workspace_create(&o, &ws, &err) != ATTN_OK) {
         printf("ERROR\t%s\n", err.message);

@@ -1,15 +1,21 @@
-/* test_decode_batching.c — decode steps batch across sessions. 24 streams each
- * hold 1000 cached positions and append one position at a time from their own
- * threads; the batch budget counts a step's one projected row apart from the
- * cache it reads, so the steps of many streams run together (batch_size from
- * the responses > 16; when a step counted its cached positions as "tokens",
- * --max-batch-tokens 8192 capped a batch at 8). --max-batch-kv-bytes bounds
- * the bytes a batch reads: 4 streams' worth gives batches of at most 4, and
- * every answer is still right (each step equals the same step computed alone).
- * Stream-aware batching, with the default two workers and no queue delay: once
- * 8 streams have stepped, every later step runs in one batch of all 8 (a batch
- * of some waits for the rest, --max-stream-wait-us); a lone stream's steps
- * never wait.
+/* test_decode_batching.c — the decode loop through the daemon.
+ *  - decode steps batch across sessions: 24 streams each hold 1000 cached
+ *    positions and append one position at a time from their own threads; the
+ *    batch budget counts a step's one projected row apart from the cache it
+ *    reads, so the steps of many streams run together; --max-batch-kv-bytes
+ *    bounds the bytes an iteration reads (4 streams' worth: at most 4);
+ *  - one client interleaving 4 sessions, one request at a time, never waits
+ *    for itself: every step runs in the iteration after those started when it
+ *    queued, alone, and its queue time is a fraction of a millisecond (with
+ *    the old 2 ms stream wait every step waited it out);
+ *  - chunked prefill: appends computed 3 rows per iteration answer what the
+ *    whole appends answer (1e-6), for f32 / f16 / bf16 / int8 caches, windows,
+ *    and a RoPE + GQA Llama layer;
+ *  - a 4000-row prefill computed one row per iteration never holds a decode
+ *    step of another session beyond one iteration;
+ *  - deadlines: a step and a request queued behind a long batch are answered
+ *    504 at their timeout_ms, while that batch still computes (or, the
+ *    request, computed if the batch ended before its deadline).
  */
 #include <jansson.h>
 #include <math.h>
@@ -17,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "daemon.h"
@@ -150,8 +157,11 @@ TEST(decode_steps_batch_together)
     attnd_proc p;
     /* A 5 ms queue delay lets a batch fill whatever the machine's load: the test
      * is about the budget (8 steps when a step counted its cache), not timing. */
+    /* The opt-in stream wait lets an iteration fill whatever the machine's
+     * load: the test is about the budget (8 steps when a step counted its
+     * cache), not timing. */
     const char *args[] = {"--workers", "1", "--max-batch-requests", "64",
-                          "--max-queue-delay-us", "5000", NULL};
+                          "--max-stream-wait-us", "50000", NULL};
     if (attnd_proc_start(&p, args) != 0) {
         CHECK_MSG(0, "daemon did not start");
         return;
@@ -171,7 +181,7 @@ TEST(kv_bytes_bound_a_batch)
     snprintf(budget, sizeof budget, "%d", 4 * (CACHED + STEPS) * 8 * 16 * 4);
     attnd_proc p;
     const char *args[] = {"--workers", "1", "--max-batch-requests", "64",
-                          "--max-queue-delay-us", "5000", "--max-batch-kv-bytes", budget, NULL};
+                          "--max-stream-wait-us", "50000", "--max-batch-kv-bytes", budget, NULL};
     if (attnd_proc_start(&p, args) != 0) {
         CHECK_MSG(0, "daemon did not start");
         return;
@@ -182,48 +192,375 @@ TEST(kv_bytes_bound_a_batch)
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);
 }
 
-TEST(streams_step_as_one_batch)
+/* ------------------------------------------------------------ the loop */
+
+/* Creates a session of model on p ({"window": W} when window > 0) into id. */
+static int create_session(const attnd_proc *p, const char *model, int window, char *id, size_t cap)
 {
-    /* Steps [SETTLED, STEPS_HERE - TAIL): the first batches form as the streams
-     * start (some a step ahead of others), and at the end the streams ahead
-     * finish first, so the last ones wait out the stream wait alone. */
-    enum { N = 8, STEPS_HERE = 12, SETTLED = 4, TAIL = 3 };
+    char path[128], body[64];
+    snprintf(path, sizeof path, "/v1/models/%s/sessions", model);
+    snprintf(body, sizeof body, window > 0 ? "{\"window\":%d}" : "{}", window);
+    json_t *j = NULL;
+    long code = post(p, path, body, &j);
+    const char *v = json_string_value(json_object_get(j, "id"));
+    snprintf(id, cap, "%s", v ? v : "");
+    json_decref(j);
+    return code == 201 && v ? 0 : -1;
+}
+
+/* Appends rows [from, from + n) of stream `seed` to session id (E wide);
+ * returns the status and *out the answer. extra: more body members or "". */
+static long append_rows(const attnd_proc *p, const char *id, int seed, int from, int n, int e,
+                        const char *extra, json_t **out)
+{
+    sbuf b = {0};
+    sb_printf(&b, "{%s\"query\":[", extra);
+    for (int i = 0; i < n; i++) {
+        sb_printf(&b, "%s[", i ? "," : "");
+        for (int j = 0; j < e; j++)
+            sb_printf(&b, "%s%.6g", j ? "," : "", val(seed, from + i, j));
+        sb_printf(&b, "]");
+    }
+    sb_printf(&b, "]}");
+    char path[128];
+    snprintf(path, sizeof path, "/v1/sessions/%s/append", id);
+    long code = post(p, path, b.p, out);
+    free(b.p);
+    return code;
+}
+
+static long long member(json_t *j, const char *obj, const char *key)
+{
+    return (long long)json_integer_value(json_object_get(json_object_get(j, obj), key));
+}
+
+static int cmp_long(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One client, four sessions, one request at a time: round after round it
+ * appends one row to each session in turn. Nothing else reaches the daemon,
+ * so no step has anything to wait for: each runs in the iteration after those
+ * started when it queued (decode.first == decode.queued_after + 1), alone,
+ * and the median queue time is well under a millisecond (the old default
+ * stream wait held every step 2 ms for the client's other sessions). */
+TEST(interleaved_client_never_waits)
+{
+    enum { K = 4, ROUNDS = 30, PREFIX = 32 };
     attnd_proc p;
-    /* Two workers, no queue delay (the defaults); a long stream wait, so the
-     * test does not depend on how fast a loaded machine answers. */
-    const char *args[] = {"--max-stream-wait-us", "500000", NULL};
+    if (attnd_proc_start(&p, NULL) != 0) {
+        CHECK_MSG(0, "daemon did not start");
+        return;
+    }
+    char id[K][64];
+    json_t *j = NULL;
+    for (int k = 0; k < K; k++) {
+        CHECK_INT_EQ(create_session(&p, "demo", 0, id[k], sizeof id[k]), 0);
+        CHECK_INT_EQ(append_rows(&p, id[k], k, 0, PREFIX, E, "", &j), 200);
+        json_decref(j);
+    }
+    static long queue[K * ROUNDS];
+    int n = 0, wrong_iter = 0, not_alone = 0;
+    for (int r = 0; r < ROUNDS; r++)
+        for (int k = 0; k < K; k++) {
+            long code = append_rows(&p, id[k], k, PREFIX + r, 1, E, "", &j);
+            CHECK_INT_EQ(code, 200);
+            if (code == 200) {
+                queue[n++] = (long)member(j, "timing", "queue_us");
+                wrong_iter += member(j, "decode", "first") != member(j, "decode", "queued_after") + 1 ||
+                              member(j, "decode", "iterations") != 1;
+                not_alone += member(j, "timing", "batch_size") != 1;
+            }
+            json_decref(j);
+        }
+    qsort(queue, (size_t)n, sizeof *queue, cmp_long);
+    long median = n ? queue[n / 2] : -1, worst = n ? queue[n - 1] : -1;
+    printf("one client, %d sessions interleaved, %d steps: queue_us median %ld, max %ld\n", K, n,
+           median, worst);
+    CHECK_INT_EQ(n, K * ROUNDS);
+    CHECK_INT_EQ(wrong_iter, 0);
+    CHECK_INT_EQ(not_alone, 0);
+    CHECK_MSG(median < 500, "median queue_us %ld: a step waited for the client's own next one", median);
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+}
+
+/* The models both chunked-prefill daemons serve: (name, E). */
+static const struct { const char *name; int e; } chunk_models[] = {
+    {"demo", 64}, {"half", 64}, {"brain", 64}, {"small", 64}, {"llama", 64}, {"llama8", 64},
+};
+
+static int start_chunk_daemon(attnd_proc *p, const char *chunk)
+{
+    const char *args[] = {"--prefill-chunk-rows", chunk, "--kv-page-bytes", "4096",
+                          "--model", "demo=config/demo.safetensors",
+                          "--model", "half=config/demo.safetensors,kv_dtype=f16",
+                          "--model", "brain=config/demo.safetensors,kv_dtype=bf16",
+                          "--model", "small=config/demo.safetensors,kv_dtype=int8",
+                          "--model", "llama=tests/fixtures/ckpt/llama_gqa,layer=1",
+                          "--model", "llama8=tests/fixtures/ckpt/llama_gqa,layer=1,kv_dtype=int8",
+                          NULL};
+    return attnd_proc_start(p, args);
+}
+
+/* Largest |a - b| over two equally shaped output matrices; INFINITY when
+ * their shapes differ. */
+static double max_diff(json_t *a, json_t *b)
+{
+    if (!json_is_array(a) || !json_is_array(b) || json_array_size(a) != json_array_size(b)) return INFINITY;
+    double worst = 0;
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *ra = json_array_get(a, i), *rb = json_array_get(b, i);
+        if (json_array_size(ra) != json_array_size(rb)) return INFINITY;
+        for (size_t k = 0; k < json_array_size(ra); k++)
+            worst = fmax(worst, fabs(json_number_value(json_array_get(ra, k)) -
+                                     json_number_value(json_array_get(rb, k))));
+    }
+    return worst;
+}
+
+/* The same stream on a daemon computing appends 3 rows per iteration and one
+ * computing them whole: a 5-row prefix, a 40-row append, a 1-row step; every
+ * answer agrees to 1e-6 (f32, f16, bf16 and int8 caches, no window and a
+ * 7-row window, RoPE + GQA), and the 40 rows took several iterations on the
+ * first daemon and one on the second. */
+TEST(chunked_prefill_equals_whole)
+{
+    attnd_proc ch, wh;
+    if (start_chunk_daemon(&ch, "3") != 0 || start_chunk_daemon(&wh, "0") != 0) {
+        CHECK_MSG(0, "daemons did not start");
+        return;
+    }
+    const int lens[] = {5, 40, 1};
+    for (size_t m = 0; m < sizeof chunk_models / sizeof chunk_models[0]; m++)
+        for (int window = 0; window <= 7; window += 7) {
+            char a[64], b[64];
+            CHECK_INT_EQ(create_session(&ch, chunk_models[m].name, window, a, sizeof a), 0);
+            CHECK_INT_EQ(create_session(&wh, chunk_models[m].name, window, b, sizeof b), 0);
+            double worst = 0;
+            int from = 0, pieces = 0;
+            for (int i = 0; i < 3; i++) {
+                json_t *ja = NULL, *jb = NULL;
+                CHECK_INT_EQ(append_rows(&ch, a, 3, from, lens[i], chunk_models[m].e, "", &ja), 200);
+                CHECK_INT_EQ(append_rows(&wh, b, 3, from, lens[i], chunk_models[m].e, "", &jb), 200);
+                worst = fmax(worst, max_diff(json_object_get(ja, "output"), json_object_get(jb, "output")));
+                CHECK_INT_EQ(member(jb, "decode", "iterations"), 1);
+                if (lens[i] == 40) pieces = (int)member(ja, "decode", "iterations");
+                json_decref(ja);
+                json_decref(jb);
+                from += lens[i];
+            }
+            printf("%-6s window %d: 40 rows in %d iterations of <= 3 rows (or one block): max diff vs whole %.3g\n",
+                   chunk_models[m].name, window, pieces, worst);
+            CHECK_MSG(worst <= 1e-6, "%s window %d: chunked differs from whole by %g", chunk_models[m].name,
+                      window, worst);
+            CHECK_MSG(pieces > 1, "%s: the 40-row append took %d iteration(s)", chunk_models[m].name, pieces);
+        }
+    CHECK_INT_EQ(attnd_proc_stop(&ch), 0);
+    CHECK_INT_EQ(attnd_proc_stop(&wh), 0);
+}
+
+typedef struct prefill_arg {
+    const attnd_proc *p;
+    char id[64];
+    int rows;
+    long code;
+    long long first, last, iterations;
+    volatile int done;
+} prefill_arg;
+
+static void *run_prefill(void *v)
+{
+    prefill_arg *a = v;
+    json_t *j = NULL;
+    a->code = append_rows(a->p, a->id, 7, 0, a->rows, E, "", &j);
+    a->first = member(j, "decode", "first");
+    a->last = member(j, "decode", "last");
+    a->iterations = member(j, "decode", "iterations");
+    json_decref(j);
+    a->done = 1;
+    return NULL;
+}
+
+/* A 4000-row prefill computed one row per iteration (a slow prefill: 4000
+ * iterations) while one client steps three other sessions: every step runs in
+ * the iteration after those started when it queued, so a step that queued
+ * while the prefill ran was answered while it still ran (first < the
+ * prefill's last iteration): it waited for one piece, never for the prefill. */
+TEST(prefill_never_holds_a_step)
+{
+    enum { ROWS = 4000, K = 3 };
+    attnd_proc p;
+    const char *args[] = {"--prefill-chunk-rows", "1", NULL};
     if (attnd_proc_start(&p, args) != 0) {
         CHECK_MSG(0, "daemon did not start");
         return;
     }
-    static stream st[N];
-    step_streams(&p, st, N, STEPS_HERE);
-    int smallest = N;
-    for (int s = 0; s < N; s++)
-        for (int k = SETTLED; k < STEPS_HERE - TAIL; k++)
-            if (st[s].batch[k] < smallest) smallest = st[s].batch[k];
-    printf("%d streams, %d steps each: smallest batch of steps %d..%d: %d\n", N, STEPS_HERE, SETTLED,
-           STEPS_HERE - TAIL - 1, smallest);
-    for (int s = 0; s < N && smallest < N; s++) {
-        printf("  stream %d batches:", s);
-        for (int k = 0; k < STEPS_HERE; k++) printf(" %d (%ld us)", st[s].batch[k], st[s].queue_us[k]);
-        printf("\n");
+    char id[K][64];
+    json_t *j = NULL;
+    for (int k = 0; k < K; k++) {
+        CHECK_INT_EQ(create_session(&p, "demo", 0, id[k], sizeof id[k]), 0);
+        CHECK_INT_EQ(append_rows(&p, id[k], k, 0, 1, E, "", &j), 200);
+        json_decref(j);
     }
-    CHECK_MSG(smallest == N, "a settled step ran in a batch of %d, not all %d streams", smallest, N);
+    static prefill_arg pa;
+    memset(&pa, 0, sizeof pa);
+    pa.p = &p;
+    pa.rows = ROWS;
+    CHECK_INT_EQ(create_session(&p, "demo", 0, pa.id, sizeof pa.id), 0);
+    pthread_t th;
+    pthread_create(&th, NULL, run_prefill, &pa);
+    static long long queued[20000], first[20000];
+    int n = 0, wrong = 0;
+    for (int r = 1; !pa.done && n < 20000; r++)
+        for (int k = 0; k < K && n < 20000; k++) {
+            long code = append_rows(&p, id[k], k, r, 1, E, "", &j);
+            if (code == 200) {
+                queued[n] = member(j, "decode", "queued_after");
+                first[n] = member(j, "decode", "first");
+                wrong += first[n] != queued[n] + 1 || member(j, "decode", "iterations") != 1;
+                n++;
+            } else {
+                CHECK_INT_EQ(code, 200);
+            }
+            json_decref(j);
+        }
+    pthread_join(th, NULL);
+    CHECK_INT_EQ(pa.code, 200);
+    CHECK_INT_EQ(pa.iterations, ROWS);
+    int during = 0, held = 0;
+    for (int i = 0; i < n; i++)
+        if (queued[i] >= pa.first && queued[i] < pa.last) {
+            during++;
+            held += first[i] > pa.last;
+        }
+    printf("prefill of %d rows: iterations %lld..%lld; %d steps, %d queued while it ran, %d held\n", ROWS,
+           pa.first, pa.last, n, during, held);
+    CHECK_INT_EQ(wrong, 0);
+    CHECK_INT_EQ(held, 0);
+    CHECK_MSG(during > 0, "no step queued while the prefill ran (%d steps)", n);
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+}
 
-    stream *lone = &st[0]; /* one stream alone: its steps never wait for others */
-    step_streams(&p, lone, 1, 6);
-    long worst = 0;
-    for (int k = 1; k < 6; k++) /* step 0 may still see the 8 streams as active */
-        if (lone->queue_us[k] > worst) worst = lone->queue_us[k];
-    printf("lone stream: largest queue_us %ld (the stream wait is 500000)\n", worst);
-    CHECK_MSG(worst < 250000, "a lone stream's step waited %ld us", worst);
+typedef struct big_arg {
+    const attnd_proc *p;
+    const char *body;
+    long code;
+    int64_t start_ns;
+    volatile int64_t end_ns; /* 0 until it is answered */
+    long compute_us; /* the server's timing of it */
+} big_arg;
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void *run_big(void *v)
+{
+    big_arg *a = v;
+    json_t *j = NULL;
+    a->start_ns = now_ns();
+    a->code = post(a->p, "/v1/models/demo/attention", a->body, &j);
+    a->end_ns = now_ns();
+    a->compute_us = (long)member(j, "timing", "compute_us");
+    json_decref(j);
+    return NULL;
+}
+
+/* The status of an answer and, for a 200, its timing.queue_us (else -1). */
+static long queued_us(json_t *j)
+{
+    json_t *t = json_object_get(j, "timing");
+    return t ? (long)json_integer_value(json_object_get(t, "queue_us")) : -1;
+}
+
+/* One worker busy with a long batch (8 causal sequences of 4096 rows): a step
+ * with timeout_ms 100 and a request with timeout_ms 150 sent while it computes
+ * are answered 504 at their deadlines, not when the batch ends: the step's 504
+ * comes before the batch could have ended (sooner after the batch was sent
+ * than the batch's own compute time), at least 100 ms after it was sent and
+ * well before 300 (the answer may wait for a busy HTTP thread on a loaded
+ * machine; ~100 ms on a quiet one). The request: a 504 likewise, or a 200
+ * that started before its deadline. */
+TEST(deadlines_while_queued)
+{
+    attnd_proc p;
+    const char *args[] = {"--workers", "1", NULL};
+    if (attnd_proc_start(&p, args) != 0) {
+        CHECK_MSG(0, "daemon did not start");
+        return;
+    }
+    char id[64];
+    json_t *j = NULL;
+    CHECK_INT_EQ(create_session(&p, "demo", 0, id, sizeof id), 0);
+    CHECK_INT_EQ(append_rows(&p, id, 1, 0, 4, E, "", &j), 200);
+    json_decref(j);
+    sbuf b = {0};
+    sb_printf(&b, "{\"is_causal\":true,\"query\":[");
+    for (int s = 0; s < 8; s++) {
+        sb_printf(&b, "%s[", s ? "," : "");
+        for (int i = 0; i < 4096; i++) {
+            sb_printf(&b, "%s[", i ? "," : "");
+            for (int k = 0; k < E; k++) sb_printf(&b, "%s%.3g", k ? "," : "", val(s, i, k));
+            sb_printf(&b, "]");
+        }
+        sb_printf(&b, "]");
+    }
+    sb_printf(&b, "]}");
+    static big_arg big;
+    big = (big_arg){.p = &p, .body = b.p};
+    pthread_t th;
+    pthread_create(&th, NULL, run_big, &big);
+    /* Once its body is read and decoded, it computes: until then a step is
+     * computed at once (200), so the test steps again a little later. */
+    struct timespec ts = {0, 200000000}, again = {0, 100000000};
+    nanosleep(&ts, NULL);
+    int64_t t0 = 0, t1 = 0;
+    long step = 0, step_q = -1;
+    for (int k = 0; k < 20 && !big.end_ns; k++) {
+        t0 = now_ns();
+        step = append_rows(&p, id, 1, 4 + k, 1, E, "\"timeout_ms\":100,", &j);
+        t1 = now_ns();
+        step_q = queued_us(j);
+        json_decref(j);
+        if (step != 200) break;
+        nanosleep(&again, NULL);
+    }
+    long one = post(&p, "/v1/models/demo/attention", "{\"timeout_ms\":150,\"query\":[[1,2,3,4,5,6,7,8,"
+                    "1,2,3,4,5,6,7,8,1,2,3,4,5,6,7,8,1,2,3,4,5,6,7,8,1,2,3,4,5,6,7,8,1,2,3,4,5,6,7,8,"
+                    "1,2,3,4,5,6,7,8,1,2,3,4,5,6,7,8]]}", &j);
+    int64_t t2 = now_ns();
+    long one_q = queued_us(j);
+    json_decref(j);
+    pthread_join(th, NULL);
+    double step_ms = (double)(t1 - t0) / 1e6, one_ms = (double)(t2 - t1) / 1e6;
+    printf("behind a long batch: step (timeout 100 ms) answered %ld in %.1f ms, request (150 ms) %ld in "
+           "%.1f ms\n", step, step_ms, one, one_ms);
+    double before_end = (double)big.compute_us / 1e3 - (double)(t1 - big.start_ns) / 1e6;
+    printf("  the step's 504 came %.0f ms after the batch was sent, %.0f ms before its compute (%.0f ms) "
+           "could have ended\n", (double)(t1 - big.start_ns) / 1e6, before_end, big.compute_us / 1e3);
+    CHECK_INT_EQ(big.code, 200);
+    CHECK_INT_EQ(step, 504);
+    CHECK_MSG(step_ms >= 99 && step_ms < 300, "the step's 504 came after %.1f ms", step_ms);
+    CHECK_MSG(before_end > 0, "the step's 504 came when the batch may have ended (%.0f ms)", before_end);
+    if (step == 200) CHECK_MSG(step_q < 100000, "the step started after its deadline (%ld us)", step_q);
+    CHECK_MSG(one == 504 || one == 200, "the request answered %ld", one);
+    if (one == 504) CHECK_MSG(one_ms >= 149 && one_ms < 350, "the request's 504 came after %.1f ms", one_ms);
+    if (one == 200) CHECK_MSG(one_q < 150000, "the request started after its deadline (%ld us)", one_q);
+    free(b.p);
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);
 }
 
 int main(void)
 {
-    RUN(streams_step_as_one_batch);
+    RUN(interleaved_client_never_waits);
+    RUN(prefill_never_holds_a_step);
+    RUN(chunked_prefill_equals_whole);
+    RUN(deadlines_while_queued);
     RUN(decode_steps_batch_together);
     RUN(kv_bytes_bound_a_batch);
     return check_summary();

@@ -3,7 +3,9 @@
  *   1. against the real attnd on the demo model (tests/common/daemon.h): --sessions 8 --prefix
  *      64 --steps 20 gives 8 x 20 decode tokens, 0 errors, ordered percentiles, measured prefill,
  *      server timing, and every session deleted (GET /metrics attnd_sessions back to 0); chunked
- *      prefill into windowed sessions too; JSON, CSV and SVG well formed;
+ *      prefill into windowed sessions too; JSON, CSV and SVG well formed; --interleave 4 (one
+ *      client, one request at a time: every append alone) and the decode mix --prefill-every
+ *      (prefills timed as TTFT, their sessions deleted);
  *   2. --duration caps the decode phase and SIGINT stops it: steps cut, sessions deleted;
  *   3. an attnd with --max-seq-len 70: the appends past it fail (413), each stream ends, and its
  *      session is still deleted;
@@ -243,6 +245,59 @@ TEST_WITH(demo, const attnd_proc *p)
     CHECK_INT_EQ(jint(l, "deleted"), 3);
     CHECK_INT_EQ(jint(json_object_get(root, "params"), "window"), 24);
     json_decref(root);
+    CHECK_INT_EQ(live_sessions(p), 0);
+}
+
+/* --interleave 4: one client drives the 4 sessions one request at a time, so every decode
+ * append computes alone (mean batch exactly 1). --prefill-every: while 2 streams decode, a
+ * prefill client creates a session every 5 ms, appends 300 rows, deletes it; each prefill is
+ * timed (TTFT) and every one of its sessions deleted too. */
+TEST_WITH(decode_mix, const attnd_proc *p)
+{
+    const char *inter[] = {"--url", p->base_url, "--model", "demo", "--sessions", "4",
+                           "--interleave", "4", "--prefix", "16", "--steps", "15", "--quiet",
+                           "--json", tmp_path("inter.json"), "--max-error-rate", "0", NULL};
+    CHECK_INT_EQ(run_load(inter), 0);
+    json_t *root = load_json(tmp_path("inter.json"));
+    json_t *l = level0(root);
+    CHECK_INT_EQ(jint(l, "decode_tokens"), 4 * 15);
+    CHECK_INT_EQ(jint(l, "errors"), 0);
+    CHECK_INT_EQ(jint(l, "interleave"), 4);
+    CHECK_INT_EQ(jint(l, "with_timing"), 60);
+    CHECK_MSG(jnum(l, "mean_batch_size") == 1.0, "mean batch %g: two appends of one client overlapped",
+              jnum(l, "mean_batch_size"));
+    CHECK_INT_EQ(jint(json_object_get(root, "params"), "interleave"), 4);
+    json_decref(root);
+    CHECK_INT_EQ(live_sessions(p), 0);
+
+    const char *mix[] = {"--url", p->base_url, "--model", "demo", "--sessions", "2", "--prefix",
+                         "16", "--steps", "60", "--prefill-every", "5ms", "--prefill-rows", "300",
+                         "--json", tmp_path("mix.json"), "--max-error-rate", "0", NULL};
+    CHECK_INT_EQ(run_load(mix), 0);
+    root = load_json(tmp_path("mix.json"));
+    l = level0(root);
+    long prefills = jint(l, "mix_prefills");
+    printf("decode mix: %ld prefills of 300 rows, ttft p50 %.2f ms, %.0f rows/s\n", prefills,
+           jnum(l, "ttft_p50_ms"), jnum(l, "mix_prefill_rows_per_s"));
+    CHECK_INT_EQ(jint(l, "decode_tokens"), 2 * 60);
+    CHECK_INT_EQ(jint(l, "errors"), 0);
+    CHECK(prefills >= 1);
+    CHECK_INT_EQ(jint(l, "mix_prefill_rows"), 300);
+    CHECK_INT_EQ(jint(l, "mix_prefill_rows_total"), 300 * prefills);
+    /* a prefill whose session was created as the decode ended is not sent; its session is
+     * deleted all the same */
+    long unsent = jint(l, "created") - 2 - prefills;
+    CHECK_MSG(unsent == 0 || unsent == 1, "%ld sessions created, %ld prefills", jint(l, "created"), prefills);
+    CHECK_INT_EQ(jint(l, "deleted"), jint(l, "created"));
+    CHECK_INT_EQ(jint(l, "requests"), 2 * (1 + 1 + 60 + 1) + 3 * prefills + 2 * unsent);
+    CHECK(jnum(l, "ttft_p50_ms") > 0 && jnum(l, "ttft_p50_ms") <= jnum(l, "ttft_p99_ms"));
+    CHECK(jnum(l, "ttft_p99_ms") <= jnum(l, "ttft_max_ms"));
+    CHECK(jnum(l, "mix_prefill_rows_per_s") > 0);
+    CHECK_NEAR(jnum(json_object_get(root, "params"), "prefill_every_s"), 0.005, 1e-9);
+    json_decref(root);
+    char *out = slurp(tmp_path("out.txt"));
+    CHECK(out && strstr(out, "decode mix:") && strstr(out, "prefills of 300 rows"));
+    free(out);
     CHECK_INT_EQ(live_sessions(p), 0);
 }
 
@@ -747,6 +802,7 @@ int main(void)
     if (started) {
         RUN_WITH(demo, &p);
         RUN_WITH(binary_appends, &p);
+        RUN_WITH(decode_mix, &p);
         RUN_WITH(bounded, &p);
         RUN_WITH(failing_setup, &p);
         CHECK_INT_EQ(attnd_proc_stop(&p), 0);

@@ -246,6 +246,21 @@ TEST(sessions)
     CHECK(o.prefix == 0 && o.steps == 32 && o.max_retries == 0);
     load_opts_free(&o);
 
+    /* the decode mix: --interleave K, --prefill-every D --prefill-rows R (R defaults to --prefix) */
+    const char *mix[] = {"--model", "demo", "--sessions", "8", "--interleave", "4",
+                         "--prefill-every", "500ms", "--prefill-rows", "2048", NULL};
+    CHECK_INT_EQ(parse(&o, mix, err, sizeof err), 0);
+    CHECK(o.interleave == 4 && o.prefill_every_s == 0.5 && o.prefill_rows == 2048);
+    load_opts_free(&o);
+    const char *mix_dflt[] = {"--model", "demo", "--sessions", "8", "--prefix", "64",
+                              "--prefill-every", "2s", NULL};
+    CHECK_INT_EQ(parse(&o, mix_dflt, err, sizeof err), 0);
+    CHECK(o.interleave == 1 && o.prefill_every_s == 2 && o.prefill_rows == 64);
+    load_opts_free(&o);
+    CHECK_INT_EQ(parse(&o, dflt, err, sizeof err), 0);
+    CHECK(o.interleave == 1 && o.prefill_every_s == 0);
+    load_opts_free(&o);
+
     /* the other modes are untouched: their duration default stays 5 s */
     const char *plain[] = {"--model", "demo", NULL};
     CHECK_INT_EQ(parse(&o, plain, err, sizeof err), 0);
@@ -286,6 +301,15 @@ TEST(sessions)
         {"--model", "demo", "--steps", "8", NULL},
         {"--model", "demo", "--prefill-chunk", "8", NULL},
         {"--model", "demo", "--max-retries", "1", NULL},
+        {S, "--interleave", "0", NULL},
+        {S, "--prefill-every", "0", NULL},
+        {S, "--prefill-every", "soon", NULL},
+        {S, "--prefill-rows", "64", NULL},                  /* without --prefill-every */
+        {S, "--prefill-every", "1s", "--steps", "0", NULL}, /* nothing decodes meanwhile */
+        {S, "--prefill-every", "1s", "--prefix", "0", NULL}, /* no rows to prefill */
+        {S, "--prefill-rows", "0", "--prefill-every", "1s", NULL},
+        {"--model", "demo", "--interleave", "2", NULL},
+        {"--model", "demo", "--prefill-every", "1s", NULL},
     };
 #undef S
     const char *want[] = {
@@ -294,7 +318,9 @@ TEST(sessions)
         "--request-file", "--requests", "--warmup", "--max-inflight", "--model", "--steps 0",
         "--duration", "--prefix", "--steps", "--prefill-chunk", "--max-retries", "--sessions",
         "--sessions", "--sessions", "--sessions", "--prefix", "--steps", "--prefill-chunk",
-        "--max-retries",
+        "--max-retries", "--interleave", "--prefill-every", "soon", "--prefill-rows needs --prefill-every",
+        "--steps > 0", "rows to prefill", "--prefill-rows", "--interleave needs --sessions",
+        "--prefill-every needs --sessions",
     };
     _Static_assert(sizeof bad / sizeof *bad == sizeof want / sizeof *want, "one message per case");
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {

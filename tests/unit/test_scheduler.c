@@ -1,7 +1,9 @@
 /* test_scheduler.c — the batching scheduler against the real library: results
  * of batched requests equal the same requests computed alone; batch limits,
  * queue bound, deadlines, drain and the bad-request fallback behave as
- * server/engine/scheduler.h promises.
+ * server/engine/scheduler.h promises; the decode loop: chunked appends equal
+ * whole ones, a step waits for one iteration (one piece) at most, deadlines
+ * are answered while the workers are held, the older kind goes first.
  *
  * Requests are built by hand here (not by the codec) and freed by this file.
  * Tests that need a batch to form deterministically block the only worker in
@@ -91,6 +93,7 @@ static attn_layer *make_layer(uint64_t seed)
 typedef struct test_request {
     attnd_request req; /* first member: callbacks cast back */
     int done_calls;    /* on_done calls seen (guarded by the completion mutex) */
+    int64_t done_ns;   /* when on_done was called (the last time)              */
     int cross;
 } test_request;
 
@@ -208,6 +211,7 @@ static void on_done(attnd_request *req, void *ctx)
     (void)ctx;
     pthread_mutex_lock(&done_mu);
     ((test_request *)req)->done_calls++;
+    ((test_request *)req)->done_ns = attnd_now_ns();
     done_total++;
     pthread_cond_broadcast(&done_cv);
     pthread_mutex_unlock(&done_mu);
@@ -765,6 +769,8 @@ TEST_WITH(config, const attn_layer *layer)
     expect_bad_config(layer, c, "max_queue_delay_us");
     c = ok; c.max_stream_wait_us = -1;
     expect_bad_config(layer, c, "max_stream_wait_us");
+    c = ok; c.prefill_chunk_rows = -1;
+    expect_bad_config(layer, c, "prefill_chunk_rows");
     c = ok; c.max_queue = 0;
     expect_bad_config(layer, c, "max_queue");
     c = ok; c.workers = 0;
@@ -797,9 +803,9 @@ TEST(streams_counter)
     CHECK_INT_EQ(attnd_streams_active(&t, 450 * ms, 100 * ms), n);
 }
 
-/* Stream steps (attnd_request.stream): once four streams have taken a step,
- * the next step of one waits for the other three and all four run as one
- * batch; a step waits no longer than max_stream_wait_us when the others do
+/* Stream steps (attnd_request.stream) with the opt-in max_stream_wait_us: once
+ * four streams have taken a step, the next step of one waits for the other
+ * three and all four run as one iteration; a step waits no longer than max_stream_wait_us when the others do
  * not come; a lone stream and a request that is no step never wait. */
 static test_request *step(uint64_t *rng, uint64_t stream)
 {
@@ -879,6 +885,238 @@ TEST_WITH(lone_stream_never_waits, const attn_layer *layer)
     hook_fini(&h);
 }
 
+
+/* ------------------------------------------------------------ decode loop */
+
+/* A self-attention append of t rows to a contiguous float32 cache holding
+ * cache_len rows (room for t more): a step of `stream`. */
+static test_request *append_req(uint64_t *rng, float *k, float *v, int cache_len, int t,
+                                uint64_t stream, int window)
+{
+    test_request *tr = calloc(1, sizeof *tr);
+    attnd_request *r = &tr->req;
+    r->n_seqs = 1;
+    r->seqs = calloc(1, sizeof *r->seqs);
+    attn_seq *q = &r->seqs[0];
+    q->t = t;
+    q->s = cache_len + t;
+    q->query = rand_floats(rng, (size_t)t * E);
+    q->output = malloc((size_t)t * E * sizeof(float));
+    q->cache_k = k;
+    q->cache_v = v;
+    q->cache_len = cache_len;
+    q->cache_append = 1;
+    q->is_causal = 1;
+    q->window = window;
+    r->n_tokens = (size_t)q->s;
+    r->stream = stream;
+    return tr;
+}
+
+/* A cache of `rows` rows of random K and V, with room for `room` more. */
+static float *cache_of(uint64_t *rng, int rows, int room)
+{
+    float *c = calloc((size_t)(rows + room) * E, sizeof *c);
+    for (size_t i = 0; i < (size_t)rows * E; i++) c[i] = rng_float(rng);
+    return c;
+}
+
+/* Largest |difference| between r's output and cache rows and the same append
+ * computed whole, by the library alone, on copies (k0, v0) of the cache as it
+ * was before r. */
+static double diff_vs_whole(const attn_layer *layer, const attnd_request *r, float *k0, float *v0)
+{
+    attn_seq ref = r->seqs[0];
+    ref.cache_k = k0;
+    ref.cache_v = v0;
+    ref.output = malloc((size_t)ref.t * E * sizeof(float));
+    attn_error err = { 0 };
+    double worst = 0;
+    if (attn_forward(layer, &ref, 1, NULL, NULL, &err) != ATTN_OK) {
+        fprintf(stderr, "reference forward failed: %s\n", err.message);
+        worst = INFINITY;
+    }
+    for (size_t i = 0; isfinite(worst) && i < (size_t)ref.t * E; i++)
+        worst = fmax(worst, fabs((double)ref.output[i] - r->seqs[0].output[i]));
+    for (size_t i = 0; isfinite(worst) && i < (size_t)ref.s * E; i++) {
+        worst = fmax(worst, fabs((double)k0[i] - r->seqs[0].cache_k[i]));
+        worst = fmax(worst, fabs((double)v0[i] - r->seqs[0].cache_v[i]));
+    }
+    free(ref.output);
+    return worst;
+}
+
+static attnd_scheduler *make_loop_sched(const attn_layer *layer, int chunk, int workers, hook_log *h)
+{
+    attnd_sched_config cfg = {.max_batch_requests = 16, .max_batch_tokens = 8192, .max_queue = 64,
+                              .workers = workers, .prefill_chunk_rows = chunk};
+    return sched_with(layer, &cfg, h);
+}
+
+/* A long append computed in pieces (prefill_chunk_rows 7) answers what the
+ * whole append computes, cache rows included, with and without a window; it
+ * took ceil(T / 7) iterations of the loop, one after the other. */
+TEST_WITH(chunked_equals_whole, const attn_layer *layer)
+{
+    enum { L0 = 5, T = 100, CHUNK = 7 };
+    const int windows[] = {0, 9};
+    for (int w = 0; w < 2; w++) {
+        uint64_t rng = 41 + (uint64_t)w;
+        hook_log h;
+        hook_init(&h, 0);
+        reset_done();
+        attnd_scheduler *s = make_loop_sched(layer, CHUNK, 2, &h);
+        float *k = cache_of(&rng, L0, T), *v = cache_of(&rng, L0, T);
+        float *k0 = malloc((size_t)(L0 + T) * E * sizeof *k0), *v0 = malloc((size_t)(L0 + T) * E * sizeof *v0);
+        memcpy(k0, k, (size_t)(L0 + T) * E * sizeof *k0);
+        memcpy(v0, v, (size_t)(L0 + T) * E * sizeof *v0);
+        test_request *r = append_req(&rng, k, v, L0, T, 5, windows[w]);
+        submit_ok(s, r);
+        CHECK_INT_EQ(wait_done(1), 1);
+        attnd_scheduler_free(s);
+        CHECK_INT_EQ(r->req.outcome, ATTND_DONE_OK);
+        CHECK_INT_EQ(r->req.iterations, (T + CHUNK - 1) / CHUNK);
+        CHECK_INT_EQ(r->req.iter_last - r->req.iter_first + 1, (T + CHUNK - 1) / CHUNK);
+        CHECK_INT_EQ(h.n_batches, (T + CHUNK - 1) / CHUNK);
+        double d = diff_vs_whole(layer, &r->req, k0, v0);
+        printf("window %d: %d rows in %d pieces of <= %d: max diff vs whole %.3g\n", windows[w], T,
+               r->req.iterations, CHUNK, d);
+        CHECK_MSG(d <= 1e-6, "chunked append differs from the whole one by %g", d);
+        test_request_free(r);
+        free(k); free(v); free(k0); free(v0);
+        hook_fini(&h);
+    }
+}
+
+/* While a long append is computed in pieces, steps of other streams that
+ * arrive wait for one iteration at most: held at the first iteration (one
+ * worker, blocked in the hook), three steps queue; they all run in the next
+ * iteration, beside the prefill's second piece, long before its last. A
+ * step's iteration is always the one after those started when it queued. */
+TEST_WITH(step_waits_one_piece, const attn_layer *layer)
+{
+    enum { T = 400, CHUNK = 4, STEPS = 3, L = 20 };
+    uint64_t rng = 47;
+    hook_log h;
+    hook_init(&h, 1);
+    h.first_only = 1;
+    reset_done();
+    attnd_scheduler *s = make_loop_sched(layer, CHUNK, 1, &h);
+    float *k = cache_of(&rng, 0, T), *v = cache_of(&rng, 0, T);
+    float *k0 = calloc((size_t)T * E, sizeof *k0), *v0 = calloc((size_t)T * E, sizeof *v0);
+    test_request *pre = append_req(&rng, k, v, 0, T, 1, 0), *st[STEPS];
+    float *sk[STEPS], *sv[STEPS];
+    submit_ok(s, pre);
+    CHECK(hook_wait_blocked(&h)); /* iteration 1 (the first piece) is done, its worker held */
+    for (int i = 0; i < STEPS; i++) {
+        sk[i] = cache_of(&rng, L, 1);
+        sv[i] = cache_of(&rng, L, 1);
+        submit_ok(s, st[i] = append_req(&rng, sk[i], sv[i], L, 1, 10 + (uint64_t)i, 0));
+    }
+    hook_open(&h);
+    CHECK_INT_EQ(wait_done(STEPS + 1), STEPS + 1);
+    attnd_scheduler_free(s);
+    for (int i = 0; i < STEPS; i++) {
+        CHECK_INT_EQ(st[i]->req.outcome, ATTND_DONE_OK);
+        CHECK_INT_EQ(st[i]->req.queued_after, 1);
+        CHECK_INT_EQ(st[i]->req.iter_first, 2);
+        CHECK_INT_EQ(st[i]->req.iterations, 1);
+        CHECK_INT_EQ(st[i]->req.batch_size, STEPS + 1); /* the steps and one piece */
+        CHECK(diff_vs_alone(layer, &st[i]->req) <= 1e-6);
+        test_request_free(st[i]);
+        free(sk[i]);
+        free(sv[i]);
+    }
+    CHECK_INT_EQ(pre->req.iter_first, 1);
+    CHECK_INT_EQ(pre->req.iter_last, T / CHUNK);
+    CHECK_INT_EQ(pre->req.iterations, T / CHUNK);
+    CHECK_INT_EQ(h.sizes[1], STEPS + 1);
+    for (int b = 2; b < h.n_batches && b < MAX_BATCHES; b++) CHECK_INT_EQ(h.sizes[b], 1);
+    CHECK(diff_vs_whole(layer, &pre->req, k0, v0) <= 1e-6);
+    test_request_free(pre);
+    free(k); free(v); free(k0); free(v0);
+    hook_fini(&h);
+}
+
+/* A step and a stateless request whose deadlines pass while the only worker
+ * is held are answered 504 (TIMEOUT) at their deadline, before the worker is
+ * free: the deadline thread answers them, uncomputed. */
+TEST_WITH(deadline_while_held, const attn_layer *layer)
+{
+    uint64_t rng = 53;
+    hook_log h;
+    hook_init(&h, 1);
+    reset_done();
+    attnd_scheduler *s = make_loop_sched(layer, 0, 1, &h);
+    float *k = cache_of(&rng, 3, 1), *v = cache_of(&rng, 3, 1);
+    test_request *first = make_request(&rng, 1, 2, 2, SEQ_SELF);
+    test_request *stp = append_req(&rng, k, v, 3, 1, 9, 0), *one = make_request(&rng, 1, 2, 2, SEQ_SELF);
+    stp->req.timeout_ms = 50;
+    one->req.timeout_ms = 80;
+    hold_first(s, &h, first);
+    int64_t t0 = attnd_now_ns();
+    submit_ok(s, stp);
+    submit_ok(s, one);
+    CHECK_INT_EQ(wait_done(2), 2);
+    pthread_mutex_lock(&done_mu);
+    double ms1 = (double)(stp->done_ns - t0) / 1e6, ms2 = (double)(one->done_ns - t0) / 1e6;
+    pthread_mutex_unlock(&done_mu);
+    printf("deadlines 50 / 80 ms while the worker is held: answered at %.1f / %.1f ms\n", ms1, ms2);
+    CHECK_INT_EQ(stp->done_calls, 1);
+    CHECK_INT_EQ(one->done_calls, 1);
+    CHECK_INT_EQ(first->done_calls, 0); /* still held: nobody computed them */
+    CHECK_INT_EQ(stp->req.outcome, ATTND_DONE_TIMEOUT);
+    CHECK_INT_EQ(one->req.outcome, ATTND_DONE_TIMEOUT);
+    /* At the deadline (+10 ms on a quiet machine; slack here for a loaded one). */
+    CHECK_MSG(ms1 >= 49 && ms1 < 100, "the 50 ms step answered at %.1f ms", ms1);
+    CHECK_MSG(ms2 >= 79 && ms2 < 130, "the 80 ms request answered at %.1f ms", ms2);
+    hook_open(&h);
+    CHECK_INT_EQ(wait_done(3), 3);
+    attnd_scheduler_free(s);
+    CHECK_INT_EQ(h.n_requests, 1);
+    test_request_free(first);
+    test_request_free(stp);
+    test_request_free(one);
+    free(k);
+    free(v);
+    hook_fini(&h);
+}
+
+/* One worker, both kinds queued while it is held: the older head goes first,
+ * and the other kind runs next (neither waits for the other's newcomers). */
+TEST_WITH(oldest_kind_first, const attn_layer *layer)
+{
+    uint64_t rng = 59;
+    hook_log h;
+    hook_init(&h, 1);
+    h.first_only = 1;
+    reset_done();
+    attnd_scheduler *s = make_loop_sched(layer, 0, 1, &h);
+    float *k = cache_of(&rng, 3, 1), *v = cache_of(&rng, 3, 1);
+    test_request *first = make_request(&rng, 1, 2, 2, SEQ_SELF);
+    test_request *stp = append_req(&rng, k, v, 3, 1, 9, 0), *one = make_request(&rng, 1, 2, 2, SEQ_SELF);
+    hold_first(s, &h, first);
+    submit_ok(s, stp);
+    sleep_ms(2);
+    submit_ok(s, one);
+    hook_open(&h);
+    CHECK_INT_EQ(wait_done(3), 3);
+    attnd_scheduler_free(s);
+    CHECK_INT_EQ(h.n_batches, 3);
+    CHECK_INT_EQ(stp->req.iter_first, 1);
+    int64_t step_start = stp->req.enqueued_ns + stp->req.queue_us * 1000;
+    int64_t one_start = one->req.enqueued_ns + one->req.queue_us * 1000;
+    CHECK_MSG(step_start <= one_start, "the older step started %lld us after the request",
+              (long long)(step_start - one_start) / 1000);
+    CHECK(diff_vs_alone(layer, &stp->req) <= 1e-6 && diff_vs_alone(layer, &one->req) <= 1e-6);
+    test_request_free(first);
+    test_request_free(stp);
+    test_request_free(one);
+    free(k);
+    free(v);
+    hook_fini(&h);
+}
+
 /* Mixed clients under four batching configurations. */
 TEST_WITH(mixed, const attn_layer *layer)
 {
@@ -906,6 +1144,10 @@ int main(void)
     RUN(streams_counter);
     RUN_WITH(stream_steps_batch, layer);
     RUN_WITH(lone_stream_never_waits, layer);
+    RUN_WITH(chunked_equals_whole, layer);
+    RUN_WITH(step_waits_one_piece, layer);
+    RUN_WITH(deadline_while_held, layer);
+    RUN_WITH(oldest_kind_first, layer);
     attn_layer_free(layer);
     return check_summary();
 }

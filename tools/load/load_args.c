@@ -238,6 +238,14 @@ void load_usage(FILE *f)
         "  --max-retries N        503 with Retry-After: retry each call up to N times, waiting\n"
         "                         as told (at most 5 s), before it counts (default 3)\n"
         "  --duration D           caps each level's decode phase (default: no cap)\n"
+        "  --interleave K         one closed-loop client drives K sessions in turn, one request\n"
+        "                         at a time (as a decode loop over a batch of sequences or over\n"
+        "                         the layers of a model does); N/K clients (default 1)\n"
+        "  --prefill-every D      during the decode phase a prefill client creates a session,\n"
+        "                         appends --prefill-rows rows in one append (its time is the\n"
+        "                         TTFT), deletes it, and starts the next D after the last began\n"
+        "                         (or at once when late): a decode mix (default: none)\n"
+        "  --prefill-rows R       rows of each such prefill (default: --prefix)\n"
         "  also: --url --model --embed --seed --pool --timeout --binary, the output options; other\n"
         "  request and load options are refused\n"
         "output\n"
@@ -268,6 +276,7 @@ enum {
     O_WINDOW, O_KPAD, O_BATCH, O_REQFILE, O_POOL, O_SEED, O_CONC, O_RATE, O_DUR, O_REQS,
     O_WARM, O_TIMEOUT, O_INFLIGHT, O_JSON, O_CSV, O_SVG, O_QUIET, O_MAXERR, O_HELP,
     O_PROTOCOL, O_BINARY, O_SESSIONS, O_PREFIX, O_STEPS, O_PCHUNK, O_RETRIES, O_MAXLATE,
+    O_INTERLEAVE, O_PEVERY, O_PROWS,
     O_END /* one past the last */
 };
 
@@ -308,6 +317,9 @@ static const struct option long_opts[] = {
     {"prefill-chunk", required_argument, 0, O_PCHUNK},
     {"max-retries", required_argument, 0, O_RETRIES},
     {"max-late-fraction", required_argument, 0, O_MAXLATE},
+    {"interleave", required_argument, 0, O_INTERLEAVE},
+    {"prefill-every", required_argument, 0, O_PEVERY},
+    {"prefill-rows", required_argument, 0, O_PROWS},
     {0, 0, 0, 0},
 };
 
@@ -327,6 +339,7 @@ static void set_defaults(load_opts *o)
     o->prefix = 128;
     o->steps = 32;
     o->max_retries = 3;
+    o->interleave = 1;
     o->max_late_fraction = -1;
 }
 
@@ -426,18 +439,27 @@ static int apply_opt(load_opts *o, int c, const char *arg, int *seen_conc, char 
     case O_DUR: return load_parse_duration(arg, &o->duration_s, err, el);
     case O_WARM: return load_parse_duration(arg, &o->warmup_s, err, el);
     case O_TIMEOUT: return load_parse_duration(arg, &o->timeout_s, err, el);
+    case O_PEVERY:
+        if (load_parse_duration(arg, &o->prefill_every_s, err, el)) return -1;
+        if (o->prefill_every_s <= 0) return errf(err, el, "--prefill-every must be > 0");
+        return 0;
     case O_PREFIX:
     case O_STEPS:
     case O_PCHUNK:
+    case O_INTERLEAVE:
+    case O_PROWS:
     case O_RETRIES: {
-        long lo = c == O_PCHUNK ? 1 : 0, hi = c == O_RETRIES ? 100 : MAX_SEQ;
+        long lo = c == O_PCHUNK || c == O_INTERLEAVE || c == O_PROWS ? 1 : 0;
+        long hi = c == O_RETRIES ? 100 : c == O_INTERLEAVE ? MAX_CONCURRENCY : MAX_SEQ;
         if (parse_long(arg, lo, hi, &v))
             return errf(err, el, "--%s: '%s' is not an integer in %ld..%ld", opt_name(c), arg,
                         lo, hi);
-        *(c == O_PREFIX  ? &o->prefix
-          : c == O_STEPS ? &o->steps
-          : c == O_PCHUNK ? &o->prefill_chunk
-                          : &o->max_retries) = (int)v;
+        *(c == O_PREFIX       ? &o->prefix
+          : c == O_STEPS      ? &o->steps
+          : c == O_PCHUNK     ? &o->prefill_chunk
+          : c == O_INTERLEAVE ? &o->interleave
+          : c == O_PROWS      ? &o->prefill_rows
+                              : &o->max_retries) = (int)v;
         return 0;
     }
     case O_CONC:
@@ -471,7 +493,8 @@ static int apply_opt(load_opts *o, int c, const char *arg, int *seen_conc, char 
 /* Rules of --sessions mode; given[c - O_URL] says option c was on the command line. */
 static int validate_sessions(load_opts *o, const unsigned char *given, char *err, size_t el)
 {
-    static const int only_sessions[] = {O_PREFIX, O_STEPS, O_PCHUNK, O_RETRIES};
+    static const int only_sessions[] = {O_PREFIX, O_STEPS, O_PCHUNK, O_RETRIES, O_INTERLEAVE,
+                                        O_PEVERY, O_PROWS};
     if (!o->sessions) {
         for (size_t i = 0; i < sizeof only_sessions / sizeof *only_sessions; i++)
             if (given[only_sessions[i] - O_URL])
@@ -489,6 +512,14 @@ static int validate_sessions(load_opts *o, const unsigned char *given, char *err
         return errf(err, el, "--sessions needs --model (the session path names the model)");
     if (!o->prefix && !o->steps)
         return errf(err, el, "--sessions with --prefix 0 and --steps 0 sends nothing");
+    if (given[O_PROWS - O_URL] && !o->prefill_every_s)
+        return errf(err, el, "--prefill-rows needs --prefill-every (the prefills it sizes)");
+    if (o->prefill_every_s && !o->steps)
+        return errf(err, el, "--prefill-every needs --steps > 0 (prefills arrive while the "
+                             "streams decode)");
+    if (!o->prefill_rows) o->prefill_rows = o->prefix;
+    if (o->prefill_every_s && !o->prefill_rows)
+        return errf(err, el, "--prefill-every needs rows to prefill: --prefill-rows or --prefix");
     if (!given[O_DUR - O_URL]) o->duration_s = 0; /* no cap unless asked */
     else if (o->duration_s <= 0) return errf(err, el, "--duration must be > 0");
     return 0;

@@ -49,6 +49,11 @@ typedef struct load_opts {
     int steps;              /* one-position appends per stream */
     int prefill_chunk;      /* most rows per prefill append; 0 = all --prefix rows at once */
     int max_retries;        /* 503 with Retry-After: retries per call before it counts as an error */
+    int interleave;         /* sessions one closed-loop client drives in turn, one request at a
+                             * time (1: every stream is its own client) */
+    double prefill_every_s; /* > 0: during the decode phase a prefill client starts a new
+                             * session of --prefill-rows rows this often (0: none) */
+    int prefill_rows;       /* rows of each such prefill (one append); 0 = --prefix */
 } load_opts;
 
 /* Parses argv into *o (defaults first). Returns 0, or -1 with a one-line reason in err.

@@ -45,6 +45,17 @@ void load_sess_report_table(FILE *f, const load_sess_stats *lv, size_t n)
           f);
     for (size_t i = 0; i < n; i++) {
         const load_sess_stats *s = &lv[i];
+        if (s->interleave > 1)
+            fprintf(f, "sessions %d: %d per client (--interleave), one request in flight per client\n",
+                    s->sessions, s->interleave);
+        if (s->prefill_rows)
+            fprintf(f, "sessions %d: decode mix: %zu prefills of %d rows during the decode phase: "
+                       "ttft p50 %.2f ms, p99 %.2f ms, max %.2f ms; prefill %.1f rows/s while one ran\n",
+                    s->sessions, s->n_ttft, s->prefill_rows, s->ttft_p50_ms, s->ttft_p99_ms,
+                    s->ttft_max_ms, s->mix_prefill_rows_per_s);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const load_sess_stats *s = &lv[i];
         fprintf(f, "sessions %d: %ld created, %ld prefilled, %ld completed, %ld failed, %ld deleted",
                 s->sessions, s->created, s->prefilled, s->completed, s->failed, s->deleted);
         if (s->gone) fprintf(f, ", %ld already gone (evicted/expired)", s->gone);
@@ -109,7 +120,8 @@ static json_t *level_json(const load_sess_stats *s)
         "compute_ms", "mean_batch_size", "with_timing", "steps_cut", "steps_lost",
         "prefill_tokens", "prefill_total_s", "prefill_tokens_per_s", "prefill_mean_ms",
         "prefill_p50_ms", "prefill_max_ms", "create_mean_ms", "create_max_ms", "delete_mean_ms",
-        "delete_max_ms",
+        "delete_max_ms", "interleave", "mix_prefill_rows", "mix_prefill_rows_total", "mix_prefills", "ttft_p50_ms",
+        "ttft_p99_ms", "ttft_max_ms", "mix_prefill_rows_per_s",
     };
     json_t *vals[] = {
         I(s->sessions), I(s->prefix), I(s->steps), I(s->created), I(s->prefilled),
@@ -123,7 +135,9 @@ static json_t *level_json(const load_sess_stats *s)
         R(s->compute_ms), R(s->mean_batch), I(s->n_timing), I(s->steps_cut), I(s->steps_lost),
         I(s->prefill_tokens), R(s->prefill_total_s), R(s->prefill_tokens_per_s),
         R(s->prefill_mean_ms), R(s->prefill_p50_ms), R(s->prefill_max_ms), R(s->create_mean_ms),
-        R(s->max_create_ms), R(s->delete_mean_ms), R(s->max_delete_ms),
+        R(s->max_create_ms), R(s->delete_mean_ms), R(s->max_delete_ms), I(s->interleave),
+        I(s->prefill_rows), I(s->mix_prefill_rows), I(s->n_ttft), R(s->ttft_p50_ms), R(s->ttft_p99_ms), R(s->ttft_max_ms),
+        R(s->mix_prefill_rows_per_s),
     };
     _Static_assert(sizeof keys / sizeof *keys == sizeof vals / sizeof *vals, "keys and values");
     json_t *l = json_object();
@@ -141,7 +155,8 @@ static json_t *params_json(const load_opts *o, const load_model *m)
         json_array_append_new(levels, I(o->levels[i]));
     const char *keys[] = {"url", "model", "mode", "levels", "prefix", "steps", "prefill_chunk",
                           "window", "seed", "pool", "duration_s", "timeout_s", "max_retries",
-                          "max_error_rate", "model_dims", "protocol", "binary", "percentiles"};
+                          "max_error_rate", "model_dims", "protocol", "binary", "percentiles",
+                          "interleave", "prefill_every_s", "prefill_rows"};
     json_t *vals[] = {
         json_string(o->url), json_string(o->model), json_string("sessions"), levels,
         I(o->prefix), I(o->steps), I(o->prefill_chunk), I(o->window), I(o->seed), I(o->pool),
@@ -151,7 +166,9 @@ static json_t *params_json(const load_opts *o, const load_model *m)
                   "embed_v", m->embed_v, "embed_out", m->embed_out, "num_heads", m->heads,
                   "layers", m->layers),
         json_string("v1"), json_boolean(o->binary),
-        json_string("exact, nearest rank over successful decode appends"),
+        json_string("exact, nearest rank over successful decode appends"), I(o->interleave),
+        o->prefill_every_s > 0 ? R(o->prefill_every_s) : json_null(),
+        I(o->prefill_every_s > 0 ? o->prefill_rows : 0),
     };
     _Static_assert(sizeof keys / sizeof *keys == sizeof vals / sizeof *vals, "keys and values");
     json_t *p = json_object();

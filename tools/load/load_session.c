@@ -131,6 +131,13 @@ void load_sess_add_prefill(load_sess_stats *s, double ms)
     if (push2(&s->prefill_ms, NULL, &s->n_prefill, &s->cap_prefill, ms, 0)) s->oom = 1;
 }
 
+void load_sess_add_ttft(load_sess_stats *s, int rows, double ms)
+{
+    s->mix_prefill_rows += rows;
+    s->mix_prefill_s += ms / 1000.0;
+    if (push2(&s->ttft_ms, NULL, &s->n_ttft, &s->cap_ttft, ms, 0)) s->oom = 1;
+}
+
 void load_sess_add_error(load_sess_stats *s, load_phase ph, const char *kind, const char *detail)
 {
     s->errors++;
@@ -192,6 +199,12 @@ void load_sess_stats_finish(load_sess_stats *s)
     s->prefill_max_ms = m ? s->prefill_ms[m - 1] : 0;
     s->prefill_tokens_per_s =
         s->prefill_total_s > 0 ? (double)s->prefill_tokens / s->prefill_total_s : 0;
+    size_t f = s->n_ttft;
+    if (f) qsort(s->ttft_ms, f, sizeof *s->ttft_ms, cmp_double);
+    s->ttft_p50_ms = load_percentile(s->ttft_ms, f, 50);
+    s->ttft_p99_ms = load_percentile(s->ttft_ms, f, 99);
+    s->ttft_max_ms = f ? s->ttft_ms[f - 1] : 0;
+    s->mix_prefill_rows_per_s = s->mix_prefill_s > 0 ? (double)s->mix_prefill_rows / s->mix_prefill_s : 0;
     s->create_mean_ms = s->n_create ? s->sum_create_ms / (double)s->n_create : 0;
     s->delete_mean_ms = s->n_delete ? s->sum_delete_ms / (double)s->n_delete : 0;
 }
@@ -202,8 +215,9 @@ void load_sess_stats_free(load_sess_stats *s)
     free(s->step_ms);
     free(s->step_at_s);
     free(s->tpot_sorted);
-    s->prefill_ms = s->step_ms = s->step_at_s = s->tpot_sorted = NULL;
-    s->n_prefill = s->cap_prefill = s->n_steps = s->cap_steps = 0;
+    free(s->ttft_ms);
+    s->prefill_ms = s->step_ms = s->step_at_s = s->tpot_sorted = s->ttft_ms = NULL;
+    s->n_prefill = s->cap_prefill = s->n_steps = s->cap_steps = s->n_ttft = s->cap_ttft = 0;
 }
 
 /* ---- the runner ---------------------------------------------------------------------------- */
@@ -247,6 +261,8 @@ typedef struct stream {
     int64_t step_start;        /* the current step's (or prefill chunk's) first call */
     long long length;          /* positions the server committed (on every layer) */
     int steps_done;
+    int parked;                /* --interleave: decoding, waiting for its client's turn */
+    int prefiller;             /* the decode mix's prefill client */
     body_set *set;             /* the current append's bodies */
     const qbody *body;
 } stream;
@@ -265,6 +281,7 @@ struct load_sess_runner {
     size_t *barrier;           /* streams waiting for the decode phase */
     size_t nbarrier;
     body_set chunk, tail, step; /* prefill appends of `chunk` rows, the last one of `tail` */
+    body_set mix;               /* --prefill-every: the prefills of the decode mix */
     int tty, warned_length;
 };
 
@@ -275,6 +292,8 @@ typedef struct level {
     int decode_started, stopping;
     int64_t t0, decode_start, decode_cap; /* decode_cap 0: no --duration */
     int64_t first_prefill, last_prefill_end, last_decode_end, last_progress;
+    stream *prefiller;          /* the decode mix's prefill client, or NULL */
+    int64_t next_mix;           /* when its next prefill is due */
 } level;
 
 static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
@@ -364,6 +383,7 @@ load_sess_runner *load_sess_new(const load_opts *o, const load_model *m, char *e
     size_t n = 1;
     for (size_t i = 0; i < o->n_levels; i++)
         if ((size_t)o->levels[i] > n) n = (size_t)o->levels[i];
+    if (o->prefill_every_s > 0) n++; /* the prefill client */
     if (!r || !base || !esc || !(name = curl_easy_escape(esc, o->model, 0))) goto oom;
     r->o = o;
     r->m = *m;
@@ -381,7 +401,9 @@ load_sess_runner *load_sess_new(const load_opts *o, const load_model *m, char *e
     if (build_set(&r->chunk, set_count(o, m, n * (size_t)full, chunk), chunk, m, o->binary, &rng) ||
         build_set(&r->tail, set_count(o, m, n, tail), tail, m, o->binary, &rng) ||
         build_set(&r->step, set_count(o, m, n * (size_t)o->steps, 1), o->steps ? 1 : 0, m, o->binary,
-                  &rng))
+                  &rng) ||
+        build_set(&r->mix, set_count(o, m, 4, o->prefill_rows), o->prefill_every_s > 0 ? o->prefill_rows : 0,
+                  m, o->binary, &rng))
         goto oom;
 
     r->headers = curl_slist_append(NULL, "Content-Type: application/json");
@@ -447,6 +469,7 @@ void load_sess_free(load_sess_runner *r)
     free_set(&r->chunk);
     free_set(&r->tail);
     free_set(&r->step);
+    free_set(&r->mix);
     free(r->streams);
     free(r->ready);
     free(r->barrier);
@@ -466,7 +489,9 @@ static void next_call(load_sess_runner *r, stream *s)
     s->tries = 0;
     s->set = NULL;
     s->body = NULL;
-    if (s->state == ST_PREFILL)
+    if (s->state == ST_PREFILL && s->prefiller)
+        s->set = &r->mix;
+    else if (s->state == ST_PREFILL)
         s->set = r->o->prefix - s->length >= r->chunk.rows && r->chunk.n ? &r->chunk : &r->tail;
     else if (s->state == ST_DECODE)
         s->set = &r->step;
@@ -480,7 +505,7 @@ static void next_call(load_sess_runner *r, stream *s)
 /* Moves s to state next; a state that sends queues its first request. */
 static void set_state(load_sess_runner *r, level *lv, stream *s, st_state next)
 {
-    if (pre_barrier_state(s->state) && !pre_barrier_state(next)) lv->pre_barrier--;
+    if (!s->prefiller && pre_barrier_state(s->state) && !pre_barrier_state(next)) lv->pre_barrier--;
     s->state = next;
     if (next == ST_BARRIER) {
         r->barrier[r->nbarrier++] = idx(r, s);
@@ -519,7 +544,7 @@ static int send_call(load_sess_runner *r, level *lv, stream *s, int64_t now)
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
     }
-    if (s->state == ST_PREFILL && !s->tries && s->length == 0 && s->layer == 0) {
+    if (s->state == ST_PREFILL && !s->tries && s->length == 0 && s->layer == 0 && !s->prefiller) {
         s->prefill_start = now;
         if (!lv->first_prefill) lv->first_prefill = now;
     }
@@ -624,6 +649,49 @@ static void after_step(load_sess_runner *r, level *lv, stream *s, int64_t now)
     }
 }
 
+/* --interleave K: the streams [g0, g0 + K) are one client's, one request in flight at a
+ * time. The next of them after `from` (cyclically, `from` itself last) waiting for its turn
+ * takes it; one that has no step left passes it on. */
+static void pass_turn(load_sess_runner *r, level *lv, size_t from, int64_t now)
+{
+    size_t k = (size_t)r->o->interleave, g0 = from / k * k;
+    size_t g1 = g0 + k < (size_t)lv->n ? g0 + k : (size_t)lv->n, size = g1 - g0;
+    for (size_t i = 1; i <= size; i++) {
+        stream *j = &r->streams[g0 + (from - g0 + i) % size];
+        if (j->state != ST_DECODE || !j->parked) continue;
+        j->parked = 0;
+        after_step(r, lv, j, now);
+        if (j->state == ST_DECODE) return;
+    }
+}
+
+/* The decode mix's prefill client between two prefills: done once the decode streams are
+ * (or stopping), else its next prefill starts when due (at once when late). */
+static void mix_idle(load_sess_runner *r, level *lv, stream *s, int64_t now)
+{
+    reset_stream(s);
+    s->id[0] = 0;
+    s->length = 0;
+    if (lv->stopping || lv->active <= 1) {
+        s->state = ST_DONE;
+        lv->active--;
+        return;
+    }
+    s->state = ST_CREATE;
+    if (lv->next_mix <= now) {
+        lv->next_mix = now + (int64_t)(r->o->prefill_every_s * 1e9);
+        next_call(r, s);
+        return;
+    }
+    s->tries = 0;
+    s->set = NULL;
+    s->body = NULL;
+    s->waiting = 1;
+    s->send_at = lv->next_mix;
+    lv->waiting++;
+    lv->next_mix += (int64_t)(r->o->prefill_every_s * 1e9);
+}
+
 /* A binary append's answer (already checked as a v2 response) names s's session and the
  * length it should have now among its parameters. */
 static int binary_session_ok(const stream *s, long long length)
@@ -683,6 +751,17 @@ static void complete(load_sess_runner *r, level *lv, stream *s, int cc, int64_t 
     if (s->layer_urls) ms = (double)(end - s->step_start) / 1e6; /* the step over every layer */
     switch (s->state) {
     case ST_CREATE:
+        if (s->prefiller) {
+            if (!cc && status == 201 && take_session(r, s) == 0) {
+                st->created++;
+                s->length = 0;
+                set_state(r, lv, s, lv->stopping || lv->active <= 1 ? ST_DELETE : ST_PREFILL);
+            } else {
+                fail_call(lv, s, LOAD_PHASE_CREATE, cc, status, !cc && status == 201);
+                mix_idle(r, lv, s, end);
+            }
+            return;
+        }
         if (!cc && status == 201 && take_session(r, s) == 0) {
             st->created++;
             st->n_create++;
@@ -702,6 +781,12 @@ static void complete(load_sess_runner *r, level *lv, stream *s, int cc, int64_t 
         }
         return;
     case ST_PREFILL:
+        if (s->prefiller) {
+            if (k != LOAD_OK) fail_call(lv, s, LOAD_PHASE_PREFILL, cc, status, bad);
+            else load_sess_add_ttft(st, s->set->rows, ms);
+            set_state(r, lv, s, ST_DELETE);
+            return;
+        }
         if (end > lv->last_prefill_end) lv->last_prefill_end = end;
         if (k != LOAD_OK) {
             fail_call(lv, s, LOAD_PHASE_PREFILL, cc, status, bad);
@@ -729,13 +814,19 @@ static void complete(load_sess_runner *r, level *lv, stream *s, int cc, int64_t 
             st->failed++;
             st->steps_lost += o->steps - s->steps_done - 1;
             set_state(r, lv, s, ST_DELETE);
+            if (o->interleave > 1) pass_turn(r, lv, idx(r, s), end);
             return;
         }
         if (!s->steps_done) st->decoding_streams++;
         s->length++;
         s->steps_done++;
         load_sess_add_step(st, ms, (double)(end - lv->decode_start) / 1e9, &t);
-        after_step(r, lv, s, end);
+        if (o->interleave > 1) { /* the client's next session goes next */
+            s->parked = 1;
+            pass_turn(r, lv, idx(r, s), end);
+        } else {
+            after_step(r, lv, s, end);
+        }
         return;
     case ST_DELETE:
         if (!cc && status == 204) {
@@ -749,7 +840,8 @@ static void complete(load_sess_runner *r, level *lv, stream *s, int cc, int64_t 
             fail_call(lv, s, LOAD_PHASE_DELETE, cc, status, 0);
             st->leaked++; /* may still be there */
         }
-        set_state(r, lv, s, ST_DONE);
+        if (s->prefiller) mix_idle(r, lv, s, end);
+        else set_state(r, lv, s, ST_DONE);
         return;
     default: return;
     }
@@ -761,18 +853,31 @@ static void open_decode(load_sess_runner *r, level *lv, int64_t now)
     lv->decode_started = 1;
     lv->decode_start = now;
     lv->decode_cap = r->o->duration_s > 0 ? now + (int64_t)(r->o->duration_s * 1e9) : 0;
+    int k = r->o->interleave;
     for (size_t i = 0; i < r->nbarrier; i++) {
         stream *s = &r->streams[r->barrier[i]];
         s->steps_done = 0;
-        after_step(r, lv, s, now);
+        if (k > 1) { /* waits for its client's turn */
+            s->state = ST_DECODE;
+            s->parked = 1;
+        } else {
+            after_step(r, lv, s, now);
+        }
     }
     r->nbarrier = 0;
+    for (long g0 = 0; k > 1 && g0 < lv->n; g0 += k)
+        pass_turn(r, lv, (size_t)(g0 + k < lv->n ? g0 + k : lv->n) - 1, now);
+    if (lv->prefiller) {
+        lv->prefiller->state = ST_CREATE;
+        lv->next_mix = now + (int64_t)(r->o->prefill_every_s * 1e9);
+        next_call(r, lv->prefiller);
+    }
 }
 
 /* A due retry: sent again, or, once stopping, given up (the steps it carried are cut). */
 static int due_retries(load_sess_runner *r, level *lv, int64_t now, int64_t *next_wake)
 {
-    for (size_t i = 0; lv->waiting && i < (size_t)lv->n; i++) {
+    for (size_t i = 0; lv->waiting && i < (size_t)lv->n + (lv->prefiller != NULL); i++) {
         stream *s = &r->streams[i];
         if (!s->waiting) continue;
         if (lv->stopping && s->state != ST_DELETE) {
@@ -780,6 +885,7 @@ static int due_retries(load_sess_runner *r, level *lv, int64_t now, int64_t *nex
             lv->waiting--;
             lv->st->steps_cut += r->o->steps - s->steps_done;
             set_state(r, lv, s, ST_DELETE);
+            if (r->o->interleave > 1 && !s->prefiller) pass_turn(r, lv, i, now);
             continue;
         }
         if (s->send_at > now) {
@@ -825,6 +931,13 @@ static int run_loop(load_sess_runner *r, level *lv, char *err, size_t el)
             if (send_call(r, lv, &r->streams[r->ready[i]], now))
                 return snprintf(err, el, "curl_multi_add_handle failed"), -1;
         r->nready = 0;
+        stream *mix = lv->prefiller;
+        if (mix && lv->active == 1 && mix->waiting) { /* the decode is over: no more prefills */
+            mix->waiting = 0;
+            lv->waiting--;
+            mix->state = ST_DONE;
+            lv->active--;
+        }
         if (lv->active == 0) return 0;
         progress(r, lv, now, 0);
         int running = 0, left;
@@ -856,12 +969,25 @@ int load_sess_run_level(load_sess_runner *r, int n, load_sess_stats *st, char *e
     const load_opts *o = r->o;
     level lv = {0};
     memset(st, 0, sizeof *st);
-    if (n < 1 || (size_t)n > r->nstreams) return snprintf(err, el, "bad level %d", n), -1;
+    if (n < 1 || (size_t)n + (o->prefill_every_s > 0) > r->nstreams)
+        return snprintf(err, el, "bad level %d", n), -1;
     st->sessions = n;
     st->prefix = o->prefix;
     st->steps = o->steps;
+    st->interleave = o->interleave;
     lv.st = st;
     lv.n = lv.active = lv.pre_barrier = n;
+    if (o->prefill_every_s > 0) { /* the prefill client: starts with the decode phase */
+        stream *p = lv.prefiller = &r->streams[n];
+        st->prefill_rows = o->prefill_rows;
+        p->prefiller = 1;
+        p->state = ST_BARRIER;
+        p->id[0] = 0;
+        p->length = 0;
+        p->steps_done = o->steps; /* it has no steps to cut */
+        p->waiting = p->parked = 0;
+        lv.active++;
+    }
     lv.t0 = now_ns();
     r->nready = r->nbarrier = 0;
     for (int i = 0; i < n; i++) {
@@ -871,12 +997,14 @@ int load_sess_run_level(load_sess_runner *r, int n, load_sess_stats *st, char *e
         s->length = 0;
         s->steps_done = 0;
         s->waiting = 0;
+        s->parked = 0;
+        s->prefiller = 0;
         next_call(r, s);
     }
     int rc = run_loop(r, &lv, err, el);
     progress(r, &lv, now_ns(), 1);
     if (rc) { /* a local failure: give the handles back; the server's TTL ends the sessions */
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < n + (lv.prefiller != NULL); i++) {
             stream *s = &r->streams[i];
             if (s->busy) curl_multi_remove_handle(r->multi, s->easy);
             s->busy = 0;

@@ -6,7 +6,12 @@
  * a session), and deletes its session, whatever happened before. A 503 carrying Retry-After
  * is retried up to --max-retries times; any other failure ends the stream (its session is
  * still deleted). Per level: decode tokens/s, exact time-per-token percentiles, prefill
- * times, the server's timing of the decode appends, and errors by phase and kind. */
+ * times, the server's timing of the decode appends, and errors by phase and kind.
+ * --interleave K makes each K consecutive streams one client's: one request in flight among
+ * them, the sessions in turn (a decode loop over a batch of sequences, or over a model's
+ * layers). --prefill-every D adds a prefill client during the decode phase (one more stream,
+ * index N): every D it creates a session, appends --prefill-rows rows in one append (its time
+ * is the TTFT), and deletes it. */
 #ifndef ATTND_LOAD_SESSION_H
 #define ATTND_LOAD_SESSION_H
 
@@ -98,10 +103,22 @@ typedef struct load_sess_stats {
     double queue_ms, compute_ms, mean_batch;
     double prefill_mean_ms, prefill_p50_ms, prefill_max_ms, prefill_tokens_per_s;
     double create_mean_ms, delete_mean_ms;
+
+    /* The decode mix (--prefill-every): prefills of --prefill-rows rows during the decode
+     * phase, each one append to a session of its own. */
+    int interleave, prefill_rows;
+    double *ttft_ms;            /* per prefill that succeeded: its append's time (owned) */
+    size_t n_ttft, cap_ttft;
+    long long mix_prefill_rows; /* rows of those prefills */
+    double mix_prefill_s;       /* the sum of their times */
+    double ttft_p50_ms, ttft_p99_ms, ttft_max_ms; /* derived */
+    double mix_prefill_rows_per_s; /* mix_prefill_rows / mix_prefill_s (derived) */
 } load_sess_stats;
 
 void load_sess_add_step(load_sess_stats *s, double lat_ms, double at_s, const load_timing *t);
 void load_sess_add_prefill(load_sess_stats *s, double ms);
+/* A prefill of the decode mix: rows appended in ms. */
+void load_sess_add_ttft(load_sess_stats *s, int rows, double ms);
 /* Counts a failed call of phase ph and kind; detail (may be NULL) describes it. */
 void load_sess_add_error(load_sess_stats *s, load_phase ph, const char *kind, const char *detail);
 void load_sess_add_retry(load_sess_stats *s, const char *kind);

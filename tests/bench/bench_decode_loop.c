@@ -1,0 +1,425 @@
+/* bench_decode_loop.c — issue 25's decode-loop targets through the daemon, on a
+ * Llama-shaped E=512 layer (8 query heads, 2 KV heads, d=64, RoPE):
+ *  1. one client interleaving K = 1, 2, 4 sequences over 4 layers (4 models of
+ *     the same layer, one session per sequence and layer), one request at a time,
+ *     one-row appends over 128 cached rows: median append time for K = 2 and 4
+ *     against K = 1 (target <= 1.2x: the client never waits for itself);
+ *  2. 4 and 16 decode streams (512 cached rows each, closed loop, attnd-load's
+ *     engine in process) for BENCH_LOOP_SECONDS (3) alone and while a 2048-row
+ *     prefill arrives every 0.5 s (--prefill-every): decode p99 with prefills
+ *     against alone (target <= 2x), and the prefills' rows/s against the same
+ *     prefills with nothing else running (target >= 0.8x), for each
+ *     --prefill-chunk-rows in BENCH_LOOP_CHUNKS (default "64,256,0": a
+ *     smaller piece, the default, and whole appends; "-" runs the daemon's
+ *     defaults without the flag, e.g. an older attnd through ATTND_BIN).
+ *  3. stateless requests beside the loop: one client's T=32 causal requests
+ *     alone and while 16 streams decode, and the streams' p50 with and without
+ *     them (how the two share the cores; no target).
+ * Every target is printed with its value and met / not met (bench_target).
+ */
+#include "benchutil.h"
+#include "daemon.h"
+#include "load_args.h"
+#include "load_session.h"
+
+#include <curl/curl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define E 512
+#define H 8
+#define G 2
+#define D 64
+#define LAYERS 4
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double env_double(const char *name, double dflt)
+{
+    const char *v = getenv(name);
+    return v && atof(v) > 0 ? atof(v) : dflt;
+}
+
+/* ------------------------------------------------------------ a keep-alive client */
+
+typedef struct client {
+    CURL *c;
+    struct curl_slist *h;
+    char *buf;
+    size_t len, cap;
+} client;
+
+static size_t on_data(char *p, size_t sz, size_t n, void *ud)
+{
+    client *c = ud;
+    size_t k = sz * n;
+    if (c->len + k + 1 > c->cap) {
+        size_t cap = (c->len + k + 1) * 2;
+        char *b = realloc(c->buf, cap);
+        if (!b) return 0;
+        c->buf = b;
+        c->cap = cap;
+    }
+    memcpy(c->buf + c->len, p, k);
+    c->len += k;
+    c->buf[c->len] = 0;
+    return k;
+}
+
+static void client_init(client *c)
+{
+    memset(c, 0, sizeof *c);
+    c->c = curl_easy_init();
+    c->h = curl_slist_append(NULL, "Content-Type: application/json");
+    c->h = curl_slist_append(c->h, "Expect:");
+    curl_easy_setopt(c->c, CURLOPT_HTTPHEADER, c->h);
+    curl_easy_setopt(c->c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c->c, CURLOPT_WRITEDATA, c);
+    curl_easy_setopt(c->c, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(c->c, CURLOPT_TIMEOUT, 300L);
+}
+
+static void client_free(client *c)
+{
+    curl_easy_cleanup(c->c);
+    curl_slist_free_all(c->h);
+    free(c->buf);
+}
+
+/* One request; returns the status (0 on a transport error). */
+static long client_do(client *c, const char *method, const char *url, const char *body)
+{
+    c->len = 0;
+    curl_easy_setopt(c->c, CURLOPT_URL, url);
+    curl_easy_setopt(c->c, CURLOPT_CUSTOMREQUEST, method);
+    if (body) {
+        curl_easy_setopt(c->c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c->c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    } else {
+        curl_easy_setopt(c->c, CURLOPT_HTTPGET, 1L);
+        curl_easy_setopt(c->c, CURLOPT_CUSTOMREQUEST, method);
+    }
+    if (curl_easy_perform(c->c) != CURLE_OK) return 0;
+    long st = 0;
+    curl_easy_getinfo(c->c, CURLINFO_RESPONSE_CODE, &st);
+    return st;
+}
+
+/* {"query":[[...] x rows]} of random values. */
+static char *rows_body(uint64_t *rng, int rows)
+{
+    size_t cap = (size_t)rows * E * 12 + 32, n = 0;
+    char *b = malloc(cap);
+    n += (size_t)snprintf(b + n, cap - n, "{\"query\":[");
+    for (int i = 0; i < rows; i++) {
+        b[n++] = i ? ',' : '[';
+        if (i) b[n++] = '[';
+        for (int j = 0; j < E; j++) {
+            *rng ^= *rng << 13;
+            *rng ^= *rng >> 7;
+            *rng ^= *rng << 17;
+            n += (size_t)snprintf(b + n, cap - n, "%s%.4f", j ? "," : "", (double)(*rng % 2001) / 1000.0 - 1.0);
+        }
+        b[n++] = ']';
+    }
+    snprintf(b + n, cap - n, "]}");
+    return b;
+}
+
+/* Creates a session of model into id (cap bytes); 0 or -1. */
+static int create(client *c, const char *base, const char *model, char *id, size_t cap)
+{
+    char url[2048];
+    snprintf(url, sizeof url, "%s/v1/models/%s/sessions", base, model);
+    if (client_do(c, "POST", url, "{}") != 201) return -1;
+    const char *p = c->buf ? strstr(c->buf, "\"id\":\"") : NULL;
+    if (!p) return -1;
+    p += 6;
+    size_t n = strcspn(p, "\"");
+    if (n + 1 > cap) return -1;
+    memcpy(id, p, n);
+    id[n] = 0;
+    return 0;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* 1: one client, k sequences x LAYERS layers, `tokens` tokens: the median
+ * one-row append in ms (-1 on failure). */
+static double interleaved_median(const char *base, int k, int prefix, int tokens, uint64_t *rng)
+{
+    client c;
+    client_init(&c);
+    char ids[4 * LAYERS][80], url[2048];
+    char *pre = rows_body(rng, prefix), *step = rows_body(rng, 1);
+    int n = k * LAYERS, bad = 0;
+    for (int i = 0; i < n && !bad; i++) {
+        char model[8];
+        snprintf(model, sizeof model, "l%d", i % LAYERS);
+        bad = create(&c, base, model, ids[i], sizeof ids[i]) != 0;
+        snprintf(url, sizeof url, "%s/v1/sessions/%s/append", base, ids[i]);
+        bad = bad || client_do(&c, "POST", url, pre) != 200;
+    }
+    double *ms = malloc((size_t)tokens * n * sizeof *ms);
+    int m = 0;
+    for (int t = 0; t < tokens && !bad; t++)
+        for (int s = 0; s < k && !bad; s++)
+            for (int l = 0; l < LAYERS && !bad; l++) { /* a decode loop: each layer of each sequence */
+                snprintf(url, sizeof url, "%s/v1/sessions/%s/append", base, ids[s * LAYERS + l]);
+                double t0 = now_s();
+                bad = client_do(&c, "POST", url, step) != 200;
+                ms[m++] = (now_s() - t0) * 1e3;
+            }
+    for (int i = 0; i < n; i++) {
+        snprintf(url, sizeof url, "%s/v1/sessions/%s", base, ids[i]);
+        client_do(&c, "DELETE", url, NULL);
+    }
+    qsort(ms, (size_t)m, sizeof *ms, cmp_d);
+    double med = bad || !m ? -1 : ms[m / 2];
+    free(ms);
+    free(pre);
+    free(step);
+    client_free(&c);
+    return med;
+}
+
+/* Prefills alone: rows/s of `count` prefills of `rows` rows, one at a time. */
+static double prefill_alone(const char *base, int rows, int count, uint64_t *rng)
+{
+    client c;
+    client_init(&c);
+    char *body = rows_body(rng, rows), id[80], url[2048];
+    double busy = 0;
+    int ok = 0;
+    for (int i = 0; i < count; i++) {
+        if (create(&c, base, "l0", id, sizeof id) != 0) break;
+        snprintf(url, sizeof url, "%s/v1/sessions/%s/append", base, id);
+        double t0 = now_s();
+        long st = client_do(&c, "POST", url, body);
+        busy += now_s() - t0;
+        ok += st == 200;
+        snprintf(url, sizeof url, "%s/v1/sessions/%s", base, id);
+        client_do(&c, "DELETE", url, NULL);
+    }
+    free(body);
+    client_free(&c);
+    return ok && busy > 0 ? ok * (double)rows / busy : -1;
+}
+
+typedef struct mix_result {
+    double p50, p99, tokens_per_s, prefill_rows_per_s;
+    long prefills, errors;
+} mix_result;
+
+/* 2: n streams on l0 for `seconds`, with a `rows`-row prefill every `every`
+ * s (0: none). */
+static int decode_mix(const char *url, int n, int prefix, double seconds, double every, int rows,
+                      mix_result *out)
+{
+    char sn[16], p[16], dur[32], ev[32], pr[16], steps[16];
+    snprintf(steps, sizeof steps, "%d", 16000 - prefix); /* --duration ends it first */
+    snprintf(sn, sizeof sn, "%d", n);
+    snprintf(p, sizeof p, "%d", prefix);
+    snprintf(dur, sizeof dur, "%.3fs", seconds);
+    snprintf(ev, sizeof ev, "%.3fs", every);
+    snprintf(pr, sizeof pr, "%d", rows);
+    char *argv[] = {"attnd-load", "--url", (char *)url, "--model", "l0", "--sessions", sn, "--prefix", p,
+                    "--steps", steps, "--duration", dur, "--embed", "512", "--quiet", "--timeout",
+                    "300s", "--prefill-every", ev, "--prefill-rows", pr, NULL};
+    int argc = (int)(sizeof argv / sizeof *argv) - 1 - (every > 0 ? 0 : 4);
+    load_opts o;
+    char err[512];
+    if (load_opts_parse(&o, argc, argv, err, sizeof err) != 0) {
+        fprintf(stderr, "bench_decode_loop: %s\n", err);
+        return -1;
+    }
+    const load_model m = {.embed_q = E, .embed_k = E, .embed_v = E, .embed_out = E, .heads = H};
+    load_sess_runner *r = load_sess_new(&o, &m, err, sizeof err);
+    int rc = -1;
+    if (r) {
+        load_sess_stats st;
+        rc = load_sess_run_level(r, n, &st, err, sizeof err) == 0 ? 0 : -1;
+        *out = (mix_result){st.tpot_p50_ms, st.tpot_p99_ms, st.decode_tokens_per_s, st.mix_prefill_rows_per_s,
+                            (long)st.n_ttft, st.errors};
+        if (st.errors) fprintf(stderr, "bench_decode_loop: %s\n", st.first_error);
+        load_sess_stats_free(&st);
+    }
+    if (rc) fprintf(stderr, "bench_decode_loop: %s\n", err);
+    load_sess_free(r);
+    load_opts_free(&o);
+    return rc;
+}
+
+/* 3: stateless requests beside the loop: one client sends T=32 causal one-shot
+ * requests to l0, one at a time, until *stop; their latencies (ms). */
+typedef struct oneshot_arg {
+    const char *base;
+    volatile int stop;
+    double ms[20000];
+    int n;
+} oneshot_arg;
+
+static void *oneshot_main(void *v)
+{
+    oneshot_arg *a = v;
+    client c;
+    client_init(&c);
+    uint64_t rng = 99;
+    char *body = rows_body(&rng, 32), url[2048];
+    body[strlen(body) - 1] = 0; /* drop the closing brace: add is_causal */
+    char *full = malloc(strlen(body) + 32);
+    sprintf(full, "%s,\"is_causal\":true}", body);
+    snprintf(url, sizeof url, "%s/v1/models/l0/attention", a->base);
+    while (!a->stop && a->n < 20000) {
+        double t0 = now_s();
+        if (client_do(&c, "POST", url, full) != 200) break;
+        a->ms[a->n++] = (now_s() - t0) * 1e3;
+    }
+    free(full);
+    free(body);
+    client_free(&c);
+    return NULL;
+}
+
+static double median_of(double *v, int n)
+{
+    if (n == 0) return -1;
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return v[n / 2];
+}
+
+/* One-shot median alone, then beside 16 decode streams, and the streams' p50 with them. */
+static int sharing(const char *base, double seconds)
+{
+    static oneshot_arg a;
+    memset(&a, 0, sizeof a);
+    a.base = base;
+    pthread_t th;
+    pthread_create(&th, NULL, oneshot_main, &a);
+    struct timespec ts = {1, 0};
+    nanosleep(&ts, NULL);
+    a.stop = 1;
+    pthread_join(th, NULL);
+    double alone = median_of(a.ms, a.n);
+    int n_alone = a.n;
+    mix_result d = {0}, b = {0};
+    if (decode_mix(base, 16, 512, seconds, 0, 0, &d) != 0) return -1;
+    memset(&a, 0, sizeof a);
+    a.base = base;
+    pthread_create(&th, NULL, oneshot_main, &a);
+    int rc = decode_mix(base, 16, 512, seconds, 0, 0, &b);
+    a.stop = 1;
+    pthread_join(th, NULL);
+    double beside = median_of(a.ms, a.n);
+    printf("stateless T=32 requests, one client: median %.2f ms alone (%d), %.2f ms beside 16 decode streams "
+           "(%d); the streams' p50 %.2f ms / %.0f tok/s alone, %.2f ms / %.0f tok/s beside them\n",
+           alone, n_alone, beside, a.n, d.p50, d.tokens_per_s, b.p50, b.tokens_per_s);
+    return rc;
+}
+
+static int start(attnd_proc *proc, const char *dir, const char *chunk)
+{
+    char spec[LAYERS][600];
+    const char *args[2 * LAYERS + 16];
+    int n = 0;
+    for (int l = 0; l < LAYERS; l++) {
+        snprintf(spec[l], sizeof spec[l], "l%d=%s,layer=0", l, dir);
+        args[n++] = "--model";
+        args[n++] = spec[l];
+    }
+    const char *fixed[] = {"--max-seq-len", "16384", "--kv-cache-bytes", "1G", "--max-body-bytes", "256M",
+                           "--log-level", "warn", NULL};
+    if (strcmp(chunk, "-") != 0) { /* "-": the daemon's defaults (also an attnd without the flag) */
+        args[n++] = "--prefill-chunk-rows";
+        args[n++] = chunk;
+    }
+    for (int i = 0; fixed[i]; i++) args[n++] = fixed[i];
+    args[n] = NULL;
+    return attnd_proc_start(proc, args);
+}
+
+int main(void)
+{
+    const double seconds = env_double("BENCH_LOOP_SECONDS", 3);
+    const char *chunks = getenv("BENCH_LOOP_CHUNKS") ? getenv("BENCH_LOOP_CHUNKS") : "64,256,0";
+    bench_start("bench_decode_loop");
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    char dir[] = "/tmp/attnd-bench-loop-XXXXXX";
+    uint64_t rng = 0x6c6f6f70ull;
+    if (!mkdtemp(dir) || bench_write_llama_layer(dir, E, H, G, D, &rng) != 0) {
+        fprintf(stderr, "bench_decode_loop: cannot write the layer in %s\n", dir);
+        return 1;
+    }
+    printf("decode loop: Llama-shaped layer E=%d, %d heads, %d KV heads, d=%d, RoPE; %d models of it\n", E, H, G,
+           D, LAYERS);
+    int failures = 0;
+    char m[96], chunk_list[128];
+    snprintf(chunk_list, sizeof chunk_list, "%s", chunks);
+    int first = 1;
+    for (char *tok = strtok(chunk_list, ","); tok; tok = strtok(NULL, ","), first = 0) {
+        attnd_proc proc;
+        if (start(&proc, dir, tok) != 0) {
+            fprintf(stderr, "bench_decode_loop: attnd did not start\n");
+            return 1;
+        }
+        printf("\n--prefill-chunk-rows %s\n", tok);
+        if (first) { /* 1: the interleaved client (chunking plays no part: one-row appends) */
+            double med[3];
+            const int ks[3] = {1, 2, 4};
+            for (int i = 0; i < 3; i++) {
+                med[i] = interleaved_median(proc.base_url, ks[i], 128, 64, &rng);
+                printf("one client, %d sequence(s) x %d layers, one request at a time: median append %.3f ms\n",
+                       ks[i], LAYERS, med[i]);
+                failures += med[i] < 0;
+            }
+            double r2 = med[0] > 0 ? med[1] / med[0] : 0, r4 = med[0] > 0 ? med[2] / med[0] : 0;
+            snprintf(m, sizeof m, "%.2fx (2 seq) / %.2fx (4 seq) of %.3f ms", r2, r4, med[0]);
+            bench_target("decode loop: interleaved client median <= 1.2x one sequence", m,
+                         r2 > 0 && r2 <= 1.2 && r4 <= 1.2);
+            failures += sharing(proc.base_url, seconds) != 0;
+        }
+        /* 2: decode with prefills arriving vs alone; prefills alone */
+        double alone_rps = prefill_alone(proc.base_url, 2048, 3, &rng);
+        printf("prefills of 2048 rows alone: %.0f rows/s\n", alone_rps);
+        for (int n = 4; n <= 16; n *= 4) {
+            mix_result a = {0}, b = {0};
+            if (decode_mix(proc.base_url, n, 512, seconds, 0, 0, &a) != 0 ||
+                decode_mix(proc.base_url, n, 512, seconds, 0.5, 2048, &b) != 0 || a.errors || b.errors) {
+                failures++;
+                continue;
+            }
+            printf("%2d streams (512 cached): alone p50 %.2f p99 %.2f ms %.0f tok/s | with a 2048-row prefill "
+                   "every 0.5 s: p50 %.2f p99 %.2f ms %.0f tok/s, %ld prefills at %.0f rows/s\n",
+                   n, a.p50, a.p99, a.tokens_per_s, b.p50, b.p99, b.tokens_per_s, b.prefills,
+                   b.prefill_rows_per_s);
+            char t[128];
+            double pr = a.p99 > 0 ? b.p99 / a.p99 : 0, tr = alone_rps > 0 ? b.prefill_rows_per_s / alone_rps : 0;
+            snprintf(t, sizeof t, "decode loop: %d streams, chunk %s: p99 with prefills <= 2x alone", n, tok);
+            snprintf(m, sizeof m, "%.2fx (%.2f / %.2f ms)", pr, b.p99, a.p99);
+            bench_target(t, m, pr > 0 && pr <= 2);
+            snprintf(t, sizeof t, "decode loop: %d streams, chunk %s: prefill rows/s >= 0.8x alone", n, tok);
+            snprintf(m, sizeof m, "%.2fx (%.0f / %.0f rows/s)", tr, b.prefill_rows_per_s, alone_rps);
+            bench_target(t, m, tr >= 0.8);
+        }
+        if (attnd_proc_stop(&proc) != 0) failures++;
+    }
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "bench_decode_loop: could not remove %s\n", dir);
+    curl_global_cleanup();
+    return failures ? 1 : 0;
+}
