@@ -247,7 +247,12 @@ def main():
     check(proc.returncode == 0, f"start command failed ({proc.returncode}): {cmd}")
     ready_s, polls, seen = None, 0, {}
     while time.monotonic() - t_start < a.ready_timeout:
-        st, j, _ = gw.call("GET", f"/v1/sessions/{lost[0].id}") if lost else (200, None, None)
+        # A new connection per poll: a kept-alive one may still be held by a gateway worker
+        # that the start command's reload is retiring, with the replica's old address.
+        pg = Gateway(a.base, a.timeout)
+        st, j, _ = pg.call("GET", f"/v1/sessions/{lost[0].id}") if lost else (200, None, None)
+        if pg.conn is not None:
+            pg.conn.close()
         polls += 1
         if st == 200:
             ready_s = time.monotonic() - t_start
