@@ -399,7 +399,8 @@ restart_replica_test() {
     # halves: SIGTERM (and exit 0 required), then the same container started again (same
     # name, same session volume) -- on a new address (podman hands out another IP at each
     # start), so the gateway is then reloaded: nginx resolves the replicas' names only when it
-    # (re)loads its configuration. A reload is graceful: requests in flight finish.
+    # (re)loads its configuration. A reload is graceful: requests in flight finish on the old
+    # workers, which still know only the old address; "start" returns once they are gone.
     cat >"$WORK/replica" <<'EOF'
 #!/bin/bash
 set -eu
@@ -412,7 +413,18 @@ case $1 in
            code=$(podman inspect --format '{{.State.ExitCode}}' "$c")
            [ "$code" = 0 ] || { echo "$c exited $code on SIGTERM" >&2; exit 1; } ;;
     start) podman start "$c" >/dev/null
-           podman exec "$(service nginx)" nginx -s reload ;;
+           n=$(service nginx)
+           workers() { podman exec "$n" sh -c 'for p in /proc/[0-9]*; do
+               tr "\0" " " <"$p/cmdline" 2>/dev/null | grep -q "^nginx: worker" && echo "${p#/proc/}"; done; true'; }
+           old=$(workers)
+           [ -n "$old" ] || { echo "no nginx worker found in $n" >&2; exit 1; }
+           podman exec "$n" nginx -s reload
+           for _ in $(seq 150); do
+               left=$(podman exec "$n" sh -c "for p in $(echo $old); do [ -d /proc/\$p ] && echo \$p; done; true")
+               [ -n "$left" ] || exit 0
+               sleep 0.1
+           done
+           echo "the gateway's old workers ($left) did not exit within 15 s of the reload" >&2; exit 1 ;;
 esac
 EOF
     chmod +x "$WORK/replica"

@@ -245,6 +245,9 @@ def main():
     proc = subprocess.Popen(cmd, shell=True)
     start_s = pacer.wait(proc, "while starting")
     check(proc.returncode == 0, f"start command failed ({proc.returncode}): {cmd}")
+    if gw.conn is not None:  # a new connection from here on: see the poll below
+        gw.conn.close()
+        gw.conn = None
     ready_s, polls, seen = None, 0, {}
     while time.monotonic() - t_start < a.ready_timeout:
         # A new connection per poll: a kept-alive one may still be held by a gateway worker
