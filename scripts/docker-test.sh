@@ -4,8 +4,9 @@
 # SIGTERM stop), then docker/compose.yaml (3 replicas r1..r3 behind nginx, each with its own
 # session volume: load spreads; 10 sequences stream through the gateway (6 on demo, 4 on the
 # two-layer group of tests/fixtures/ckpt/llama_gqa) while the replica holding most of them is
-# restarted (SIGTERM: it writes its sessions to its volume; started again, it reads them back)
-# and every one continues equal to its one-shot causal answer, by
+# restarted (SIGTERM: it writes its sessions to its volume; started again, it reads them back;
+# nginx is reloaded for the container's new address) and every one, the other replicas'
+# included, continues equal to its one-shot causal answer, by
 # tests/scripts/gateway_restart.py; 30 sessions streamed through the gateway each equal their
 # one-shot causal answer, and when one replica stops its sessions answer 410
 # session_replica_gone while the others go on, by tests/scripts/gateway_sessions.py; stopping
@@ -70,8 +71,8 @@ cleanup() {
         if [ -n "${COMPOSE_UP:-}" ]; then
             podman-compose -p "$PROJECT" -f docker/compose.yaml down -t 5 >"$WORK/down.log" 2>&1
         fi
-        podman ps -aq --filter "label=io.podman.compose.project=$PROJECT" | xargs -r podman rm -f -t 0 >/dev/null 2>&1
-        podman ps -aq --filter "name=^$RUN_ID" | xargs -r podman rm -f -t 0 >/dev/null 2>&1
+        podman ps -aq --filter "label=io.podman.compose.project=$PROJECT" | xargs -r podman rm -f -v -t 0 >/dev/null 2>&1
+        podman ps -aq --filter "name=^$RUN_ID" | xargs -r podman rm -f -v -t 0 >/dev/null 2>&1
         podman pod ls -q --filter "label=io.podman.compose.project=$PROJECT" | xargs -r podman pod rm -f >/dev/null 2>&1
         podman network ls -q --filter "label=io.podman.compose.project=$PROJECT" | xargs -r podman network rm -f >/dev/null 2>&1
         # The replicas' session volumes (compose names them PROJECT_sessions-rN).
@@ -320,7 +321,7 @@ step_single() {
     local code; code=$(podman inspect --format '{{.State.ExitCode}}' "$name")
     [ "$code" = 0 ] || { podman logs "$name" 2>&1 | tail -n 20 >&2; die "attnd exited $code on SIGTERM"; }
     log "ok: SIGTERM -> exit 0 in $(elapsed_s "$s")s"
-    podman rm -f -t 0 "$name" "$name2" >/dev/null 2>&1
+    podman rm -f -v -t 0 "$name" "$name2" >/dev/null 2>&1
 }
 
 # ---- 5. compose -----------------------------------------------------------------------------
