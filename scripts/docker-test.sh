@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # docker-test.sh — builds the attnd image with podman and tests it for real (make docker-test):
 # one container (health check, self/cross attention, a 4xx error, env + mounted model, clean
-# SIGTERM stop), then docker/compose.yaml (3 replicas r1..r3 behind nginx: load spreads; 30
-# sessions streamed through the gateway each equal their one-shot causal answer, and when one
-# replica stops its sessions answer 410 session_replica_gone while the others go on, by
-# tests/scripts/gateway_sessions.py; stopping another replica under load loses no stateless
-# request). Needs root, apt and the Debian mirror; no registry.
+# SIGTERM stop), then docker/compose.yaml (3 replicas r1..r3 behind nginx, each with its own
+# session volume: load spreads; 10 sequences stream through the gateway (6 on demo, 4 on the
+# two-layer group of tests/fixtures/ckpt/llama_gqa) while the replica holding most of them is
+# restarted (SIGTERM: it writes its sessions to its volume; started again, it reads them back;
+# nginx is reloaded for the container's new address) and every one, the other replicas'
+# included, continues equal to its one-shot causal answer, by
+# tests/scripts/gateway_restart.py; 30 sessions streamed through the gateway each equal their
+# one-shot causal answer, and when one replica stops its sessions answer 410
+# session_replica_gone while the others go on, by tests/scripts/gateway_sessions.py; stopping
+# another replica under load loses no stateless request). Needs root, apt and the Debian
+# mirror; no registry.
 #
 # No container registry is reachable, so debian:bookworm-slim is made here with debootstrap from
 # the mirror apt already uses and cached as a tarball in $ATTND_DOCKER_CACHE.
@@ -65,10 +71,12 @@ cleanup() {
         if [ -n "${COMPOSE_UP:-}" ]; then
             podman-compose -p "$PROJECT" -f docker/compose.yaml down -t 5 >"$WORK/down.log" 2>&1
         fi
-        podman ps -aq --filter "label=io.podman.compose.project=$PROJECT" | xargs -r podman rm -f -t 0 >/dev/null 2>&1
-        podman ps -aq --filter "name=^$RUN_ID" | xargs -r podman rm -f -t 0 >/dev/null 2>&1
+        podman ps -aq --filter "label=io.podman.compose.project=$PROJECT" | xargs -r podman rm -f -v -t 0 >/dev/null 2>&1
+        podman ps -aq --filter "name=^$RUN_ID" | xargs -r podman rm -f -v -t 0 >/dev/null 2>&1
         podman pod ls -q --filter "label=io.podman.compose.project=$PROJECT" | xargs -r podman pod rm -f >/dev/null 2>&1
         podman network ls -q --filter "label=io.podman.compose.project=$PROJECT" | xargs -r podman network rm -f >/dev/null 2>&1
+        # The replicas' session volumes (compose names them PROJECT_sessions-rN).
+        podman volume ls --format '{{.Name}}' | grep "^${PROJECT}_" | xargs -r podman volume rm -f >/dev/null 2>&1
         if [ "$KEEP" != 1 ]; then
             podman rmi -f "$IMAGE" "$NGINX_IMAGE" >/dev/null 2>&1
             # Intermediate images of the multi-stage build (the build stage, layer cache).
@@ -313,7 +321,7 @@ step_single() {
     local code; code=$(podman inspect --format '{{.State.ExitCode}}' "$name")
     [ "$code" = 0 ] || { podman logs "$name" 2>&1 | tail -n 20 >&2; die "attnd exited $code on SIGTERM"; }
     log "ok: SIGTERM -> exit 0 in $(elapsed_s "$s")s"
-    podman rm -f -t 0 "$name" "$name2" >/dev/null 2>&1
+    podman rm -f -v -t 0 "$name" "$name2" >/dev/null 2>&1
 }
 
 # ---- 5. compose -----------------------------------------------------------------------------
@@ -324,7 +332,14 @@ replica_container() { podman ps -a --format '{{.Names}}' --filter "label=io.podm
 step_compose() {
     local port s q; port=$(free_port)
     COMPOSE_UP=1
-    export ATTND_IMAGE=$IMAGE NGINX_IMAGE ATTND_HTTP_PORT=$port
+    # The models: demo, and the llama_gqa fixture as a group (llama, layers llama.0 and
+    # llama.1) for sequence sessions; world-readable for the container's user.
+    mkdir -p "$WORK/models"
+    cp config/demo.safetensors "$WORK/models/"
+    cp -r tests/fixtures/ckpt/llama_gqa "$WORK/models/"
+    chmod -R a+rX "$WORK/models"
+    export ATTND_IMAGE=$IMAGE NGINX_IMAGE ATTND_HTTP_PORT=$port ATTND_MODELS_DIR=$WORK/models
+    export ATTND_MODELS="demo=/models/demo.safetensors;llama=/models/llama_gqa,layers=all"
     podman-compose -p "$PROJECT" -f docker/compose.yaml up -d >"$WORK/compose.log" 2>&1 ||
         { tail -n 40 "$WORK/compose.log" >&2; die "podman-compose up failed"; }
     local names r; names=$(for r in r1 r2 r3; do replica_container "$r"; done)
@@ -345,6 +360,8 @@ step_compose() {
     local spread; spread=$(per_upstream "$WORK/spread")
     log "spread over replicas: $spread"
     [ "$(awk -F', ' '{print NF}' <<<"$spread")" -ge 2 ] || die "all requests reached one replica"
+
+    restart_replica_test "$base"
 
     # Sessions: 30 streams through the gateway, each step equal to the one-shot causal answer;
     # then replica r2 stops (SIGTERM, drain): its sessions answer 410 session_replica_gone, the
@@ -372,6 +389,73 @@ step_compose() {
     wait "$loader"
     check_all_ok "$WORK/stop" 200
     log "ok: 200/200 requests answered 200 while $victim stopped; per replica: $(per_upstream "$WORK/stop"); retried by nginx: $(retried "$WORK/stop")"
+}
+
+# restart_replica_test BASE: 10 sequences through the gateway, the replica holding most of them
+# restarted in the middle; every sequence continues equal to its one-shot answer
+# (tests/scripts/gateway_restart.py). Then the replica's own log: it saved and restored them.
+restart_replica_test() {
+    local base=$1 s sum=$WORK/restart.json; s=$(date +%s%N)
+    # $WORK/replica stop|start NAME: what `podman-compose restart attnd-NAME` does, in two
+    # halves: SIGTERM (and exit 0 required), then the same container started again (same
+    # name, same session volume) -- on a new address (podman hands out another IP at each
+    # start), so the gateway is then reloaded: nginx resolves the replicas' names only when it
+    # (re)loads its configuration. A reload is graceful: requests in flight finish on the old
+    # workers, which still know only the old address; "start" returns once they are gone.
+    cat >"$WORK/replica" <<'EOF'
+#!/bin/bash
+set -eu
+service() { podman ps -a --format '{{.Names}}' --filter "label=com.docker.compose.service=$1" \
+                --filter "label=io.podman.compose.project=$ATTND_DT_PROJECT"; }
+c=$(service "attnd-$2")
+[ -n "$c" ] || { echo "no container for replica $2" >&2; exit 1; }
+case $1 in
+    stop)  podman stop -t 30 "$c" >/dev/null
+           code=$(podman inspect --format '{{.State.ExitCode}}' "$c")
+           [ "$code" = 0 ] || { echo "$c exited $code on SIGTERM" >&2; exit 1; } ;;
+    start) podman start "$c" >/dev/null
+           n=$(service nginx)
+           workers() { podman exec "$n" sh -c 'for p in /proc/[0-9]*; do
+               tr "\0" " " <"$p/cmdline" 2>/dev/null | grep -q "^nginx: worker" && echo "${p#/proc/}"; done; true'; }
+           old=$(workers)
+           [ -n "$old" ] || { echo "no nginx worker found in $n" >&2; exit 1; }
+           podman exec "$n" nginx -s reload
+           for _ in $(seq 150); do
+               left=$(podman exec "$n" sh -c "for p in $(echo $old); do [ -d /proc/\$p ] && echo \$p; done; true")
+               [ -n "$left" ] || exit 0
+               sleep 0.1
+           done
+           echo "the gateway's old workers ($left) did not exit within 15 s of the reload" >&2; exit 1 ;;
+esac
+EOF
+    chmod +x "$WORK/replica"
+    ATTND_DT_PROJECT=$PROJECT timeout 240 /usr/bin/python3 tests/scripts/gateway_restart.py \
+        --base "$base" --replicas r1,r2,r3 --sequences 10 --model demo --group llama \
+        --group-sequences 4 --stop-cmd "$WORK/replica stop {name}" \
+        --start-cmd "$WORK/replica start {name}" --summary "$sum" >&2 ||
+        die "sequences across a replica restart (tests/scripts/gateway_restart.py) failed"
+    local victim n c logs saved restored t0 t1
+    victim=$(jq -r .victim "$sum"); n=$(jq -r .victim_sequences "$sum")
+    c=$(replica_container "$victim")
+    logs=$(podman logs "$c" 2>&1)
+    # The replica's own account: what it wrote at the stop, what it read back at the start.
+    [ "$(grep -c 'restored [0-9]* session(s)' <<<"$logs")" = 2 ] ||
+        die "attnd-$victim: expected two start-ups in its log, before and after the restart"
+    saved=$(grep -o 'saved [0-9]* session(s).*' <<<"$logs" | tail -n 1)
+    restored=$(grep -o 'restored [0-9]* session(s).*' <<<"$logs" | tail -n 1)
+    [[ $saved == "saved $n session(s)"* ]] || die "attnd-$victim: '$saved', expected $n session(s)"
+    [[ $restored == "restored $n session(s), skipped 0"* ]] ||
+        die "attnd-$victim: '$restored', expected $n session(s), skipped 0"
+    # Its second start-up by its log's timestamps: "starting" to "ready: serving".
+    t0=$(grep ' attnd .* starting' <<<"$logs" | tail -n 1 | cut -d' ' -f1)
+    t1=$(grep ' ready: serving' <<<"$logs" | tail -n 1 | cut -d' ' -f1)
+    log "restart of attnd-$victim, holding $n of the sequences ($(jq -r .victim_group_sequences "$sum") on llama):" \
+        "stop (drain + save) $(jq -r .stop_s "$sum")s, $saved;" \
+        "start to ready $(( ($(date -d "$t1" +%s%N) - $(date -d "$t0" +%s%N)) / 1000000 )) ms by its log, $restored;" \
+        "its sequences answered through the gateway $(jq -r .ready_after_start_s "$sum")s after podman start;" \
+        "$(jq -r .appends_during_restart "$sum") appends to the other replicas meanwhile"
+    log "ok: 10 sequences through the gateway, attnd-$victim restarted: every one continued" \
+        "equal to its one-shot answer, max |diff| $(jq -r .max_diff "$sum") ($(elapsed_s "$s")s)"
 }
 
 # fire BASE N CLIENTS OUT: CLIENTS parallel loops of N POSTs; one "status upstream" line each.

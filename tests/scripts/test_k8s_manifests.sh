@@ -201,11 +201,31 @@ for svc_name, a in reps.items():
           f"nginx.conf: {svc_name} in the stateless pool")
 check(any("nginx.conf:/etc/nginx/nginx.conf" in str(v) for v in n.get("volumes", [])), "compose: nginx.conf mounted")
 check(any(str(p).endswith(":8080") for p in n.get("ports", [])), "compose: nginx publishes 8080")
+named = get(comp, "volumes", {}) or {}
 for a in list(reps.values()) + [n]:
     for v in a.get("volumes", []):
         src = str(v).split(":")[0]
-        if not src.startswith("$"):
+        if src.startswith("$"):
+            continue
+        if "/" in src or src.startswith("."):
             check(os.path.exists(os.path.join("docker", src)), f"compose: mount source {src} exists")
+        else:
+            check(src in named, f"compose: named volume {src} declared under the top-level volumes")
+# --session-dir: each replica its own writable volume holding ATTND_SESSION_DIR (a replica's
+# sessions are its own: their ids name it), like the StatefulSet's claim.
+seen_vols = set()
+for svc_name, a in reps.items():
+    sd = str(get(a, "environment.ATTND_SESSION_DIR", ""))
+    mounts = [str(v).split(":") for v in a.get("volumes", [])]
+    own = [m for m in mounts if m[0] in named and len(m) >= 2 and sd.startswith(m[1].rstrip("/") + "/")
+           and "ro" not in m[2:]]
+    check(sd.startswith("/") and len(own) == 1,
+          f"compose: {svc_name} ATTND_SESSION_DIR {sd!r} on a writable named volume of its own")
+    for m in own:
+        check(m[0] not in seen_vols, f"compose: {svc_name}'s session volume {m[0]} is no other replica's")
+        seen_vols.add(m[0])
+        check(re.search(r"install -d -o %d\b[^\n]*\s%s\b" % (uid, re.escape(m[1].rstrip("/"))), df),
+              f"Dockerfile: {m[1]} exists, owned by uid {uid} (an empty named volume takes its owner)")
 
 # ---- nginx.conf: the directives the scale-out relies on
 for pat, what in (
