@@ -16,9 +16,11 @@ export ATTND_BIN=$PWD/scripts/valgrind-attnd.sh ATTND_LOAD_BIN=$PWD/$BUILD/attnd
 
 unit=(test_seed test_properties test_forward_vs_reference test_softmax test_safetensors
       test_parity test_codec test_jsonnum test_scheduler test_fuzz_replay test_load_check
-      test_load_stats test_load_args test_ui_assets test_checkpoint test_ops_modules)
+      test_load_stats test_load_args test_ui_assets test_checkpoint test_ops_modules
+      test_rope_limits test_v2_header test_sessions)
 integration=(test_examples test_v2 test_daemon_errors test_auth test_malformed test_batching
-             test_reload test_tls test_load test_repository test_ops)
+             test_reload test_tls test_load test_repository test_ops test_seq_sessions
+             test_append_positions test_hardening3 test_session_restart)
 [ -f "$BUILD/tests/unit/test_kvcache" ] && unit+=(test_kvcache)
 [ -f "$BUILD/tests/integration/test_sessions" ] && integration+=(test_sessions)
 
