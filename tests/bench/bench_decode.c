@@ -28,6 +28,7 @@
  */
 #include "attn.h"
 #include "benchutil.h"
+#include "decode.h"
 #include "forward.h"
 
 #include <cblas.h>
@@ -437,7 +438,14 @@ static int roofline_section(bench *b, int threads, const float *kx, const float 
     int met = 0, total = 0;
     char summary[160] = "";
     static const int ps[2] = {8192, 32768};
-    for (int pi = 0; rc == 0 && pi < 2; pi++)
+    /* BENCH_AB=SUB:AHEAD[:NO512]: each round also times the huge-page step
+     * with those attn__decode_sub_bytes / attn__decode_k_ahead (0: default;
+     * AHEAD -1: no software prefetch) / attn__decode_no_avx512 (A/B in one run) */
+    const char *ab = getenv("BENCH_AB");
+    int ab_sub = 0, ab_ahead = 0, ab_no512 = 0;
+    if (ab && sscanf(ab, "%d:%d:%d", &ab_sub, &ab_ahead, &ab_no512) < 2) ab = NULL;
+    const int np = getenv("BENCH_ROOFLINE_P") ? 1 : 2;
+    for (int pi = 0; rc == 0 && pi < np; pi++)
         for (int dt = ATTN_KV_F32; rc == 0 && dt <= ATTN_KV_INT8; dt++) {
             const int P = ps[pi], both = P == 8192;
             pool ph, p4;
@@ -450,11 +458,22 @@ static int roofline_section(bench *b, int threads, const float *kx, const float 
             uint64_t bytes = 0;
             make_seqs(&ph, N, P, b->x, out, seqs);
             if (rc == 0 && attn__forward_kv_bytes(b->l, seqs, N, b->ws, &bytes, NULL) != ATTN_OK) rc = -1;
-            double bw4[MAXR], bw2[MAXR], th[MAXR], t4[MAXR], tb[MAXR], fk[MAXR], fk4[MAXR], fs[MAXR], hr[MAXR];
+            double bw4[MAXR], bw2[MAXR], th[MAXR], t4[MAXR], tb[MAXR], fk[MAXR], fk4[MAXR], fs[MAXR], hr[MAXR], tab[MAXR];
             for (int r = 0; rc == 0 && r < rounds; r++) {
                 bw4[r] = stream_bw(s4, nf, threads, 3);
                 bw2[r] = stream_bw(s2, nf, threads, 3);
                 th[r] = time_step(b, &ph, N, P, out);
+                if (ab) {
+                    const int s0 = attn__decode_sub_bytes, a0 = attn__decode_k_ahead;
+                    attn__decode_sub_bytes = ab_sub;
+                    attn__decode_k_ahead = ab_ahead;
+                    attn__decode_no_avx512 = ab_no512;
+                    const double ta = time_step(b, &ph, N, P, out);
+                    attn__decode_no_avx512 = 0;
+                    attn__decode_sub_bytes = s0;
+                    attn__decode_k_ahead = a0;
+                    tab[r] = ta / th[r];
+                }
                 t4[r] = both ? time_step(b, &p4, N, P, out) : 0;
                 tb[r] = time_step(b, &base, N, 0, out);
                 if (th[r] <= 0 || (both && t4[r] <= 0) || tb[r] <= 0) rc = -1;
@@ -469,6 +488,8 @@ static int roofline_section(bench *b, int threads, const float *kx, const float 
             const double mk = median_of(fk, rounds), mk4 = median_of(fk4, rounds), ms = median_of(fs, rounds);
             const double mb4 = median_of(bw4, rounds), mb2 = median_of(bw2, rounds), mh = median_of(th, rounds);
             const double mt4 = median_of(t4, rounds), mtb = median_of(tb, rounds), mhr = median_of(hr, rounds);
+            if (ab) printf("  (BENCH_AB %s: step time %.3f of the default's, median of rounds)\n", ab,
+                           median_of(tab, rounds));
             const int ok = mk >= goal[dt];
             met += ok;
             total++;
@@ -495,10 +516,52 @@ static int roofline_section(bench *b, int threads, const float *kx, const float 
 
 static int sessions_fit(int n, int P) { return (double)n * P * G * D * 2 * 4 <= POOL_CAP; }
 
+/* BENCH_PROFILE=F32|F16|BF16|INT8: two steps of 16 sessions at P = 2048 of
+ * that dtype on one thread and nothing else, for
+ * valgrind --tool=callgrind --toggle-collect=attn__head_decode (the decode
+ * kernel's instructions, load-independent). */
+static int profile_only(const char *dt_name)
+{
+    enum { N = 16, P = 2048 };
+    int dt = 0;
+    while (dt < 4 && strcmp(dnames[dt], dt_name) != 0) dt++;
+    if (dt == 4) return 2;
+    openblas_set_num_threads(1);
+    uint64_t rng = 0x6465636f6465ull;
+    attn_layer *l = make_layer(&rng);
+    attn_workspace_options o = {.n_threads = 1};
+    attn_workspace *ws = NULL;
+    float *kx = malloc((size_t)P * G * D * sizeof *kx), *vx = malloc((size_t)P * G * D * sizeof *vx);
+    float *x = malloc((size_t)N * E * sizeof *x), *out = malloc((size_t)N * E * sizeof *out);
+    if (!l || !kx || !vx || !x || !out || attn_workspace_create(&o, &ws, NULL) != ATTN_OK) return 1;
+    for (size_t i = 0; i < (size_t)P * G * D; i++) {
+        kx[i] = (float)bench_rng_sym(&rng);
+        vx[i] = (float)bench_rng_sym(&rng);
+    }
+    for (size_t i = 0; i < (size_t)N * E; i++) x[i] = (float)bench_rng_sym(&rng);
+    pool pl;
+    int rc = pool_fill(l, &pl, N, P, (attn_kv_dtype)dt, kx, vx) != 0;
+    attn_seq seqs[N];
+    make_seqs(&pl, N, P, x, out, seqs);
+    for (int i = 0; rc == 0 && i < 2; i++) rc = attn_forward(l, seqs, N, ws, NULL, NULL) != ATTN_OK;
+    double sum = 0;
+    for (size_t i = 0; i < (size_t)N * E; i++) sum += out[i];
+    printf("profile %s: 16 sessions, P = %d, 2 steps; output sum %.9g\n", dnames[dt], P, sum);
+    pool_free(&pl);
+    free(kx); free(vx); free(x); free(out);
+    attn_workspace_free(ws);
+    attn_layer_free(l);
+    return rc;
+}
+
 int main(void)
 {
+    if (getenv("BENCH_PROFILE")) return profile_only(getenv("BENCH_PROFILE"));
     const char *bs = getenv("BENCH_SECONDS"), *bwt = getenv("BENCH_WEIGHTS");
     const int weights_only = bwt && strcmp(bwt, "only") == 0, weights = !bwt || strcmp(bwt, "0") != 0;
+    if (getenv("BENCH_SUB_BYTES")) attn__decode_sub_bytes = atoi(getenv("BENCH_SUB_BYTES"));
+    if (getenv("BENCH_K_AHEAD")) attn__decode_k_ahead = atoi(getenv("BENCH_K_AHEAD"));
+    if (getenv("BENCH_NO_AVX512")) attn__decode_no_avx512 = atoi(getenv("BENCH_NO_AVX512"));
     bench_start("bench_decode");
     openblas_set_num_threads(1);
     uint64_t rng = 0x6465636f6465ull;
