@@ -327,10 +327,10 @@ AVX2_INLINE void pv_head(const float *p, int ldp, int rh, const void *v, size_t 
     pv_tail(p, ldp, rh, r, v, stride, m, dt, acc, d);
 }
 
-/* Sub-blocks of up to DECODE_SUB keys and DECODE_SUB_BYTES of V rows (so
- * that one sub-block and the next, prefetched while it is used, fit in a
- * 32 KiB L1 beside the scores: 16 F32 rows of 8 heads x 64 would be 32 KiB
- * alone): every head's axpys on them while they are in L1. */
+/* Sub-blocks of up to DECODE_SUB keys (and attn__decode_sub_bytes of V
+ * rows when a bench sets it): every head's axpys on them while they are
+ * near, the next sub-block prefetched. 16 F32 rows of 8 heads x 64 are
+ * 32 KiB, more than L1, but an 8 KiB cap measured no faster. */
 AVX2_INLINE void pv_avx2_t(const float *p, int ldp, const dims *x, const void *v, float *acc, const int dt)
 {
     const size_t row_elems = (size_t)x->nh * (size_t)x->d;
