@@ -434,7 +434,7 @@ static int roofline_section(bench *b, int threads, const float *kx, const float 
            "(2M-page pool), step (4K-page pool, P = 8192), step P = 0]; kernel = step - step at P = 0; medians; "
            "load %.1f\n", rounds, bench_loadavg());
     printf("%6s %-5s %8s %8s %9s %9s %7s %8s %8s %7s %7s %7s  %s\n", "P", "dtype", "str4K", "str2M", "step ms",
-           "step4K ms", "base ms", "kernGB/s", "kern/bw", "k4K/bw", "step/bw", "2M/4K", "target (kernel / str4K)");
+           "step4K ms", "base ms", "kernGB/s", "kern/bw", "k4K/bw", "step/bw", "t4K/t2M", "target (kernel / str4K)");
     int met = 0, total = 0;
     char summary[160] = "";
     static const int ps[2] = {8192, 32768};
