@@ -28,6 +28,8 @@
 #define DECODE_AVX2 1
 #define AVX2_FN __attribute__((target("avx2,fma,f16c")))
 #define AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
+#define AVX512_FN __attribute__((target("avx2,fma,f16c,avx512f")))
+#define AVX512_INLINE __attribute__((target("avx2,fma,f16c,avx512f"), always_inline)) static inline
 #endif
 
 /* Keys per online-softmax step: the R x tile scores stay in L2, and the
@@ -36,8 +38,12 @@
  * V rows stay in L1). */
 #define DECODE_TILE 128
 #define DECODE_SUB 16
+#define DECODE_SUB_BYTES (1 << 30) /* no cap: 8 KiB measured no better (HELPER-NOTES) */
+#define DECODE_K_AHEAD 4
 
 int attn__decode_portable_only = 0;
+int attn__decode_no_avx512 = 0;
+int attn__decode_sub_bytes = 0, attn__decode_k_ahead = 0;
 
 static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
@@ -155,6 +161,7 @@ AVX2_INLINE __m256 load8(const void *p, size_t i, int dt)
  * Prefetches never fault, so running past the cache's end is harmless. */
 AVX2_INLINE void prefetch(const void *p, size_t i, size_t n, int dt)
 {
+    if (attn__decode_k_ahead < 0) return; /* benches: no software prefetch */
     const char *b = (const char *)p + i * elem_bytes(dt);
     const size_t bytes = n * elem_bytes(dt);
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(b + o, _MM_HINT_T0);
@@ -224,10 +231,11 @@ AVX2_INLINE void qk_avx2_t(const float *q, const dims *x, const void *k, const f
 {
     const int rh = x->rh, d = x->d;
     const size_t row_elems = (size_t)x->nh * (size_t)d;
+    const int ahead = attn__decode_k_ahead > 0 ? attn__decode_k_ahead : DECODE_K_AHEAD;
     for (int j = 0; j < x->m; j += 2) {
         const int two = j + 1 < x->m;
-        prefetch(k, (size_t)(j + 4) * x->stride, row_elems, dt);
-        if (two) prefetch(k, (size_t)(j + 5) * x->stride, row_elems, dt);
+        prefetch(k, (size_t)(j + ahead) * x->stride, row_elems, dt);
+        if (two) prefetch(k, (size_t)(j + ahead + 1) * x->stride, row_elems, dt);
         for (int jh = 0; jh < x->nh; jh++) {
             const size_t kj = (size_t)j * x->stride + (size_t)jh * d;
             const float s = sk ? sk[jh] : 1.0f;
@@ -287,6 +295,21 @@ AVX2_INLINE void axpy1(const float *p, const void *v, size_t stride, int m, int 
     _mm256_storeu_ps(acc + c, a);
 }
 
+/* Rows r..rh of all d8 columns, and the last d % 8 columns of every row. */
+AVX2_INLINE void pv_tail(const float *p, int ldp, int rh, int r, const void *v, size_t stride, int m, int dt,
+                         float *acc, int d)
+{
+    const int d8 = d & ~7;
+    for (; r < rh; r++)
+        for (int c = 0; c < d8; c += 8) axpy1(p + (size_t)r * ldp, v, stride, m, dt, acc + (size_t)r * d, c);
+    if (d8 < d) /* the last d % 8 columns */
+        for (int rr = 0; rr < rh; rr++)
+            for (int j = 0; j < m; j++) {
+                const float pj = p[(size_t)rr * ldp + j];
+                for (int c = d8; c < d; c++) acc[(size_t)rr * d + c] += pj * load1(v, (size_t)j * stride + c, dt);
+            }
+}
+
 /* One KV head's rh rows, m keys, columns from 0 to d. */
 AVX2_INLINE void pv_head(const float *p, int ldp, int rh, const void *v, size_t stride, int m, int dt, float *acc,
                          int d)
@@ -301,30 +324,97 @@ AVX2_INLINE void pv_head(const float *p, int ldp, int rh, const void *v, size_t 
         if (c < d8) /* 8 columns left */
             for (int i = 0; i < 4; i++) axpy1(pr + (size_t)i * ldp, v, stride, m, dt, ar + (size_t)i * d, c);
     }
-    for (; r < rh; r++)
-        for (int c = 0; c < d8; c += 8) axpy1(p + (size_t)r * ldp, v, stride, m, dt, acc + (size_t)r * d, c);
-    if (d8 < d) /* the last d % 8 columns */
-        for (int rr = 0; rr < rh; rr++)
-            for (int j = 0; j < m; j++) {
-                const float pj = p[(size_t)rr * ldp + j];
-                for (int c = d8; c < d; c++) acc[(size_t)rr * d + c] += pj * load1(v, (size_t)j * stride + c, dt);
-            }
+    pv_tail(p, ldp, rh, r, v, stride, m, dt, acc, d);
 }
 
-/* Sub-blocks of DECODE_SUB keys: every head's axpys on them while they are
- * in L1, the next sub-block prefetched. */
+/* Sub-blocks of up to DECODE_SUB keys (and attn__decode_sub_bytes of V
+ * rows when a bench sets it): every head's axpys on them while they are
+ * near, the next sub-block prefetched. 16 F32 rows of 8 heads x 64 are
+ * 32 KiB, more than L1, but an 8 KiB cap measured no faster. */
 AVX2_INLINE void pv_avx2_t(const float *p, int ldp, const dims *x, const void *v, float *acc, const int dt)
 {
     const size_t row_elems = (size_t)x->nh * (size_t)x->d;
-    for (int j0 = 0; j0 < x->m; j0 += DECODE_SUB) {
-        const int n = x->m - j0 < DECODE_SUB ? x->m - j0 : DECODE_SUB;
-        for (int j = 0; j < DECODE_SUB; j++) prefetch(v, (size_t)(j0 + DECODE_SUB + j) * x->stride, row_elems, dt);
+    const size_t cap = attn__decode_sub_bytes > 0 ? (size_t)attn__decode_sub_bytes : DECODE_SUB_BYTES;
+    const size_t fit = cap / (row_elems * elem_bytes(dt));
+    const int sub = fit >= DECODE_SUB ? DECODE_SUB : fit < 1 ? 1 : (int)fit;
+    for (int j0 = 0; j0 < x->m; j0 += sub) {
+        const int n = x->m - j0 < sub ? x->m - j0 : sub;
+        for (int j = 0; j < sub; j++) prefetch(v, (size_t)(j0 + sub + j) * x->stride, row_elems, dt);
         for (int jh = 0; jh < x->nh; jh++)
             pv_head(p + (size_t)jh * x->rh * ldp + j0, ldp, x->rh,
                     (const char *)v + ((size_t)j0 * x->stride + (size_t)jh * x->d) * elem_bytes(dt), x->stride, n,
                     dt, acc + (size_t)jh * x->rh * x->d, x->d);
     }
 }
+/* AVX-512 (CPUs with avx512f): the same axpys with 16 columns a register,
+ * the probability broadcast folded into the FMA; each acc lane gets the very
+ * FMAs, in the same order, of the AVX2 kernel, so the results are the same
+ * bits. Everything but the 4-row, 16-column blocks is the AVX2 code. */
+AVX512_INLINE __m512 load16(const void *p, size_t i, int dt)
+{
+    switch (dt) {
+    case ATTN_KV_F32: return _mm512_loadu_ps((const float *)p + i);
+    case ATTN_KV_F16: return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i)));
+    case ATTN_KV_BF16: {
+        const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i)));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+    }
+    default: return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)((const int8_t *)p + i))));
+    }
+}
+
+AVX512_INLINE void axpy4x16_512(const float *p, int ldp, const void *v, size_t stride, int m, int dt, float *acc,
+                                int d, int c)
+{
+    float *a0 = acc + c, *a1 = a0 + d, *a2 = a1 + d, *a3 = a2 + d;
+    const float *p1 = p + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
+    __m512 x0 = _mm512_loadu_ps(a0), x1 = _mm512_loadu_ps(a1), x2 = _mm512_loadu_ps(a2), x3 = _mm512_loadu_ps(a3);
+    for (int j = 0; j < m; j++) {
+        const __m512 w = load16(v, (size_t)j * stride + (size_t)c, dt);
+        x0 = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), w, x0);
+        x1 = _mm512_fmadd_ps(_mm512_set1_ps(p1[j]), w, x1);
+        x2 = _mm512_fmadd_ps(_mm512_set1_ps(p2[j]), w, x2);
+        x3 = _mm512_fmadd_ps(_mm512_set1_ps(p3[j]), w, x3);
+    }
+    _mm512_storeu_ps(a0, x0);
+    _mm512_storeu_ps(a1, x1);
+    _mm512_storeu_ps(a2, x2);
+    _mm512_storeu_ps(a3, x3);
+}
+
+AVX512_INLINE void pv_head512(const float *p, int ldp, int rh, const void *v, size_t stride, int m, int dt,
+                              float *acc, int d)
+{
+    const int d8 = d & ~7;
+    int r = 0;
+    for (; r + 4 <= rh; r += 4) {
+        const float *pr = p + (size_t)r * ldp;
+        float *ar = acc + (size_t)r * d;
+        int c = 0;
+        for (; c + 16 <= d8; c += 16) axpy4x16_512(pr, ldp, v, stride, m, dt, ar, d, c);
+        if (c < d8)
+            for (int i = 0; i < 4; i++) axpy1(pr + (size_t)i * ldp, v, stride, m, dt, ar + (size_t)i * d, c);
+    }
+    if (r < rh || d8 < d) /* the rows and columns the AVX2 code does alone */
+        pv_tail(p, ldp, rh, r, v, stride, m, dt, acc, d);
+}
+
+AVX512_INLINE void pv_avx512_t(const float *p, int ldp, const dims *x, const void *v, float *acc, const int dt)
+{
+    const size_t row_elems = (size_t)x->nh * (size_t)x->d;
+    const size_t cap = attn__decode_sub_bytes > 0 ? (size_t)attn__decode_sub_bytes : DECODE_SUB_BYTES;
+    const size_t fit = cap / (row_elems * elem_bytes(dt));
+    const int sub = fit >= DECODE_SUB ? DECODE_SUB : fit < 1 ? 1 : (int)fit;
+    for (int j0 = 0; j0 < x->m; j0 += sub) {
+        const int n = x->m - j0 < sub ? x->m - j0 : sub;
+        for (int j = 0; j < sub; j++) prefetch(v, (size_t)(j0 + sub + j) * x->stride, row_elems, dt);
+        for (int jh = 0; jh < x->nh; jh++)
+            pv_head512(p + (size_t)jh * x->rh * ldp + j0, ldp, x->rh,
+                       (const char *)v + ((size_t)j0 * x->stride + (size_t)jh * x->d) * elem_bytes(dt), x->stride,
+                       n, dt, acc + (size_t)jh * x->rh * x->d, x->d);
+    }
+}
+
 /* One instance per dtype (dt a constant inside), chosen per run. */
 #define DTYPE_SWITCH(fn, dt, ...)                                                                                   \
     switch (dt) {                                                                                                    \
@@ -344,6 +434,11 @@ AVX2_FN static void pv_avx2(const float *p, int ldp, const dims *x, const void *
     DTYPE_SWITCH(pv_avx2_t, x->dt, p, ldp, x, v, acc)
 }
 
+AVX512_FN static void pv_avx512(const float *p, int ldp, const dims *x, const void *v, float *acc)
+{
+    DTYPE_SWITCH(pv_avx512_t, x->dt, p, ldp, x, v, acc)
+}
+
 /* F16C by CPUID (leaf 1, ECX bit 29): clang's __builtin_cpu_supports knows no
  * "f16c", and `make fuzz` builds lib/ with clang. */
 static int cpu_has_f16c(void)
@@ -352,10 +447,13 @@ static int cpu_has_f16c(void)
     return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
 }
 
+/* 0: portable, 1: AVX2, 2: AVX2 with the AVX-512 axpys. */
 static int use_avx2(void)
 {
-    return !attn__decode_portable_only && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           cpu_has_f16c();
+    if (attn__decode_portable_only || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+        !cpu_has_f16c())
+        return 0;
+    return !attn__decode_no_avx512 && __builtin_cpu_supports("avx512f") ? 2 : 1;
 }
 #else
 static int use_avx2(void) { return 0; }
@@ -376,6 +474,10 @@ static void qk_run(int avx2, const float *q, const dims *x, const void *k, const
 static void pv_run(int avx2, const float *p, int ldp, const dims *x, const void *v, float *acc)
 {
 #ifdef DECODE_AVX2
+    if (avx2 == 2) {
+        pv_avx512(p, ldp, x, v, acc);
+        return;
+    }
     if (avx2) {
         pv_avx2(p, ldp, x, v, acc);
         return;

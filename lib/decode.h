@@ -54,4 +54,13 @@ void attn__decode_merge(const attn__fwd_ctx *ctx, const attn__head_job *jobs, in
 /* Tests only: nonzero forces the portable kernel on CPUs with AVX2. */
 extern int attn__decode_portable_only;
 
+/* Tests only: nonzero keeps the AVX2 kernel on CPUs with AVX-512. */
+extern int attn__decode_no_avx512;
+
+/* Benches and tests only (0: the defaults): bytes of V rows (all the job's
+ * heads) per axpy sub-block, and how many keys ahead the K rows are
+ * prefetched. Neither changes any result: a key's arithmetic does not
+ * depend on its sub-block. */
+extern int attn__decode_sub_bytes, attn__decode_k_ahead;
+
 #endif /* ATTN_DECODE_H */

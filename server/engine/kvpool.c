@@ -5,8 +5,10 @@
  */
 #include "engine/kvpool.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -18,6 +20,28 @@ struct attnd_kvpool {
     int32_t *free_stack; /* free_stack[0 .. n_free) are free; the top is used next */
     uint32_t *refs;
 };
+
+/* The mapping, 2 MiB aligned and madvise(MADV_HUGEPAGE)d: with transparent
+ * huge pages in `madvise` mode (the usual default) the decode kernel then
+ * streams K/V through 2 MiB pages, not 4 KiB ones (fewer TLB misses, and the
+ * hardware prefetchers are not stopped at every 4 KiB). Pages are still
+ * only backed when first touched, 2 MiB at a time. ATTND_KV_HUGEPAGE=0 keeps
+ * 4 KiB pages. NULL when the mapping fails. */
+static char *map_pool(size_t bytes)
+{
+    const size_t huge = (size_t)2 << 20;
+    const char *env = getenv("ATTND_KV_HUGEPAGE");
+    const int want = !(env && strcmp(env, "0") == 0) && bytes >= huge && bytes <= SIZE_MAX - huge;
+    const size_t span = want ? bytes + huge : bytes;
+    char *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    if (!want) return m;
+    const size_t head = (huge - (uintptr_t)m % huge) % huge;
+    if (head) munmap(m, head);
+    if (span - head > bytes) munmap(m + head + bytes, span - head - bytes);
+    (void)madvise(m + head, bytes, MADV_HUGEPAGE); /* a hint: refused, the pool keeps 4 KiB pages */
+    return m + head;
+}
 
 attnd_kvpool *attnd_kvpool_create(size_t total_bytes, size_t page_bytes, char *err, size_t errlen)
 {
@@ -38,9 +62,7 @@ attnd_kvpool *attnd_kvpool_create(size_t total_bytes, size_t page_bytes, char *e
     p->map_bytes = n * page_bytes;
     p->free_stack = malloc(n * sizeof *p->free_stack);
     p->refs = calloc(n, sizeof *p->refs);
-    void *m = mmap(NULL, p->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
-    p->base = m == MAP_FAILED ? NULL : m;
+    p->base = map_pool(p->map_bytes);
     if (!p->free_stack || !p->refs || !p->base) {
         attnd_kvpool_free(p);
         goto nomem;

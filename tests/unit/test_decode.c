@@ -446,6 +446,62 @@ TEST(portable_equals_avx2)
     printf("portable vs AVX2 decode kernel: max rel. difference %.3g\n", worst.portable);
 }
 
+/* On a CPU with AVX-512: its axpys against the AVX2 kernel's
+ * (attn__decode_no_avx512, the test hook), the same bits for every dtype,
+ * shapes whose d_v is or is not a multiple of 16 and rows per KV head not a
+ * multiple of 4. Elsewhere both runs take the AVX2 path (still checked). */
+TEST(avx512_equals_avx2)
+{
+    test_rng r = {0x61357532u};
+    attn_workspace *ws = test_ws(ATTN_KERNEL_AUTO, 1, 0);
+    for (int c = 0; c < 16; c++) {
+        const gqa_shape sh = random_shape(&r);
+        const int dt = c % 4;
+        twin w;
+        if (twin_init(&w, &r, &sh, rng_int(&r, 1, 700), rng_int(&r, 1, 8), dt, (int[]){1, 8, 128}[c % 3]) != 0)
+            return;
+        const masks m = {.seed = rng_next(&r), .kpm = c % 2, .window = c % 3 ? 0 : 50};
+        attn__decode_no_avx512 = 1;
+        const int ok1 = append(w.l, &w.a, w.xt, w.P, w.T, &m, ws, w.o1, 0) == ATTN_OK;
+        attn__decode_no_avx512 = 0;
+        const int ok2 = append(w.l, &w.b, w.xt, w.P, w.T, &m, ws, w.o2, 0) == ATTN_OK;
+        CHECK(ok1 && ok2);
+        CHECK_MSG(memcmp(w.o1, w.o2, fsz((size_t)w.T * w.sh.e_out)) == 0, "case %d %s (d_v %d): AVX-512 vs AVX2",
+                  c, dtype_name[dt], sh.d_v);
+        twin_free(&w);
+    }
+    attn_workspace_free(ws);
+}
+
+/* The AVX2 kernel's sub-block size (attn__decode_sub_bytes: from one key
+ * per sub-block up to the 16-key cap) and prefetch distance
+ * (attn__decode_k_ahead; -1: none) change no bit of the output, every dtype,
+ * masks and windows, blocks of 1, 8 and 128 rows. */
+TEST(sub_blocks_and_prefetch_bit_identical)
+{
+    static const int subs[3] = {1, 300, 1 << 20}, aheads[3] = {-1, 1, 9};
+    test_rng r = {0x73756262u};
+    attn_workspace *ws = test_ws(ATTN_KERNEL_AUTO, 1, 0);
+    for (int c = 0; c < 12; c++) {
+        const gqa_shape sh = random_shape(&r);
+        const int dt = c % 4;
+        twin w;
+        if (twin_init(&w, &r, &sh, rng_int(&r, 1, 700), rng_int(&r, 1, 8), dt, (int[]){1, 8, 128}[c % 3]) != 0)
+            return;
+        const masks m = {.seed = rng_next(&r), .kpm = c % 2, .window = c % 3 ? 0 : 50};
+        const int ok1 = append(w.l, &w.a, w.xt, w.P, w.T, &m, ws, w.o1, 0) == ATTN_OK;
+        attn__decode_sub_bytes = subs[c % 3];
+        attn__decode_k_ahead = aheads[(c / 3) % 3];
+        const int ok2 = append(w.l, &w.b, w.xt, w.P, w.T, &m, ws, w.o2, 0) == ATTN_OK;
+        attn__decode_sub_bytes = attn__decode_k_ahead = 0;
+        CHECK(ok1 && ok2);
+        CHECK_MSG(memcmp(w.o1, w.o2, fsz((size_t)w.T * w.sh.e_out)) == 0, "case %d %s: sub %d ahead %d differ", c,
+                  dtype_name[dt], subs[c % 3], aheads[(c / 3) % 3]);
+        twin_free(&w);
+    }
+    attn_workspace_free(ws);
+}
+
 /* attn__forward_kv_bytes (bench_decode's K/V byte count): every visible row
  * of every KV head once, in the cache's element size, split or not. */
 TEST(kv_bytes)
@@ -485,6 +541,8 @@ int main(void)
     RUN(split_equals_unsplit);
     RUN(batch_equals_one_by_one);
     RUN(portable_equals_avx2);
+    RUN(sub_blocks_and_prefetch_bit_identical);
+    RUN(avx512_equals_avx2);
     RUN(kv_bytes);
     return check_summary();
 }
