@@ -501,3 +501,22 @@ char *attnd_slurp(const char *path)
         buf[n] = '\0';
     return buf;
 }
+
+long attnd_call(const attnd_proc *p, const char *method, const char *path, const char *auth,
+                const char *body, http_result *keep)
+{
+    char url[256], hdr[300];
+    snprintf(url, sizeof url, "%s%s", p->base_url, path);
+    snprintf(hdr, sizeof hdr, "Authorization: %s", auth ? auth : "");
+    const char *hdrs[] = {hdr, NULL};
+    http_result r;
+    if (http_do_ex(method, url, body, body ? strlen(body) : 0, NULL, auth ? hdrs : NULL, NULL,
+                   &r) != 0)
+        return -1;
+    long st = r.status;
+    if (keep)
+        *keep = r;
+    else
+        http_result_free(&r);
+    return st;
+}

@@ -61,6 +61,12 @@ int http_do_ex(const char *method, const char *url, const char *body, size_t bod
                const char *content_type, const char *const *headers, const char *ca_file,
                http_result *out);
 
+/* One request to p at path with "Authorization: auth" (auth NULL: no header)
+ * and body (NULL: none). Returns the status, -1 on transport error; *keep (may
+ * be NULL) gets the result, which the caller frees with http_result_free. */
+long attnd_call(const attnd_proc *p, const char *method, const char *path, const char *auth,
+                const char *body, http_result *keep);
+
 /* Sends raw bytes to 127.0.0.1:port, reads until the peer closes or timeout_ms
  * of silence, and returns the malloc'd NUL-terminated reply (caller frees) or
  * NULL on connection failure. For requests curl will not send (no length,

@@ -39,27 +39,6 @@ static void write_file(const char *path, const char *text)
     chmod(path, 0600);
 }
 
-/* One request with Authorization auth (NULL: none). Returns the status (-1 on
- * transport error); *keep (may be NULL) gets the result, which the caller frees. */
-static long call(const attnd_proc *p, const char *method, const char *path, const char *auth,
-                 const char *body, http_result *keep)
-{
-    char url[256], hdr[300];
-    snprintf(url, sizeof url, "%s%s", p->base_url, path);
-    snprintf(hdr, sizeof hdr, "Authorization: %s", auth ? auth : "");
-    const char *hdrs[] = {hdr, NULL};
-    http_result r;
-    if (http_do_ex(method, url, body, body ? strlen(body) : 0, NULL, auth ? hdrs : NULL, NULL,
-                   &r) != 0)
-        return -1;
-    long st = r.status;
-    if (keep)
-        *keep = r;
-    else
-        http_result_free(&r);
-    return st;
-}
-
 /* {"query": [[...] x t]} with E values a row, each scale * a small pattern. */
 static char *rows_body(const char *key, int t, double scale)
 {
@@ -81,7 +60,7 @@ static int open_session(const attnd_proc *p, const char *model, const char *body
     char path[128];
     snprintf(path, sizeof path, "/v1/models/%s/sessions", model);
     http_result r;
-    long st = call(p, "POST", path, CLIENT, body ? body : "{}", &r);
+    long st = attnd_call(p, "POST", path, CLIENT, body ? body : "{}", &r);
     json_error_t je;
     json_t *j = st == 201 && r.body ? json_loads(r.body, 0, &je) : NULL;
     const char *s = json_string_value(json_object_get(j, "id"));
@@ -97,7 +76,7 @@ static long append(const attnd_proc *p, const char *id, const char *body, http_r
 {
     char path[128];
     snprintf(path, sizeof path, "/v1/sessions/%s/append", id);
-    return call(p, "POST", path, CLIENT, body, keep);
+    return attnd_call(p, "POST", path, CLIENT, body, keep);
 }
 
 /* A raw request with the admin key and Connection: close; the status, or -1
@@ -253,21 +232,21 @@ static long load(const attnd_proc *p, const char *name, const char *body, http_r
 {
     char path[160];
     snprintf(path, sizeof path, "/v2/repository/models/%s/load", name);
-    return call(p, "POST", path, ADMIN, body, keep);
+    return attnd_call(p, "POST", path, ADMIN, body, keep);
 }
 
 static long unload(const attnd_proc *p, const char *name)
 {
     char path[160];
     snprintf(path, sizeof path, "/v2/repository/models/%s/unload", name);
-    return call(p, "POST", path, ADMIN, NULL, NULL);
+    return attnd_call(p, "POST", path, ADMIN, NULL, NULL);
 }
 
 /* The index (with auth) as text, or NULL. Caller frees. */
 static char *index_text(const attnd_proc *p, const char *auth)
 {
     http_result r;
-    long st = call(p, "GET", "/v2/repository/index", auth, NULL, &r);
+    long st = attnd_call(p, "GET", "/v2/repository/index", auth, NULL, &r);
     char *s = st == 200 && r.body ? strdup(r.body) : NULL;
     http_result_free(&r);
     return s;
@@ -312,12 +291,12 @@ TEST(failed_loads_take_no_slot)
     CHECK_INT_EQ(cycles, 40);
     CHECK_INT_EQ(load(&p, "last", "{\"parameters\": {\"path\": \"config/demo.safetensors\"}}",
                       NULL), 200);
-    CHECK_INT_EQ(call(&p, "POST", "/v1/models/last/attention", CLIENT,
+    CHECK_INT_EQ(attnd_call(&p, "POST", "/v1/models/last/attention", CLIENT,
                       "{\"query\": [[0.5,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,"
                       "0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]]}",
                       NULL), 200);
     http_result m;
-    CHECK_INT_EQ(call(&p, "GET", "/metrics", CLIENT, NULL, &m), 200);
+    CHECK_INT_EQ(attnd_call(&p, "GET", "/metrics", CLIENT, NULL, &m), 200);
     CHECK(m.body && strstr(m.body, "attnd_model_info{model=\"last\""));
     CHECK(m.body && !strstr(m.body, "model=\"cycle0\""));
     http_result_free(&m);
@@ -454,7 +433,7 @@ TEST(wide_rows_refused)
         CHECK_INT_EQ(st, 400);
         CHECK(r.body && strstr(r.body, "'wide'") && strstr(r.body, "KV page"));
         http_result_free(&r);
-        CHECK_INT_EQ(call(&p, "POST", "/v1/models/wide/sessions", CLIENT, "{}", NULL), 404);
+        CHECK_INT_EQ(attnd_call(&p, "POST", "/v1/models/wide/sessions", CLIENT, "{}", NULL), 404);
         char id[64];
         CHECK(open_session(&p, "demo", NULL, id) == 0); /* demo's 512-byte rows fit */
         CHECK_INT_EQ(attnd_proc_stop(&p), 0);
@@ -497,7 +476,7 @@ static long long session_length(const attnd_proc *p, const char *id)
     snprintf(path, sizeof path, "/v1/sessions/%s", id);
     http_result r;
     long long len = -1;
-    if (call(p, "GET", path, CLIENT, NULL, &r) == 200 && r.body) {
+    if (attnd_call(p, "GET", path, CLIENT, NULL, &r) == 200 && r.body) {
         json_t *j = json_loads(r.body, 0, NULL);
         json_t *l = json_object_get(j, "length");
         len = json_is_integer(l) ? json_integer_value(l) : -1;
@@ -539,7 +518,7 @@ TEST(kv_dtype_overflow)
     CHECK_INT_EQ(session_length(&p, id), 2);
     /* a cross session's memory, at create */
     char *key = rows_body("key", 3, 1e6);
-    st = call(&p, "POST", "/v1/models/f16/sessions", CLIENT, key, &r);
+    st = attnd_call(&p, "POST", "/v1/models/f16/sessions", CLIENT, key, &r);
     printf("f16 cross session with a |x| ~ 1e6 memory: %ld %.300s\n", st, r.body ? r.body : "");
     CHECK_INT_EQ(st, 400);
     CHECK(r.body && strstr(r.body, "f16") && strstr(r.body, "65504"));

@@ -33,33 +33,11 @@ static const char query[] = "{\"query\": [[0.5, -0.25, 1, 0, 0.5, -0.25, 1, 0, 0
                             " -0.25, 1, 0, 0.5, -0.25, 1, 0, 0.5, -0.25, 1, 0, 0.5, -0.25, 1, 0,"
                             " 0.5, -0.25, 1, 0, 0.5, -0.25, 1, 0]]}";
 
-/* One request with Authorization auth (NULL: none) and body (NULL: none).
- * Returns the status (-1 on transport error); *keep (may be NULL) gets the
- * result, which the caller frees. */
-static long call(const attnd_proc *p, const char *method, const char *path, const char *auth,
-                 const char *body, http_result *keep)
-{
-    char url[256], hdr[300];
-    snprintf(url, sizeof url, "%s%s", p->base_url, path);
-    snprintf(hdr, sizeof hdr, "Authorization: %s", auth ? auth : "");
-    const char *hdrs[] = {hdr, NULL};
-    http_result r;
-    if (http_do_ex(method, url, body, body ? strlen(body) : 0, NULL, auth ? hdrs : NULL, NULL,
-                   &r) != 0)
-        return -1;
-    long st = r.status;
-    if (keep)
-        *keep = r;
-    else
-        http_result_free(&r);
-    return st;
-}
-
 /* The JSON body of a GET (with the client key), or NULL. Caller decrefs. */
 static json_t *get_json(const attnd_proc *p, const char *path, long *status)
 {
     http_result r;
-    *status = call(p, "GET", path, CLIENT, NULL, &r);
+    *status = attnd_call(p, "GET", path, CLIENT, NULL, &r);
     if (*status < 0)
         return NULL;
     json_error_t je;
@@ -91,7 +69,7 @@ static json_t *index_entry(json_t *index, const char *name)
 static int metrics_has(const attnd_proc *p, const char *text)
 {
     http_result r;
-    int found = call(p, "GET", "/metrics", CLIENT, NULL, &r) == 200 && r.body &&
+    int found = attnd_call(p, "GET", "/metrics", CLIENT, NULL, &r) == 200 && r.body &&
                 strstr(r.body, text);
     http_result_free(&r);
     return found;
@@ -102,20 +80,20 @@ static long load(const attnd_proc *p, const char *name, const char *body, http_r
 {
     char path[160];
     snprintf(path, sizeof path, "/v2/repository/models/%s/load", name);
-    return call(p, "POST", path, ADMIN, body, keep);
+    return attnd_call(p, "POST", path, ADMIN, body, keep);
 }
 
 static long unload(const attnd_proc *p, const char *name, const char *auth)
 {
     char path[160];
     snprintf(path, sizeof path, "/v2/repository/models/%s/unload", name);
-    return call(p, "POST", path, auth, NULL, NULL);
+    return attnd_call(p, "POST", path, auth, NULL, NULL);
 }
 
 TEST_WITH(index_lists_models, const attnd_proc *p)
 {
     long st;
-    CHECK_INT_EQ(call(p, "GET", "/v2/repository/index", NULL, NULL, NULL), 401);
+    CHECK_INT_EQ(attnd_call(p, "GET", "/v2/repository/index", NULL, NULL, NULL), 401);
     json_t *idx = get_json(p, "/v2/repository/index", &st);
     CHECK_INT_EQ(st, 200);
     CHECK(json_is_array(idx));
@@ -126,10 +104,10 @@ TEST_WITH(index_lists_models, const attnd_proc *p)
     json_decref(idx);
     /* POST with {"ready": true}, as Triton takes it; a wrong type is refused */
     http_result r;
-    CHECK_INT_EQ(call(p, "POST", "/v2/repository/index", CLIENT, "{\"ready\": true}", &r), 200);
+    CHECK_INT_EQ(attnd_call(p, "POST", "/v2/repository/index", CLIENT, "{\"ready\": true}", &r), 200);
     CHECK(r.body && strstr(r.body, "\"demo\""));
     http_result_free(&r);
-    CHECK_INT_EQ(call(p, "POST", "/v2/repository/index", CLIENT, "{\"ready\": 3}", &r), 400);
+    CHECK_INT_EQ(attnd_call(p, "POST", "/v2/repository/index", CLIENT, "{\"ready\": 3}", &r), 400);
     CHECK_MSG(r.body && strstr(r.body, "ready"), "the 400 does not name ready: %s",
               r.body ? r.body : "");
     http_result_free(&r);
@@ -138,10 +116,10 @@ TEST_WITH(index_lists_models, const attnd_proc *p)
 TEST_WITH(admin_key_required, const attnd_proc *p)
 {
     http_result r;
-    CHECK_INT_EQ(call(p, "POST", "/v2/repository/models/demo/load", NULL, NULL, NULL), 401);
-    CHECK_INT_EQ(call(p, "POST", "/v2/repository/models/demo/load", "Bearer wrong-key", NULL,
+    CHECK_INT_EQ(attnd_call(p, "POST", "/v2/repository/models/demo/load", NULL, NULL, NULL), 401);
+    CHECK_INT_EQ(attnd_call(p, "POST", "/v2/repository/models/demo/load", "Bearer wrong-key", NULL,
                       NULL), 401);
-    CHECK_INT_EQ(call(p, "POST", "/v2/repository/models/demo/unload", CLIENT, NULL, &r), 403);
+    CHECK_INT_EQ(attnd_call(p, "POST", "/v2/repository/models/demo/unload", CLIENT, NULL, &r), 403);
     CHECK_MSG(r.body && strstr(r.body, "admin key"), "403 body: %s", r.body ? r.body : "");
     http_result_free(&r);
     long st;
@@ -149,8 +127,8 @@ TEST_WITH(admin_key_required, const attnd_proc *p)
     CHECK_STR_EQ(str(index_entry(idx, "demo"), "state"), "READY");
     json_decref(idx);
     /* an admin key opens the index too, but no other route */
-    CHECK_INT_EQ(call(p, "GET", "/v2/repository/index", ADMIN, NULL, NULL), 200);
-    CHECK_INT_EQ(call(p, "GET", "/v1/models", ADMIN, NULL, NULL), 401);
+    CHECK_INT_EQ(attnd_call(p, "GET", "/v2/repository/index", ADMIN, NULL, NULL), 200);
+    CHECK_INT_EQ(attnd_call(p, "GET", "/v1/models", ADMIN, NULL, NULL), 401);
 }
 
 /* The version number the v2 metadata of name reports, or -1. */
@@ -181,11 +159,11 @@ TEST_WITH(version_increments, const attnd_proc *p)
     CHECK_INT_EQ(v2_version(p, "demo"), v0 + 2);
     char path[128];
     snprintf(path, sizeof path, "/v2/models/demo/versions/%d", v0 + 2);
-    CHECK_INT_EQ(call(p, "GET", path, CLIENT, NULL, NULL), 200);
+    CHECK_INT_EQ(attnd_call(p, "GET", path, CLIENT, NULL, NULL), 200);
     snprintf(path, sizeof path, "/v2/models/demo/versions/%d/ready", v0 + 2);
-    CHECK_INT_EQ(call(p, "GET", path, CLIENT, NULL, NULL), 200);
+    CHECK_INT_EQ(attnd_call(p, "GET", path, CLIENT, NULL, NULL), 200);
     snprintf(path, sizeof path, "/v2/models/demo/versions/%d", v0);
-    CHECK_INT_EQ(call(p, "GET", path, CLIENT, NULL, &r), 404);
+    CHECK_INT_EQ(attnd_call(p, "GET", path, CLIENT, NULL, &r), 404);
     CHECK_MSG(r.body && strstr(r.body, "version"), "404 body: %s", r.body ? r.body : "");
     http_result_free(&r);
     long st;
@@ -196,7 +174,7 @@ TEST_WITH(version_increments, const attnd_proc *p)
     const char *infer = "{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1,1,64],"
                         "\"data\":[0.5,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,"
                         "0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}]}";
-    CHECK_INT_EQ(call(p, "POST", "/v2/models/demo/infer", CLIENT, infer, &r), 200);
+    CHECK_INT_EQ(attnd_call(p, "POST", "/v2/models/demo/infer", CLIENT, infer, &r), 200);
     char want[48];
     snprintf(want, sizeof want, "\"model_version\":\"%d\"", v0 + 2);
     CHECK_MSG(r.body && strstr(r.body, want), "infer answer lacks %s: %.200s", want,
@@ -209,13 +187,13 @@ TEST_WITH(version_increments, const attnd_proc *p)
 
 TEST_WITH(load_new_from_path, const attnd_proc *p)
 {
-    CHECK_INT_EQ(call(p, "POST", "/v1/models/extra/attention", CLIENT, query, NULL), 404);
+    CHECK_INT_EQ(attnd_call(p, "POST", "/v1/models/extra/attention", CLIENT, query, NULL), 404);
     http_result r;
     CHECK_INT_EQ(load(p, "extra", "{\"parameters\": {\"path\": \"config/demo.safetensors\", "
                       "\"format\": \"mha\", \"max_batch_requests\": 2}}", &r), 200);
     CHECK(r.body && strstr(r.body, "\"version\":\"1\"") && strstr(r.body, "READY"));
     http_result_free(&r);
-    CHECK_INT_EQ(call(p, "POST", "/v1/models/extra/attention", CLIENT, query, NULL), 200);
+    CHECK_INT_EQ(attnd_call(p, "POST", "/v1/models/extra/attention", CLIENT, query, NULL), 200);
     long st;
     json_t *j = get_json(p, "/v1/models/extra", &st);
     CHECK_INT_EQ(st, 200);
@@ -244,7 +222,7 @@ TEST_WITH(bad_loads, const attnd_proc *p)
     CHECK(strstr(str(e, "reason"), "nonexistent") == NULL); /* why: for admin keys only */
     CHECK(strstr(str(e, "reason"), "failed") != NULL);
     json_decref(j);
-    CHECK_INT_EQ(call(p, "GET", "/v2/repository/index", ADMIN, NULL, &r), 200);
+    CHECK_INT_EQ(attnd_call(p, "GET", "/v2/repository/index", ADMIN, NULL, &r), 200);
     j = r.body ? json_loads(r.body, 0, NULL) : NULL;
     CHECK(strstr(str(index_entry(j, "broken"), "reason"), "nonexistent") != NULL);
     json_decref(j);
@@ -263,12 +241,12 @@ TEST_WITH(bad_loads, const attnd_proc *p)
     CHECK_MSG(r.body && strstr(r.body, "path"), "404 body: %s", r.body ? r.body : "");
     http_result_free(&r);
     CHECK_INT_EQ(unload(p, "never-configured", ADMIN), 404);
-    CHECK_INT_EQ(call(p, "POST", "/v2/repository/models/demo/unload", ADMIN,
+    CHECK_INT_EQ(attnd_call(p, "POST", "/v2/repository/models/demo/unload", ADMIN,
                       "{\"parameters\": {\"unload_dependents\": 1}}", NULL), 400);
-    CHECK_INT_EQ(call(p, "POST", "/v2/repository/models/demo/unload", ADMIN,
+    CHECK_INT_EQ(attnd_call(p, "POST", "/v2/repository/models/demo/unload", ADMIN,
                       "{\"parameters\": {\"cascade\": true}}", NULL), 400);
-    CHECK_INT_EQ(call(p, "GET", "/v1/models/demo", CLIENT, NULL, NULL), 200); /* untouched */
-    CHECK_INT_EQ(call(p, "GET", "/v1/models/x", CLIENT, NULL, NULL), 404);
+    CHECK_INT_EQ(attnd_call(p, "GET", "/v1/models/demo", CLIENT, NULL, NULL), 200); /* untouched */
+    CHECK_INT_EQ(attnd_call(p, "GET", "/v1/models/x", CLIENT, NULL, NULL), 404);
     CHECK(metrics_has(p, "attnd_repository_operations_total{operation=\"load\",result=\"error\"}"));
     CHECK(metrics_has(p, "attnd_repository_operations_total{operation=\"unload\","
                          "result=\"error\"} 3"));
@@ -282,7 +260,7 @@ typedef struct inflight {
 static void *send_slow(void *arg)
 {
     inflight *f = arg;
-    f->status = call(f->p, "POST", "/v1/models/slow/attention", CLIENT, query, NULL);
+    f->status = attnd_call(f->p, "POST", "/v1/models/slow/attention", CLIENT, query, NULL);
     return NULL;
 }
 
@@ -292,7 +270,7 @@ TEST_WITH(unload_while_in_flight, const attnd_proc *p)
     CHECK_INT_EQ(load(p, "slow", "{\"parameters\": {\"path\": \"config/demo.safetensors\", "
                       "\"max_queue_delay_us\": 1500000}}", NULL), 200);
     http_result r;
-    CHECK_INT_EQ(call(p, "POST", "/v1/models/slow/sessions", CLIENT, "{}", &r), 201);
+    CHECK_INT_EQ(attnd_call(p, "POST", "/v1/models/slow/sessions", CLIENT, "{}", &r), 201);
     json_error_t je;
     json_t *j = r.body ? json_loads(r.body, 0, &je) : NULL;
     char append[128];
@@ -306,7 +284,7 @@ TEST_WITH(unload_while_in_flight, const attnd_proc *p)
     CHECK_MSG(metrics_has(p, "attnd_queue_depth{model=\"slow\"} 1"),
               "the request is not waiting on slow when it is unloaded");
     CHECK_INT_EQ(unload(p, "slow", ADMIN), 200);
-    CHECK_INT_EQ(call(p, "POST", "/v1/models/slow/attention", CLIENT, query, &r), 404);
+    CHECK_INT_EQ(attnd_call(p, "POST", "/v1/models/slow/attention", CLIENT, query, &r), 404);
     CHECK_MSG(r.body && strstr(r.body, "loaded: ") && strstr(r.body, "demo"),
               "the 404 does not list the loaded models: %s", r.body ? r.body : "");
     CHECK_MSG(r.body && !strstr(r.body, "slow,") && !strstr(r.body, "slow)"),
@@ -316,15 +294,15 @@ TEST_WITH(unload_while_in_flight, const attnd_proc *p)
     printf("request in flight across the unload: %ld\n", f.status);
     CHECK_INT_EQ(f.status, 200);
     /* a session keeps the version it pinned until it is closed */
-    CHECK_INT_EQ(call(p, "POST", append, CLIENT, query, NULL), 200);
+    CHECK_INT_EQ(attnd_call(p, "POST", append, CLIENT, query, NULL), 200);
     long st;
     j = get_json(p, "/v2/repository/index", &st);
     json_t *e = index_entry(j, "slow");
     CHECK_STR_EQ(str(e, "state"), "UNAVAILABLE");
     CHECK_STR_EQ(str(e, "reason"), "unloaded");
     json_decref(j);
-    CHECK_INT_EQ(call(p, "GET", "/v2/models/slow", CLIENT, NULL, NULL), 404);
-    CHECK_INT_EQ(call(p, "GET", "/v2/models/slow/ready", CLIENT, NULL, NULL), 404);
+    CHECK_INT_EQ(attnd_call(p, "GET", "/v2/models/slow", CLIENT, NULL, NULL), 404);
+    CHECK_INT_EQ(attnd_call(p, "GET", "/v2/models/slow/ready", CLIENT, NULL, NULL), 404);
     CHECK(!metrics_has(p, "attnd_model_info{model=\"slow\""));
     CHECK(metrics_has(p, "attnd_repository_operations_total{operation=\"unload\","
                          "result=\"ok\"} 1"));
@@ -332,7 +310,7 @@ TEST_WITH(unload_while_in_flight, const attnd_proc *p)
     CHECK_INT_EQ(load(p, "slow", NULL, &r), 200);
     CHECK(r.body && strstr(r.body, "\"version\":\"2\""));
     http_result_free(&r);
-    CHECK_INT_EQ(call(p, "GET", "/v2/models/slow/versions/2", CLIENT, NULL, NULL), 200);
+    CHECK_INT_EQ(attnd_call(p, "GET", "/v2/models/slow/versions/2", CLIENT, NULL, NULL), 200);
 }
 
 static void write_file(const char *path, const char *text)
@@ -375,9 +353,9 @@ TEST_WITH(sighup_reload, const attnd_proc *p, const char *admin_file)
     CHECK_MSG(reloaded, "the SIGHUP reload was not counted");
     CHECK_INT_EQ(index_version(p, "demo"), demo + 1);
     CHECK_INT_EQ(index_version(p, "extra"), extra);
-    CHECK_INT_EQ(call(p, "GET", "/v1/models/other", CLIENT, NULL, NULL), 404);
+    CHECK_INT_EQ(attnd_call(p, "GET", "/v1/models/other", CLIENT, NULL, NULL), 404);
     CHECK_INT_EQ(unload(p, "extra", ADMIN), 401); /* the old admin key is gone */
-    CHECK_INT_EQ(call(p, "POST", "/v2/repository/models/other/load",
+    CHECK_INT_EQ(attnd_call(p, "POST", "/v2/repository/models/other/load",
                       "Bearer rotated-admin-key-51e0", NULL, NULL), 200);
     CHECK_INT_EQ(index_version(p, "other"), 2);
 }
@@ -410,14 +388,14 @@ TEST(no_admin_key_configured)
         return;
     }
     http_result r;
-    CHECK_INT_EQ(call(&p, "POST", "/v2/repository/models/demo/unload", NULL, NULL, &r), 403);
+    CHECK_INT_EQ(attnd_call(&p, "POST", "/v2/repository/models/demo/unload", NULL, NULL, &r), 403);
     CHECK_MSG(r.body && strstr(r.body, "--admin-key-file"), "403 body: %s",
               r.body ? r.body : "");
     http_result_free(&r);
-    CHECK_INT_EQ(call(&p, "POST", "/v2/repository/models/demo/load", "Bearer anything", NULL,
+    CHECK_INT_EQ(attnd_call(&p, "POST", "/v2/repository/models/demo/load", "Bearer anything", NULL,
                       NULL), 403);
-    CHECK_INT_EQ(call(&p, "GET", "/v2/repository/index", NULL, NULL, NULL), 200);
-    CHECK_INT_EQ(call(&p, "POST", "/v1/attention", NULL, query, NULL), 200); /* still served */
+    CHECK_INT_EQ(attnd_call(&p, "GET", "/v2/repository/index", NULL, NULL, NULL), 200);
+    CHECK_INT_EQ(attnd_call(&p, "POST", "/v1/attention", NULL, query, NULL), 200); /* still served */
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);
 }
 
