@@ -520,3 +520,27 @@ long attnd_call(const attnd_proc *p, const char *method, const char *path, const
         http_result_free(&r);
     return st;
 }
+
+int attnd_write_zero_mha(const char *path, int e)
+{
+    char hdr[1024];
+    long long q = 3LL * e * e * 4, qb = 3LL * e * 4, o = (long long)e * e * 4, ob = e * 4LL;
+    int n = snprintf(hdr, sizeof hdr,
+                     "{\"in_proj_weight\":{\"dtype\":\"F32\",\"shape\":[%d,%d],\"data_offsets\":[0,%lld]},"
+                     "\"in_proj_bias\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%lld,%lld]},"
+                     "\"out_proj.weight\":{\"dtype\":\"F32\",\"shape\":[%d,%d],\"data_offsets\":[%lld,%lld]},"
+                     "\"out_proj.bias\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%lld,%lld]}}",
+                     3 * e, e, q, 3 * e, q, q + qb, e, e, q + qb, q + qb + o, e, q + qb + o,
+                     q + qb + o + ob);
+    while (n % 8)
+        hdr[n++] = ' ';
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    unsigned char le[8];
+    for (int i = 0; i < 8; i++)
+        le[i] = (unsigned char)((unsigned long long)n >> (8 * i));
+    int ok = fwrite(le, 1, 8, f) == 8 && fwrite(hdr, 1, (size_t)n, f) == (size_t)n &&
+             ftruncate(fileno(f), (off_t)(8 + n + q + qb + o + ob)) == 0;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}

@@ -67,6 +67,11 @@ int http_do_ex(const char *method, const char *url, const char *body, size_t bod
 long attnd_call(const attnd_proc *p, const char *method, const char *path, const char *auth,
                 const char *body, http_result *keep);
 
+/* Writes an nn.MultiheadAttention checkpoint of embed e whose weights are all
+ * zeros, as a sparse file (only the header is written: a large e costs no disk
+ * but takes the loader its full read). Returns 0, or -1 on an I/O error. */
+int attnd_write_zero_mha(const char *path, int e);
+
 /* Sends raw bytes to 127.0.0.1:port, reads until the peer closes or timeout_ms
  * of silence, and returns the malloc'd NUL-terminated reply (caller frees) or
  * NULL on connection failure. For requests curl will not send (no length,

@@ -364,31 +364,6 @@ TEST(load_reasons_admin_only)
 
 /* ------------------------------------------------------------ KV pages */
 
-/* An MHA checkpoint of embed e, all zeros, as a sparse file. Returns 0. */
-static int write_mha_checkpoint(const char *path, int e)
-{
-    char hdr[1024];
-    long long q = 3LL * e * e * 4, qb = 3LL * e * 4, o = (long long)e * e * 4, ob = e * 4LL;
-    int n = snprintf(hdr, sizeof hdr,
-                     "{\"in_proj_weight\":{\"dtype\":\"F32\",\"shape\":[%d,%d],\"data_offsets\":[0,%lld]},"
-                     "\"in_proj_bias\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%lld,%lld]},"
-                     "\"out_proj.weight\":{\"dtype\":\"F32\",\"shape\":[%d,%d],\"data_offsets\":[%lld,%lld]},"
-                     "\"out_proj.bias\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%lld,%lld]}}",
-                     3 * e, e, q, 3 * e, q, q + qb, e, e, q + qb, q + qb + o, e, q + qb + o,
-                     q + qb + o + ob);
-    while (n % 8)
-        hdr[n++] = ' ';
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return -1;
-    unsigned char le[8];
-    for (int i = 0; i < 8; i++)
-        le[i] = (unsigned char)((unsigned long long)n >> (8 * i));
-    int ok = fwrite(le, 1, 8, f) == 8 && fwrite(hdr, 1, (size_t)n, f) == (size_t)n &&
-             ftruncate(fileno(f), (off_t)(8 + n + q + qb + o + ob)) == 0;
-    return fclose(f) == 0 && ok ? 0 : -1;
-}
-
 /* --kv-page-bytes 4 (and anything under 1024): refused at start naming the
  * minimum. It used to start (with the default pool: ~6 GB of bookkeeping) and
  * answer every session create 500. */
@@ -420,7 +395,7 @@ TEST(wide_rows_refused)
     if (fd < 0)
         return;
     close(fd);
-    CHECK_INT_EQ(write_mha_checkpoint(wide, 1024), 0); /* a row: 2 x 1024 x 4 = 8 KiB */
+    CHECK_INT_EQ(attnd_write_zero_mha(wide, 1024), 0); /* a row: 2 x 1024 x 4 = 8 KiB */
     const char *args[] = {"--kv-page-bytes", "4096", NULL};
     attnd_proc p;
     if (start(&p, args) == 0) {

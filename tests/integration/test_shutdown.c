@@ -538,33 +538,6 @@ static void *load_main(void *arg)
     return NULL;
 }
 
-/* An MHA checkpoint of embed E_big, all zeros, as a sparse file (~268 MB,
- * taking a second or more to load). Returns 0. */
-static int write_big_checkpoint(const char *path, int e)
-{
-    char hdr[1024];
-    long long q = 3LL * e * e * 4, qb = 3LL * e * 4, o = (long long)e * e * 4, ob = e * 4LL;
-    int n = snprintf(hdr, sizeof hdr,
-                     "{\"in_proj_weight\":{\"dtype\":\"F32\",\"shape\":[%d,%d],\"data_offsets\":[0,%lld]},"
-                     "\"in_proj_bias\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%lld,%lld]},"
-                     "\"out_proj.weight\":{\"dtype\":\"F32\",\"shape\":[%d,%d],\"data_offsets\":[%lld,%lld]},"
-                     "\"out_proj.bias\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%lld,%lld]}}",
-                     3 * e, e, q, 3 * e, q, q + qb, e, e, q + qb, q + qb + o, e, q + qb + o,
-                     q + qb + o + ob);
-    while (n % 8)
-        hdr[n++] = ' ';
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return -1;
-    unsigned long long len = (unsigned long long)n;
-    unsigned char le[8];
-    for (int i = 0; i < 8; i++)
-        le[i] = (unsigned char)(len >> (8 * i));
-    int ok = fwrite(le, 1, 8, f) == 8 && fwrite(hdr, 1, (size_t)n, f) == (size_t)n &&
-             ftruncate(fileno(f), (off_t)(8 + n + q + qb + o + ob)) == 0;
-    return fclose(f) == 0 && ok ? 0 : -1;
-}
-
 /* A SIGHUP while a repository load runs (its reload waits for that load),
  * then SIGTERM: /readyz turns 503 while the load is still running (it used to
  * stay 200 until the load ended: the main thread was inside the reload), and
@@ -579,7 +552,7 @@ TEST(sigterm_after_sighup_during_load)
     CHECK(write(fa, "h3-admin-key\n", 13) == 13);
     close(fa);
     close(fb);
-    CHECK_INT_EQ(write_big_checkpoint(big, 4096), 0);
+    CHECK_INT_EQ(attnd_write_zero_mha(big, 4096), 0);
     attnd_proc p;
     const char *args[] = {"--admin-key-file", admin, NULL};
     if (attnd_proc_start(&p, args) != 0) {
