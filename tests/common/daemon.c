@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
+#include <jansson.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -543,4 +544,18 @@ int attnd_write_zero_mha(const char *path, int e)
     int ok = fwrite(le, 1, 8, f) == 8 && fwrite(hdr, 1, (size_t)n, f) == (size_t)n &&
              ftruncate(fileno(f), (off_t)(8 + n + q + qb + o + ob)) == 0;
     return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+json_t *attnd_http_json(const char *method, const char *url, const char *body, long *status)
+{
+    http_result r;
+    *status = -1;
+    if (http_do(method, url, body, body ? strlen(body) : 0, NULL, &r) != 0)
+        return NULL;
+    *status = r.status;
+    json_t *j = r.body_len ? json_loadb(r.body, r.body_len, 0, NULL) : NULL;
+    if (!j && r.body_len && r.status != 204)
+        fprintf(stderr, "unparsable answer: %.200s\n", r.body);
+    http_result_free(&r);
+    return j;
 }

@@ -72,6 +72,12 @@ long attnd_call(const attnd_proc *p, const char *method, const char *path, const
  * but takes the loader its full read). Returns 0, or -1 on an I/O error. */
 int attnd_write_zero_mha(const char *path, int e);
 
+/* One http_do request (body NULL: none) whose answer is parsed as JSON; *status
+ * gets the HTTP status (-1 on transport error). Returns the JSON (the caller
+ * json_decrefs it), or NULL when the answer had no body or no JSON. */
+struct json_t *attnd_http_json(const char *method, const char *url, const char *body,
+                               long *status);
+
 /* Sends raw bytes to 127.0.0.1:port, reads until the peer closes or timeout_ms
  * of silence, and returns the malloc'd NUL-terminated reply (caller frees) or
  * NULL on connection failure. For requests curl will not send (no length,

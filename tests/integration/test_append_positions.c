@@ -29,15 +29,7 @@ static json_t *post(const char *path, const char *body, long *status)
 {
     char url[512];
     snprintf(url, sizeof url, "%s%s", proc.base_url, path);
-    http_result r;
-    *status = -1;
-    if (http_do("POST", url, body, strlen(body), NULL, &r) != 0)
-        return NULL;
-    *status = r.status;
-    json_error_t je;
-    json_t *j = json_loadb(r.body, r.body_len, 0, &je);
-    http_result_free(&r);
-    return j;
+    return attnd_http_json("POST", url, body, status);
 }
 
 static void create(const char *model, char *id)

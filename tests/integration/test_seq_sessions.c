@@ -22,26 +22,13 @@
 
 static float val(int seed, int i, int j) { return (float)sin(0.37 * seed + 0.21 * i - 0.09 * j); }
 
-static json_t *do_json(const char *method, const char *url, const char *body, long *status)
-{
-    http_result r;
-    *status = -1;
-    if (http_do(method, url, body, body ? strlen(body) : 0, NULL, &r) != 0)
-        return NULL;
-    *status = r.status;
-    json_error_t je;
-    json_t *j = r.body_len ? json_loadb(r.body, r.body_len, 0, &je) : NULL;
-    http_result_free(&r);
-    return j;
-}
-
 /* Creates a session on model (a group or a layer model) with body; its id into id. */
 static int create(const attnd_proc *p, const char *model, const char *body, char *id)
 {
     char url[512];
     snprintf(url, sizeof url, "%s/v1/models/%s/sessions", p->base_url, model);
     long st;
-    json_t *j = do_json("POST", url, body, &st);
+    json_t *j = attnd_http_json("POST", url, body, &st);
     CHECK_MSG(st == 201, "create on %s: %ld", model, st);
     const char *s = json_string_value(json_object_get(j, "id"));
     snprintf(id, 96, "%s", s ? s : "");
@@ -70,7 +57,7 @@ static long append_json(const char *url, int seed, int from, int n, float *out, 
 {
     char *b = rows_body(seed, from, n);
     long st;
-    json_t *j = do_json("POST", url, b, &st);
+    json_t *j = attnd_http_json("POST", url, b, &st);
     free(b);
     const json_t *o = json_object_get(j, "output");
     for (int i = 0; st == 200 && i < n; i++)
@@ -189,7 +176,7 @@ static void group_vs_layers(const char *ckpt, const char *kv_dtype, const char *
     char url[512];
     snprintf(url, sizeof url, "%s/v1/sessions/%s", p.base_url, seq);
     long st;
-    json_t *j = do_json("GET", url, NULL, &st);
+    json_t *j = attnd_http_json("GET", url, NULL, &st);
     CHECK_INT_EQ(st, 200);
     const json_t *layers = json_object_get(j, "layers");
     CHECK_INT_EQ(json_array_size(layers), (size_t)L);
@@ -228,7 +215,7 @@ TEST(group_info)
     char url[512];
     snprintf(url, sizeof url, "%s/v1/models/llama", p.base_url);
     long st;
-    json_t *j = do_json("GET", url, NULL, &st);
+    json_t *j = attnd_http_json("GET", url, NULL, &st);
     CHECK_INT_EQ(st, 200);
     CHECK_STR_EQ(json_string_value(json_object_get(j, "kind")), "group");
     CHECK_INT_EQ(json_integer_value(json_object_get(j, "num_layers")), L);
@@ -247,24 +234,24 @@ TEST(group_info)
     CHECK_INT_EQ(json_integer_value(json_object_get(j, "kv_bytes_per_position")), sum);
     json_decref(j);
     snprintf(url, sizeof url, "%s/v1/models/top", p.base_url);
-    j = do_json("GET", url, NULL, &st);
+    j = attnd_http_json("GET", url, NULL, &st);
     CHECK_INT_EQ(st, 200);
     CHECK_INT_EQ(json_integer_value(json_object_get(j, "num_layers")), 1);
     CHECK_INT_EQ(json_integer_value(json_object_get(json_array_get(json_object_get(j, "layers"), 0),
                                                     "checkpoint_layer")), 1);
     json_decref(j);
     snprintf(url, sizeof url, "%s/v1/models/top.1", p.base_url); /* a layer model, as before */
-    j = do_json("GET", url, NULL, &st);
+    j = attnd_http_json("GET", url, NULL, &st);
     CHECK_INT_EQ(st, 200);
     CHECK_INT_EQ(json_integer_value(json_object_get(j, "layer")), 1);
     json_decref(j);
     snprintf(url, sizeof url, "%s/v1/models/top.0", p.base_url);
-    j = do_json("GET", url, NULL, &st);
+    j = attnd_http_json("GET", url, NULL, &st);
     CHECK_INT_EQ(st, 404);
     json_decref(j);
     /* a group session takes no key */
     snprintf(url, sizeof url, "%s/v1/models/llama/sessions", p.base_url);
-    j = do_json("POST", url, "{\"key\":[[1]]}", &st);
+    j = attnd_http_json("POST", url, "{\"key\":[[1]]}", &st);
     CHECK_INT_EQ(st, 400);
     json_decref(j);
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);
@@ -316,7 +303,7 @@ TEST(out_of_order)
     /* the refusals changed nothing: both layers hold 2 */
     snprintf(url, sizeof url, "%s/v1/sessions/%s", p.base_url, seq);
     long st;
-    j = do_json("GET", url, NULL, &st);
+    j = attnd_http_json("GET", url, NULL, &st);
     const json_t *layers = json_object_get(j, "layers");
     CHECK_INT_EQ(json_integer_value(json_object_get(json_array_get(layers, 0), "length")), 2);
     CHECK_INT_EQ(json_integer_value(json_object_get(json_array_get(layers, 1), "length")), 2);
@@ -347,7 +334,7 @@ static long get_status(const attnd_proc *p, const char *id, json_t **body)
     char url[512];
     snprintf(url, sizeof url, "%s/v1/sessions/%s", p->base_url, id);
     long st;
-    json_t *j = do_json("GET", url, NULL, &st);
+    json_t *j = attnd_http_json("GET", url, NULL, &st);
     if (body)
         *body = j;
     else
@@ -410,7 +397,7 @@ TEST(budget_per_sequence)
     char url[512];
     snprintf(url, sizeof url, "%s/v1/sessions", p.base_url);
     long st;
-    j = do_json("GET", url, NULL, &st);
+    j = attnd_http_json("GET", url, NULL, &st);
     CHECK_INT_EQ(json_integer_value(json_object_get(j, "total")), 2);
     json_int_t bytes = 0;
     for (size_t i = 0; i < json_array_size(json_object_get(j, "sessions")); i++)
@@ -441,7 +428,7 @@ TEST(fork_copy_on_write)
     CHECK_INT_EQ(step_all(&p, ref, L, 0, 3), 0);
     snprintf(url, sizeof url, "%s/v1/sessions/%s/fork", p.base_url, par);
     long st;
-    json_t *j = do_json("POST", url, NULL, &st);
+    json_t *j = attnd_http_json("POST", url, NULL, &st);
     CHECK_INT_EQ(st, 201);
     CHECK_INT_EQ(json_integer_value(json_object_get(j, "length")), 3);
     CHECK_INT_EQ(json_integer_value(json_object_get(j, "num_layers")), L);
@@ -476,7 +463,7 @@ TEST(fork_copy_on_write)
     CHECK_INT_EQ(differing, 0);
     /* deleting the parent leaves the fork whole */
     snprintf(url, sizeof url, "%s/v1/sessions/%s", p.base_url, par);
-    json_decref(do_json("DELETE", url, NULL, &st));
+    json_decref(attnd_http_json("DELETE", url, NULL, &st));
     CHECK_INT_EQ(st, 204);
     CHECK_INT_EQ(get_status(&p, par, NULL), 404);
     CHECK_INT_EQ(step_all(&p, kid, L, 4, 1), 0);

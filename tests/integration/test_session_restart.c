@@ -34,15 +34,7 @@ static json_t *call(const attnd_proc *p, const char *method, const char *path, c
 {
     char url[512];
     snprintf(url, sizeof url, "%s%s", p->base_url, path);
-    http_result r;
-    *status = -1;
-    if (http_do(method, url, body, body ? strlen(body) : 0, NULL, &r) != 0)
-        return NULL;
-    *status = r.status;
-    json_error_t je;
-    json_t *j = r.body_len ? json_loadb(r.body, r.body_len, 0, &je) : NULL;
-    http_result_free(&r);
-    return j;
+    return attnd_http_json(method, url, body, status);
 }
 
 static void create(const attnd_proc *p, const char *model, const char *body, char *id)

@@ -55,20 +55,6 @@ static float *rand_rows(uint64_t *s, int rows)
 
 /* ------------------------------------------------------------ HTTP + JSON */
 
-/* POSTs (or any method) body and parses the answer; *status gets the code.
- * Returns the JSON (caller decrefs) or NULL (no body / not JSON). */
-static json_t *call(const char *method, const char *url, const char *body, long *status)
-{
-    http_result r = {0};
-    *status = -1;
-    if (http_do(method, url, body, body ? strlen(body) : 0, NULL, &r) != 0) return NULL;
-    *status = r.status;
-    json_t *j = r.body_len ? json_loadb(r.body, r.body_len, 0, NULL) : NULL;
-    if (!j && r.body_len && r.status != 204) fprintf(stderr, "unparsable answer: %.200s\n", r.body);
-    http_result_free(&r);
-    return j;
-}
-
 static const char *err_code(json_t *j)
 {
     return json_string_value(json_object_get(json_object_get(j, "error"), "code"));
@@ -84,7 +70,7 @@ static long create(const attnd_proc *p, const char *body, char id[ID_CAP])
     char url[160];
     long st;
     snprintf(url, sizeof url, "%s/v1/models/demo/sessions", p->base_url);
-    json_t *j = call("POST", url, body, &st);
+    json_t *j = attnd_http_json("POST", url, body, &st);
     const char *s = json_string_value(json_object_get(j, "id"));
     snprintf(id, ID_CAP, "%s", s ? s : "");
     if (st != 201)
@@ -102,7 +88,7 @@ static json_t *append(const attnd_proc *p, const char *id, const float *q, int t
     sb_printf(&b, "{\"query\":");
     sb_matrix(&b, q, t, E);
     sb_printf(&b, ",\"need_weights\":%s}", weights ? "true" : "false");
-    json_t *j = call("POST", url, b.p, status);
+    json_t *j = attnd_http_json("POST", url, b.p, status);
     free(b.p);
     return j;
 }
@@ -146,7 +132,7 @@ static int oneshot_run(const attnd_proc *p, const float *q, int n, int window, c
         sb_printf(&b, ",\"is_causal\":true,\"window\":%d", window);
     }
     sb_printf(&b, ",\"need_weights\":true}");
-    json_t *j = call("POST", url, b.p, &st);
+    json_t *j = attnd_http_json("POST", url, b.p, &st);
     free(b.p);
     o->n = n;
     o->s = s;
@@ -329,7 +315,7 @@ TEST_WITH(cross_magnitudes, const attnd_proc *p)
     sb_printf(&one, ",\"key\":");
     sb_matrix(&one, key, 3, E);
     sb_printf(&one, ",\"need_weights\":true}");
-    json_t *j = call("POST", url, one.p, &st);
+    json_t *j = attnd_http_json("POST", url, one.p, &st);
     CHECK_MSG(st == 413 && err_code(j) && !strcmp(err_code(j), "limit_exceeded"),
               "one-shot with 1e20 query and key: %ld %s", st, err_code(j) ? err_code(j) : "");
     json_decref(j);
@@ -363,7 +349,7 @@ TEST_WITH(cross_magnitudes, const attnd_proc *p)
     sb_matrix(&h, huge, 3, E);
     sb_printf(&h, "}");
     snprintf(url, sizeof url, "%s/v1/models/demo/sessions", p->base_url);
-    j = call("POST", url, h.p, &st);
+    j = attnd_http_json("POST", url, h.p, &st);
     snprintf(code, sizeof code, "%s", err_code(j) ? err_code(j) : "");
     CHECK_MSG(st == 413 && !strcmp(code, "limit_exceeded"), "create with 1e38 keys: %ld '%s'",
               st, code);
@@ -391,7 +377,7 @@ TEST_WITH(get_delete, const attnd_proc *p)
     json_decref(append(p, id, q, 6, 0, &st));
     CHECK_INT_EQ(st, 200);
     snprintf(url, sizeof url, "%s/v1/sessions/%s", p->base_url, id);
-    json_t *j = call("GET", url, NULL, &st);
+    json_t *j = attnd_http_json("GET", url, NULL, &st);
     CHECK_INT_EQ(st, 200);
     CHECK_STR_EQ(json_string_value(json_object_get(j, "id")), id);
     CHECK_STR_EQ(json_string_value(json_object_get(j, "model")), "demo");
@@ -403,31 +389,31 @@ TEST_WITH(get_delete, const attnd_proc *p)
     CHECK(json_integer_value(json_object_get(j, "bytes")) >= 6 * 2 * E * 4);
     CHECK(json_number_value(json_object_get(j, "idle_s")) >= 0);
     json_decref(j);
-    j = call("DELETE", url, NULL, &st);
+    j = attnd_http_json("DELETE", url, NULL, &st);
     CHECK_INT_EQ(st, 204);
     json_decref(j);
-    j = call("GET", url, NULL, &st);
+    j = attnd_http_json("GET", url, NULL, &st);
     CHECK_INT_EQ(st, 404);
     CHECK_STR_EQ(err_code(j), "session_not_found");
     json_decref(j);
     j = append(p, id, q, 1, 0, &st);
     CHECK_INT_EQ(st, 404);
     json_decref(j);
-    j = call("DELETE", url, NULL, &st);
+    j = attnd_http_json("DELETE", url, NULL, &st);
     CHECK_INT_EQ(st, 404);
     json_decref(j);
     /* Unknown ids: well-formed, malformed. */
     snprintf(url, sizeof url, "%s/v1/sessions/0123456789abcdef0123456789abcdef", p->base_url);
-    j = call("GET", url, NULL, &st);
+    j = attnd_http_json("GET", url, NULL, &st);
     CHECK_INT_EQ(st, 404);
     CHECK_STR_EQ(err_code(j), "session_not_found");
     json_decref(j);
     snprintf(url, sizeof url, "%s/v1/sessions/nope/append", p->base_url);
-    j = call("POST", url, "{\"query\":[[1]]}", &st);
+    j = attnd_http_json("POST", url, "{\"query\":[[1]]}", &st);
     CHECK_INT_EQ(st, 404);
     json_decref(j);
     snprintf(url, sizeof url, "%s/v1/sessions/%s", p->base_url, id);
-    j = call("PUT", url, "{}", &st);
+    j = attnd_http_json("PUT", url, "{}", &st);
     CHECK_INT_EQ(st, 405);
     json_decref(j);
     free(q);
@@ -436,7 +422,7 @@ TEST_WITH(get_delete, const attnd_proc *p)
 static void expect_400(const attnd_proc *p, const char *url, const char *body, const char *field)
 {
     long st;
-    json_t *j = call("POST", url, body, &st);
+    json_t *j = attnd_http_json("POST", url, body, &st);
     CHECK_MSG(st == 400 && err_field(j) && strcmp(err_field(j), field) == 0,
               "%.80s -> %ld field \"%s\" (want 400 \"%s\")", body, st,
               err_field(j) ? err_field(j) : "", field);
@@ -492,7 +478,7 @@ TEST_WITH(bad_bodies, const attnd_proc *p)
     /* None of the refused appends moved the session. */
     long st;
     snprintf(url, sizeof url, "%s/v1/sessions/%s", p->base_url, id);
-    json_t *j = call("GET", url, NULL, &st);
+    json_t *j = attnd_http_json("GET", url, NULL, &st);
     CHECK_INT_EQ(json_integer_value(json_object_get(j, "length")), 0);
     json_decref(j);
     free(b.p);
@@ -546,11 +532,11 @@ TEST_WITH(ttl, const attnd_proc *p)
     json_decref(j);
     nanosleep(&nap, NULL); /* the sweep has taken id2 by now (and remembers it) */
     snprintf(url, sizeof url, "%s/v1/sessions/%s", p->base_url, id2);
-    j = call("GET", url, NULL, &st);
+    j = attnd_http_json("GET", url, NULL, &st);
     CHECK_INT_EQ(st, 410);
     json_decref(j);
     snprintf(url, sizeof url, "%s/v1/sessions/%s", p->base_url, id);
-    j = call("GET", url, NULL, &st);
+    j = attnd_http_json("GET", url, NULL, &st);
     CHECK_INT_EQ(st, 410);
     json_decref(j);
     free(q);
@@ -629,7 +615,7 @@ TEST(eviction)
     CHECK_STR_EQ(err_code(j), "session_expired");
     json_decref(j);
     snprintf(url, sizeof url, "%s/v1/sessions/%s", p.base_url, b);
-    j = call("GET", url, NULL, &st);
+    j = attnd_http_json("GET", url, NULL, &st);
     CHECK_INT_EQ(st, 410);
     json_decref(j);
     j = append(&p, a, qa + 9 * E, 3, 1, &st);
@@ -773,7 +759,7 @@ TEST_WITH(one_in_flight, const attnd_proc *p)
     CHECK_INT_EQ(busy, N - 1);
     long st;
     snprintf(url, sizeof url, "%s/v1/sessions/%s", p->base_url, id);
-    json_t *j = call("GET", url, NULL, &st);
+    json_t *j = attnd_http_json("GET", url, NULL, &st);
     CHECK_INT_EQ(json_integer_value(json_object_get(j, "length")), 4);
     json_decref(j);
     free(q);
@@ -793,12 +779,12 @@ TEST_WITH(timeout_keeps_length, const attnd_proc *p)
     sb_printf(&b, "{\"query\":");
     sb_matrix(&b, q, 3, E);
     sb_printf(&b, ",\"timeout_ms\":20}");
-    json_t *j = call("POST", url, b.p, &st);
+    json_t *j = attnd_http_json("POST", url, b.p, &st);
     CHECK_INT_EQ(st, 504);
     CHECK_STR_EQ(err_code(j), "timeout");
     json_decref(j);
     snprintf(url, sizeof url, "%s/v1/sessions/%s", p->base_url, id);
-    j = call("GET", url, NULL, &st);
+    j = attnd_http_json("GET", url, NULL, &st);
     CHECK_INT_EQ(json_integer_value(json_object_get(j, "length")), 0);
     CHECK_INT_EQ(json_integer_value(json_object_get(j, "cached")), 0);
     CHECK(json_is_false(json_object_get(j, "busy")));
@@ -1014,7 +1000,7 @@ static long get_status(const attnd_proc *p, const char *id, char code[64])
     char url[400];
     long st;
     snprintf(url, sizeof url, "%s/v1/sessions/%s", p->base_url, id);
-    json_t *j = call("GET", url, NULL, &st);
+    json_t *j = attnd_http_json("GET", url, NULL, &st);
     snprintf(code, 64, "%s", err_code(j) ? err_code(j) : "");
     json_decref(j);
     return st;
@@ -1042,7 +1028,7 @@ static void replica_ids(const char *name)
     stream_self(&p, 24, 0, 3, 41); /* one session streamed to its end, against one-shot */
 
     snprintf(url, sizeof url, "%s/v1/sessions/%s/fork", p.base_url, id);
-    json_t *j = call("POST", url, "{}", &st);
+    json_t *j = attnd_http_json("POST", url, "{}", &st);
     CHECK_INT_EQ(st, 201);
     const char *child = json_string_value(json_object_get(j, "id"));
     CHECK_MSG(child && id_has_form(child, prefix), "fork id %s", child ? child : "(none)");
@@ -1051,13 +1037,13 @@ static void replica_ids(const char *name)
 
     /* The list: every id prefixed, and a prefixed id works as the cursor. */
     snprintf(url, sizeof url, "%s/v1/sessions?limit=1", p.base_url);
-    j = call("GET", url, NULL, &st);
+    j = attnd_http_json("GET", url, NULL, &st);
     CHECK_INT_EQ(st, 200);
     const char *next = json_string_value(json_object_get(j, "next"));
     CHECK(next && id_has_form(next, prefix));
     snprintf(url, sizeof url, "%s/v1/sessions?limit=10&after=%s", p.base_url, next ? next : "");
     json_decref(j);
-    j = call("GET", url, NULL, &st);
+    j = attnd_http_json("GET", url, NULL, &st);
     CHECK_INT_EQ(st, 200);
     json_t *list = json_object_get(j, "sessions");
     CHECK_INT_EQ(json_array_size(list), 2); /* 3 sessions, the first page held one */
