@@ -38,7 +38,7 @@
  * V rows stay in L1). */
 #define DECODE_TILE 128
 #define DECODE_SUB 16
-#define DECODE_SUB_BYTES (1 << 30) /* no cap: 8 KiB measured no better (HELPER-NOTES) */
+#define DECODE_SUB_BYTES (1 << 30) /* no cap: 8 KiB measured no better (docs/performance.md) */
 #define DECODE_K_AHEAD 4
 
 int attn__decode_portable_only = 0;
@@ -327,6 +327,16 @@ AVX2_INLINE void pv_head(const float *p, int ldp, int rh, const void *v, size_t 
     pv_tail(p, ldp, rh, r, v, stride, m, dt, acc, d);
 }
 
+/* Keys per V sub-block for rows of row_elems elements of dtype dt: DECODE_SUB,
+ * fewer when a bench caps the sub-block's bytes (attn__decode_sub_bytes), at
+ * least 1. Both the AVX2 and the AVX-512 P.V loops use it. */
+static int sub_keys(size_t row_elems, int dt)
+{
+    const size_t cap = attn__decode_sub_bytes > 0 ? (size_t)attn__decode_sub_bytes : DECODE_SUB_BYTES;
+    const size_t fit = cap / (row_elems * elem_bytes(dt));
+    return fit >= DECODE_SUB ? DECODE_SUB : fit < 1 ? 1 : (int)fit;
+}
+
 /* Sub-blocks of up to DECODE_SUB keys (and attn__decode_sub_bytes of V
  * rows when a bench sets it): every head's axpys on them while they are
  * near, the next sub-block prefetched. 16 F32 rows of 8 heads x 64 are
@@ -334,9 +344,7 @@ AVX2_INLINE void pv_head(const float *p, int ldp, int rh, const void *v, size_t 
 AVX2_INLINE void pv_avx2_t(const float *p, int ldp, const dims *x, const void *v, float *acc, const int dt)
 {
     const size_t row_elems = (size_t)x->nh * (size_t)x->d;
-    const size_t cap = attn__decode_sub_bytes > 0 ? (size_t)attn__decode_sub_bytes : DECODE_SUB_BYTES;
-    const size_t fit = cap / (row_elems * elem_bytes(dt));
-    const int sub = fit >= DECODE_SUB ? DECODE_SUB : fit < 1 ? 1 : (int)fit;
+    const int sub = sub_keys(row_elems, dt);
     for (int j0 = 0; j0 < x->m; j0 += sub) {
         const int n = x->m - j0 < sub ? x->m - j0 : sub;
         for (int j = 0; j < sub; j++) prefetch(v, (size_t)(j0 + sub + j) * x->stride, row_elems, dt);
@@ -402,9 +410,7 @@ AVX512_INLINE void pv_head512(const float *p, int ldp, int rh, const void *v, si
 AVX512_INLINE void pv_avx512_t(const float *p, int ldp, const dims *x, const void *v, float *acc, const int dt)
 {
     const size_t row_elems = (size_t)x->nh * (size_t)x->d;
-    const size_t cap = attn__decode_sub_bytes > 0 ? (size_t)attn__decode_sub_bytes : DECODE_SUB_BYTES;
-    const size_t fit = cap / (row_elems * elem_bytes(dt));
-    const int sub = fit >= DECODE_SUB ? DECODE_SUB : fit < 1 ? 1 : (int)fit;
+    const int sub = sub_keys(row_elems, dt);
     for (int j0 = 0; j0 < x->m; j0 += sub) {
         const int n = x->m - j0 < sub ? x->m - j0 : sub;
         for (int j = 0; j < sub; j++) prefetch(v, (size_t)(j0 + sub + j) * x->stride, row_elems, dt);
