@@ -24,26 +24,12 @@ static const char body[] = "{\"query\": [[0.5, -0.25, 1, 0, 0.5, -0.25, 1, 0, 0.
                            " -0.25, 1, 0, 0.5, -0.25, 1, 0, 0.5, -0.25, 1, 0, 0.5, -0.25, 1, 0,"
                            " 0.5, -0.25, 1, 0, 0.5, -0.25, 1, 0]]}";
 
-/* Status of one request to base+path with Authorization "Bearer key" (key
- * NULL: no header; key "" : a raw header value in raw). */
+/* Status of one request to path with "Authorization: auth" (NULL: no header);
+ * a POST sends body. */
 static long call(const attnd_proc *p, const char *method, const char *path, const char *auth,
                  http_result *keep)
 {
-    char url[256], hdr[300];
-    snprintf(url, sizeof url, "%s%s", p->base_url, path);
-    snprintf(hdr, sizeof hdr, "Authorization: %s", auth ? auth : "");
-    const char *hdrs[] = {hdr, NULL};
-    http_result r;
-    int post = strcmp(method, "POST") == 0;
-    if (http_do_ex(method, url, post ? body : NULL, post ? strlen(body) : 0, NULL,
-                   auth ? hdrs : NULL, NULL, &r) != 0)
-        return -1;
-    long st = r.status;
-    if (keep)
-        *keep = r;
-    else
-        http_result_free(&r);
-    return st;
+    return attnd_call(p, method, path, auth, strcmp(method, "POST") == 0 ? body : NULL, keep);
 }
 
 static char *slurp(const char *path)

@@ -108,22 +108,13 @@ static double now_s(void)
 
 static char admin_file[64];
 
-static long post(const attnd_proc *p, const char *path, const char *auth, const char *body,
+/* POST body to path, with "Authorization: Bearer key" when key is not NULL. */
+static long post(const attnd_proc *p, const char *path, const char *key, const char *body,
                  http_result *keep)
 {
-    char url[256], hdr[128];
-    snprintf(url, sizeof url, "%s%s", p->base_url, path);
-    snprintf(hdr, sizeof hdr, "Authorization: Bearer %s", auth ? auth : "");
-    const char *hdrs[] = {hdr, NULL};
-    http_result r;
-    if (http_do_ex("POST", url, body, strlen(body), NULL, auth ? hdrs : NULL, NULL, &r) != 0)
-        return -1;
-    long st = r.status;
-    if (keep)
-        *keep = r;
-    else
-        http_result_free(&r);
-    return st;
+    char auth[128];
+    snprintf(auth, sizeof auth, "Bearer %s", key ? key : "");
+    return attnd_call(p, "POST", path, key ? auth : NULL, body, keep);
 }
 
 /* POST /v2/repository/models/name/load {"parameters": {"path": dir, "layer": 0}}. */
