@@ -36,6 +36,38 @@ static const char *demo_model(void)
     return m && *m ? m : "config/demo.safetensors";
 }
 
+/* Every daemon log this test process made, removed when it exits (kept with
+ * ATTND_TEST_KEEP_LOGS=1): a test may read a log after attnd_proc_stop, and
+ * thousands of runs must not pile their logs up in /tmp. */
+static pthread_mutex_t logs_lock = PTHREAD_MUTEX_INITIALIZER;
+static char (*logs)[256];
+static size_t n_logs, cap_logs;
+
+static void remove_logs(void)
+{
+    const char *keep = getenv("ATTND_TEST_KEEP_LOGS");
+    for (size_t i = 0; i < n_logs && !(keep && *keep == '1'); i++) unlink(logs[i]);
+    free(logs);
+    logs = NULL;
+    n_logs = cap_logs = 0;
+}
+
+static void remember_log(const char *path)
+{
+    pthread_mutex_lock(&logs_lock);
+    if (n_logs == cap_logs) {
+        size_t cap = cap_logs ? 2 * cap_logs : 16;
+        void *grown = realloc(logs, cap * sizeof *logs);
+        if (grown) {
+            if (!logs) atexit(remove_logs);
+            logs = grown;
+            cap_logs = cap;
+        }
+    }
+    if (n_logs < cap_logs) snprintf(logs[n_logs++], sizeof logs[0], "%s", path);
+    pthread_mutex_unlock(&logs_lock);
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -189,6 +221,7 @@ static int start_once(attnd_proc *p, const char *const *extra)
     int fd = mkstemp(p->log_path);
     if (fd < 0)
         return -1;
+    remember_log(p->log_path);
     p->pid = spawn((char *const *)argv, fd);
     close(fd);
     if (p->pid < 0)

@@ -12,13 +12,14 @@ typedef struct attnd_proc {
     pid_t pid;
     int port;
     char base_url[64];   /* "http://127.0.0.1:<port>"                      */
-    char log_path[256];  /* the daemon's stdout+stderr; kept after stop    */
+    char log_path[256];  /* stdout+stderr; kept after stop, removed at exit */
 } attnd_proc;
 
 /* Starts $ATTND_BIN (default build/attnd) on 127.0.0.1:<free port> with
  * --model demo=$ATTND_DEMO_MODEL (default config/demo.safetensors) plus
  * extra_args (NULL-terminated, may be NULL; if extra_args contains "--model" or
- * "--config" the default model is not added), logs to a temp file, waits up to
+ * "--config" the default model is not added), logs to a temp file (removed when
+ * the test process exits, kept with ATTND_TEST_KEEP_LOGS=1), waits up to
  * 15 s for GET /readyz == 200. Returns 0, or -1 (the log's tail is printed to
  * stderr and the process, if any, is killed). */
 int attnd_proc_start(attnd_proc *p, const char *const *extra_args);
