@@ -9,9 +9,13 @@
  *     prefill arrives every 0.5 s (--prefill-every): decode p99 with prefills
  *     against alone (target <= 2x), and the prefills' rows/s against the same
  *     prefills with nothing else running (target >= 0.8x), for each
- *     --prefill-chunk-rows in BENCH_LOOP_CHUNKS (default "64,256,0": a
- *     smaller piece, the default, and whole appends; "-" runs the daemon's
- *     defaults without the flag, e.g. an older attnd through ATTND_BIN).
+ *     --prefill-chunk-rows in BENCH_LOOP_CHUNKS (default "64,128,256,0": a
+ *     smaller piece, the default, a larger one, and whole appends; "-" runs the daemon's
+ *     defaults without the flag, e.g. an older attnd through ATTND_BIN), with
+ *     JSON bodies and with v2 binary-tensor bodies (BENCH_LOOP_TRANSPORTS,
+ *     default "json,binary"): a 2048-row JSON prefill is ~1M numbers parsed
+ *     and ~1M printed on an HTTP thread, core time the loop then lacks on a
+ *     2-core machine; binary bodies take that cost away;
  *  3. stateless requests beside the loop: one client's T=32 causal requests
  *     alone and while 16 streams decode, and the streams' p50 with and without
  *     them (how the two share the cores; no target).
@@ -20,6 +24,7 @@
 #include "benchutil.h"
 #include "daemon.h"
 #include "load_args.h"
+#include "load_reqgen.h"
 #include "load_session.h"
 
 #include <curl/curl.h>
@@ -115,6 +120,28 @@ static long client_do(client *c, const char *method, const char *url, const char
     return st;
 }
 
+/* One v2 binary-tensor POST of len bytes whose first header_len are its JSON
+ * header; returns the status (0 on a transport error). */
+static long client_post_binary(client *c, const char *url, const char *body, size_t len, size_t header_len)
+{
+    char ihcl[80];
+    snprintf(ihcl, sizeof ihcl, "Inference-Header-Content-Length: %zu", header_len);
+    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/octet-stream");
+    h = curl_slist_append(h, ihcl);
+    h = curl_slist_append(h, "Expect:");
+    c->len = 0;
+    curl_easy_setopt(c->c, CURLOPT_URL, url);
+    curl_easy_setopt(c->c, CURLOPT_CUSTOMREQUEST, "POST");
+    curl_easy_setopt(c->c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c->c, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c->c, CURLOPT_POSTFIELDSIZE, (long)len);
+    long st = 0;
+    if (curl_easy_perform(c->c) == CURLE_OK) curl_easy_getinfo(c->c, CURLINFO_RESPONSE_CODE, &st);
+    curl_easy_setopt(c->c, CURLOPT_HTTPHEADER, c->h);
+    curl_slist_free_all(h);
+    return st;
+}
+
 /* {"query":[[...] x rows]} of random values. */
 static char *rows_body(uint64_t *rng, int rows)
 {
@@ -197,19 +224,23 @@ static double interleaved_median(const char *base, int k, int prefix, int tokens
     return med;
 }
 
-/* Prefills alone: rows/s of `count` prefills of `rows` rows, one at a time. */
-static double prefill_alone(const char *base, int rows, int count, uint64_t *rng)
+/* Prefills alone: rows/s of `count` prefills of `rows` rows, one at a time,
+ * JSON or (binary) v2 binary-tensor bodies. */
+static double prefill_alone(const char *base, int rows, int count, int binary, uint64_t *rng)
 {
     client c;
     client_init(&c);
-    char *body = rows_body(rng, rows), id[80], url[2048];
+    unsigned long long brng = *rng;
+    size_t len = 0, header_len = 0;
+    char *body = binary ? load_gen_query_binary(&brng, rows, E, &len, &header_len) : rows_body(rng, rows);
+    char id[80], url[2048];
     double busy = 0;
     int ok = 0;
     for (int i = 0; i < count; i++) {
         if (create(&c, base, "l0", id, sizeof id) != 0) break;
         snprintf(url, sizeof url, "%s/v1/sessions/%s/append", base, id);
         double t0 = now_s();
-        long st = client_do(&c, "POST", url, body);
+        long st = binary ? client_post_binary(&c, url, body, len, header_len) : client_do(&c, "POST", url, body);
         busy += now_s() - t0;
         ok += st == 200;
         snprintf(url, sizeof url, "%s/v1/sessions/%s", base, id);
@@ -226,8 +257,8 @@ typedef struct mix_result {
 } mix_result;
 
 /* 2: n streams on l0 for `seconds`, with a `rows`-row prefill every `every`
- * s (0: none). */
-static int decode_mix(const char *url, int n, int prefix, double seconds, double every, int rows,
+ * s (0: none); every body JSON or (binary) v2 binary tensors. */
+static int decode_mix(const char *url, int n, int prefix, double seconds, double every, int rows, int binary,
                       mix_result *out)
 {
     char sn[16], p[16], dur[32], ev[32], pr[16], steps[16];
@@ -237,10 +268,19 @@ static int decode_mix(const char *url, int n, int prefix, double seconds, double
     snprintf(dur, sizeof dur, "%.3fs", seconds);
     snprintf(ev, sizeof ev, "%.3fs", every);
     snprintf(pr, sizeof pr, "%d", rows);
-    char *argv[] = {"attnd-load", "--url", (char *)url, "--model", "l0", "--sessions", sn, "--prefix", p,
-                    "--steps", steps, "--duration", dur, "--embed", "512", "--quiet", "--timeout",
-                    "300s", "--prefill-every", ev, "--prefill-rows", pr, NULL};
-    int argc = (int)(sizeof argv / sizeof *argv) - 1 - (every > 0 ? 0 : 4);
+    char *fixed[] = {"attnd-load", "--url", (char *)url, "--model", "l0", "--sessions", sn, "--prefix", p,
+                     "--steps", steps, "--duration", dur, "--embed", "512", "--quiet", "--timeout", "300s"};
+    char *argv[32];
+    int argc = 0;
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) argv[argc++] = fixed[i];
+    if (binary) argv[argc++] = "--binary";
+    if (every > 0) {
+        argv[argc++] = "--prefill-every";
+        argv[argc++] = ev;
+        argv[argc++] = "--prefill-rows";
+        argv[argc++] = pr;
+    }
+    argv[argc] = NULL;
     load_opts o;
     char err[512];
     if (load_opts_parse(&o, argc, argv, err, sizeof err) != 0) {
@@ -317,11 +357,11 @@ static int sharing(const char *base, double seconds)
     double alone = median_of(a.ms, a.n);
     int n_alone = a.n;
     mix_result d = {0}, b = {0};
-    if (decode_mix(base, 16, 512, seconds, 0, 0, &d) != 0) return -1;
+    if (decode_mix(base, 16, 512, seconds, 0, 0, 0, &d) != 0) return -1;
     memset(&a, 0, sizeof a);
     a.base = base;
     pthread_create(&th, NULL, oneshot_main, &a);
-    int rc = decode_mix(base, 16, 512, seconds, 0, 0, &b);
+    int rc = decode_mix(base, 16, 512, seconds, 0, 0, 0, &b);
     a.stop = 1;
     pthread_join(th, NULL);
     double beside = median_of(a.ms, a.n);
@@ -329,6 +369,39 @@ static int sharing(const char *base, double seconds)
            "(%d); the streams' p50 %.2f ms / %.0f tok/s alone, %.2f ms / %.0f tok/s beside them\n",
            alone, n_alone, beside, a.n, d.p50, d.tokens_per_s, b.p50, b.tokens_per_s);
     return rc;
+}
+
+/* 2 for one piece size and transport: 4 and 16 streams alone and with
+ * prefills arriving, against the prefills alone; the targets printed. Returns
+ * the number of failed runs. */
+static int mix_targets(const char *base, const char *chunk, int binary, double seconds, uint64_t *rng)
+{
+    const char *how = binary ? "binary" : "JSON";
+    int failures = 0;
+    double alone_rps = prefill_alone(base, 2048, 6, binary, rng);
+    printf("%s bodies: prefills of 2048 rows alone: %.0f rows/s\n", how, alone_rps);
+    for (int n = 4; n <= 16; n *= 4) {
+        mix_result a = {0}, b = {0};
+        if (decode_mix(base, n, 512, seconds, 0, 0, binary, &a) != 0 ||
+            decode_mix(base, n, 512, seconds, 0.5, 2048, binary, &b) != 0 || a.errors || b.errors) {
+            failures++;
+            continue;
+        }
+        printf("%2d streams (512 cached, %s): alone p50 %.2f p99 %.2f ms %.0f tok/s | with a 2048-row prefill "
+               "every 0.5 s: p50 %.2f p99 %.2f ms %.0f tok/s, %ld prefills at %.0f rows/s\n",
+               n, how, a.p50, a.p99, a.tokens_per_s, b.p50, b.p99, b.tokens_per_s, b.prefills,
+               b.prefill_rows_per_s);
+        char t[160], m[96];
+        double pr = a.p99 > 0 ? b.p99 / a.p99 : 0, tr = alone_rps > 0 ? b.prefill_rows_per_s / alone_rps : 0;
+        snprintf(t, sizeof t, "decode loop: %d streams, chunk %s, %s: p99 with prefills <= 2x alone", n, chunk, how);
+        snprintf(m, sizeof m, "%.2fx (%.2f / %.2f ms)", pr, b.p99, a.p99);
+        bench_target(t, m, pr > 0 && pr <= 2);
+        snprintf(t, sizeof t, "decode loop: %d streams, chunk %s, %s: prefill rows/s >= 0.8x alone", n, chunk,
+                 how);
+        snprintf(m, sizeof m, "%.2fx (%.0f / %.0f rows/s)", tr, b.prefill_rows_per_s, alone_rps);
+        bench_target(t, m, tr >= 0.8);
+    }
+    return failures;
 }
 
 static int start(attnd_proc *proc, const char *dir, const char *chunk)
@@ -355,7 +428,8 @@ static int start(attnd_proc *proc, const char *dir, const char *chunk)
 int main(void)
 {
     const double seconds = env_double("BENCH_LOOP_SECONDS", 3);
-    const char *chunks = getenv("BENCH_LOOP_CHUNKS") ? getenv("BENCH_LOOP_CHUNKS") : "64,256,0";
+    const char *chunks = getenv("BENCH_LOOP_CHUNKS") ? getenv("BENCH_LOOP_CHUNKS") : "64,128,256,0";
+    const char *transports = getenv("BENCH_LOOP_TRANSPORTS") ? getenv("BENCH_LOOP_TRANSPORTS") : "json,binary";
     bench_start("bench_decode_loop");
     curl_global_init(CURL_GLOBAL_DEFAULT);
     char dir[] = "/tmp/attnd-bench-loop-XXXXXX";
@@ -392,29 +466,12 @@ int main(void)
                          r2 > 0 && r2 <= 1.2 && r4 <= 1.2);
             failures += sharing(proc.base_url, seconds) != 0;
         }
-        /* 2: decode with prefills arriving vs alone; prefills alone */
-        double alone_rps = prefill_alone(proc.base_url, 2048, 3, &rng);
-        printf("prefills of 2048 rows alone: %.0f rows/s\n", alone_rps);
-        for (int n = 4; n <= 16; n *= 4) {
-            mix_result a = {0}, b = {0};
-            if (decode_mix(proc.base_url, n, 512, seconds, 0, 0, &a) != 0 ||
-                decode_mix(proc.base_url, n, 512, seconds, 0.5, 2048, &b) != 0 || a.errors || b.errors) {
-                failures++;
-                continue;
-            }
-            printf("%2d streams (512 cached): alone p50 %.2f p99 %.2f ms %.0f tok/s | with a 2048-row prefill "
-                   "every 0.5 s: p50 %.2f p99 %.2f ms %.0f tok/s, %ld prefills at %.0f rows/s\n",
-                   n, a.p50, a.p99, a.tokens_per_s, b.p50, b.p99, b.tokens_per_s, b.prefills,
-                   b.prefill_rows_per_s);
-            char t[128];
-            double pr = a.p99 > 0 ? b.p99 / a.p99 : 0, tr = alone_rps > 0 ? b.prefill_rows_per_s / alone_rps : 0;
-            snprintf(t, sizeof t, "decode loop: %d streams, chunk %s: p99 with prefills <= 2x alone", n, tok);
-            snprintf(m, sizeof m, "%.2fx (%.2f / %.2f ms)", pr, b.p99, a.p99);
-            bench_target(t, m, pr > 0 && pr <= 2);
-            snprintf(t, sizeof t, "decode loop: %d streams, chunk %s: prefill rows/s >= 0.8x alone", n, tok);
-            snprintf(m, sizeof m, "%.2fx (%.0f / %.0f rows/s)", tr, b.prefill_rows_per_s, alone_rps);
-            bench_target(t, m, tr >= 0.8);
-        }
+        /* 2: decode with prefills arriving vs alone; prefills alone; per transport */
+        char tr_list[64];
+        snprintf(tr_list, sizeof tr_list, "%s", transports);
+        char *save = NULL;
+        for (char *tr = strtok_r(tr_list, ",", &save); tr; tr = strtok_r(NULL, ",", &save))
+            failures += mix_targets(proc.base_url, tok, strcmp(tr, "binary") == 0, seconds, &rng);
         if (attnd_proc_stop(&proc) != 0) failures++;
     }
     char cmd[1200];
