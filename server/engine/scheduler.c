@@ -21,8 +21,11 @@
  * fit waits for the next iteration, where it is older than the newcomers) plus
  * at most one *piece* of one long append: an append of more than
  * prefill_chunk_rows rows (self-attention over the session's cache, no
- * weights or masks asked) is computed prefill_chunk_rows rows at a time, one
- * piece per iteration, the oldest such append first; it stays queued between
+ * weights or masks asked) is computed in pieces that each cost what
+ * prefill_chunk_rows rows at the start of a sequence cost (rows deeper in a
+ * long prefill attend to more positions, so its later pieces are fewer rows,
+ * down to a quarter of prefill_chunk_rows),
+ * one piece per iteration, the oldest such append first; it stays queued between
  * its pieces, each piece appending its rows to the cache and attending to
  * everything before it, which is what the whole append computes (for an INT8
  * cache a piece ends on a block boundary, so each block is quantised once, as
@@ -247,16 +250,50 @@ static void measure(const attnd_scheduler *s, attnd_request *req)
     req->compute_us = 0;
 }
 
-/* The rows of r's next piece: at most budget, and for an INT8 paged cache
+/* Multiply-adds of n causal rows of a layer appended after `cached` rows (the
+ * projections of each row, and each row's attention over the positions it
+ * sees: all before it and itself, at most `window` when windowed). */
+static double piece_cost(const attn_layer_info *in, int window, long long cached, long long n)
+{
+    const double hd = (double)in->num_heads, g = (double)in->num_kv_heads;
+    const double proj = in->embed_q * hd * in->head_dim_k + in->embed_k * g * in->head_dim_k +
+                        in->embed_v * g * in->head_dim_v +
+                        (in->has_out_proj ? hd * in->head_dim_v * in->embed_out : 0);
+    const double per_key = hd * (in->head_dim_k + in->head_dim_v);
+    /* rows i in [0, n) see cached + i + 1 positions, capped at window */
+    long long below = window > 0 ? window - cached - 1 : n; /* rows under the cap */
+    below = below < 0 ? 0 : below > n ? n : below;
+    double seen = (double)below * (double)cached + (double)below * (double)(below + 1) / 2 +
+                  (double)(n - below) * (window > 0 ? window : 0);
+    return (double)n * proj + per_key * seen;
+}
+
+int attnd_piece_rows(const attn_layer_info *in, int window, long long cached, int left, int budget)
+{
+    const int hi0 = left < budget ? left : budget, min_rows = (budget + 3) / 4;
+    int lo = min_rows < hi0 ? min_rows : hi0, hi = hi0;
+    const double allowed = piece_cost(in, window, 0, budget);
+    while (lo < hi) { /* the most rows within the cost: cost grows with rows */
+        int mid = lo + (hi - lo + 1) / 2;
+        if (piece_cost(in, window, cached, mid) <= allowed) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* The rows of r's next piece (attnd_piece_rows), and for an INT8 paged cache
  * ending on a block boundary unless it is the last (each block then quantised
- * once, as by the whole append; a piece may so exceed budget by a block). */
-static int piece_rows(const attnd_request *r, int budget)
+ * once, as by the whole append; a piece may so exceed its cost by a block). */
+static int piece_rows(const attnd_scheduler *s, const attnd_request *r, int budget)
 {
     const attn_seq *q = &r->seqs[0];
-    int left = q->t - r->done_rows, n = left < budget ? left : budget;
+    attn_layer_info in;
+    attn_layer_get_info(layer_of(s, r), &in);
+    const long long start = (long long)q->cache_len + r->done_rows;
+    const int left = q->t - r->done_rows, n = attnd_piece_rows(&in, q->window, start, left, budget);
     int b = q->cache_block_rows;
     if (n == left || b <= 0 || q->cache_dtype != ATTN_KV_INT8) return n;
-    long long start = (long long)q->cache_len + r->done_rows, end = start + n;
+    long long end = start + n;
     long long aligned = end / b * b;
     if (aligned <= start) aligned = (start / b + 1) * b; /* budget < a block: one block */
     long long m = aligned - start;
@@ -418,7 +455,7 @@ static void cut_iteration(attnd_scheduler *s, int64_t now, sched_job *job)
         } else if (r->chunked) {
             if (job->piece == NULL) {
                 job->piece = r;
-                job->piece_rows = piece_rows(r, s->cfg.prefill_chunk_rows);
+                job->piece_rows = piece_rows(s, r, s->cfg.prefill_chunk_rows);
                 r->in_batch = 1;
             }
         } else if (count == 0 || (count < s->cfg.max_batch_requests &&

@@ -78,4 +78,16 @@ void attnd_scheduler_drain(attnd_scheduler *s);
 /* Drains (if not yet) and frees. NULL allowed. */
 void attnd_scheduler_free(attnd_scheduler *s);
 
+/* The rows of the next piece of a chunked prefill of `layer`: `left` rows still
+ * to compute, after `cached` rows in the cache (window as in attn_seq): the
+ * most rows, at most `budget`, whose multiply-adds (projections, and each
+ * causal row's attention over the positions it sees) are no more than `budget`
+ * rows at the start of a sequence cost. A piece deep in a long prefill is so
+ * fewer rows, and every piece holds the steps beside it about as long; but
+ * never fewer than a quarter of `budget` (nor than the rows left), so a long
+ * prefill takes at most four times the pieces of fixed `budget`-row pieces and
+ * their per-iteration overhead. (An INT8 cache's pieces are then fitted to
+ * its blocks.) */
+int attnd_piece_rows(const attn_layer_info *layer, int window, long long cached, int left, int budget);
+
 #endif

@@ -11,6 +11,9 @@
  *  - chunked prefill: appends computed 3 rows per iteration answer what the
  *    whole appends answer (1e-6), for f32 / f16 / bf16 / int8 caches, windows,
  *    and a RoPE + GQA Llama layer;
+ *  - pieces cost alike: the same 64 rows take more (smaller) pieces appended
+ *    after 1000 cached rows than onto an empty session, as the rows deep in a
+ *    prefill attend to more positions;
  *  - a 4000-row prefill computed one row per iteration never holds a decode
  *    step of another session beyond one iteration;
  *  - deadlines: a step and a request queued behind a long batch are answered
@@ -561,11 +564,42 @@ TEST(deadlines_while_queued)
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);
 }
 
+/* --prefill-chunk-rows 16: 64 rows onto an empty session take at least 64/16
+ * pieces; the same 64 rows after 1000 cached rows take more, each a piece of
+ * fewer rows (every piece costing about what 16 rows at the start cost). */
+TEST(pieces_shrink_deep_in_a_prefill)
+{
+    attnd_proc p;
+    const char *args[] = {"--prefill-chunk-rows", "16", NULL};
+    if (attnd_proc_start(&p, args) != 0) {
+        CHECK_MSG(0, "daemon did not start");
+        return;
+    }
+    char fresh[64], deep[64];
+    json_t *j = NULL;
+    CHECK_INT_EQ(create_session(&p, "demo", 0, fresh, sizeof fresh), 0);
+    CHECK_INT_EQ(create_session(&p, "demo", 0, deep, sizeof deep), 0);
+    CHECK_INT_EQ(append_rows(&p, fresh, 1, 0, 64, E, "", &j), 200);
+    long long shallow = member(j, "decode", "iterations");
+    json_decref(j);
+    CHECK_INT_EQ(append_rows(&p, deep, 2, 0, 1000, E, "", &j), 200);
+    json_decref(j);
+    CHECK_INT_EQ(append_rows(&p, deep, 3, 1000, 64, E, "", &j), 200);
+    long long deeper = member(j, "decode", "iterations");
+    json_decref(j);
+    printf("64 rows at --prefill-chunk-rows 16: %lld pieces onto an empty session, %lld after 1000 rows\n",
+           shallow, deeper);
+    CHECK(shallow >= 4);
+    CHECK_MSG(deeper > shallow, "after 1000 rows: %lld pieces, onto an empty session %lld", deeper, shallow);
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+}
+
 int main(void)
 {
     RUN(interleaved_client_never_waits);
     RUN(prefill_never_holds_a_step);
     RUN(chunked_prefill_equals_whole);
+    RUN(pieces_shrink_deep_in_a_prefill);
     RUN(deadlines_while_queued);
     RUN(decode_steps_batch_together);
     RUN(kv_bytes_bound_a_batch);

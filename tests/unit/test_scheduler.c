@@ -946,6 +946,49 @@ static double diff_vs_whole(const attn_layer *layer, const attnd_request *r, flo
     return worst;
 }
 
+/* The pieces attnd_piece_rows plans for t rows after `cached` (budget chunk). */
+static int planned_pieces(const attn_layer *layer, int window, int cached, int t, int chunk)
+{
+    attn_layer_info in;
+    attn_layer_get_info(layer, &in);
+    int pieces = 0;
+    for (int done = 0; done < t; pieces++) done += attnd_piece_rows(&in, window, cached + done, t - done, chunk);
+    return pieces;
+}
+
+/* attnd_piece_rows by hand on a layer of one head of width 1, no output
+ * projection: a row's projections are 3 multiply-adds, each position it sees
+ * 2 more. Budget 4 rows at the start: 4 x 3 + 2 x (1 + 2 + 3 + 4) = 32. After
+ * 2 cached rows, n rows cost 7n + n(n + 1): 2 rows (20; 3 would be 33); after
+ * 10, 23n + n(n + 1): 1 row (25; 2 would be 52), never 0. Window 3 (budget
+ * 12 + 2 x (1 + 2 + 3 + 3) = 30): after 10 rows each row sees 3, 9n: 3 rows.
+ * Never under a quarter of the budget: budget 8 deep in a long cache, 2 rows.
+ * And on the test layer: the rows never grow as the cache does, never exceed
+ * the rows left, and an empty cache gets the whole budget. */
+TEST_WITH(piece_rows_cost, const attn_layer *layer)
+{
+    attn_layer_info one = {.num_heads = 1, .num_kv_heads = 1, .head_dim_k = 1, .head_dim_v = 1,
+                           .embed_q = 1, .embed_k = 1, .embed_v = 1, .embed_out = 1};
+    CHECK_INT_EQ(attnd_piece_rows(&one, 0, 0, 100, 4), 4);
+    CHECK_INT_EQ(attnd_piece_rows(&one, 0, 2, 100, 4), 2);
+    CHECK_INT_EQ(attnd_piece_rows(&one, 0, 10, 100, 4), 1);
+    CHECK_INT_EQ(attnd_piece_rows(&one, 0, 1000000, 100, 4), 1);
+    CHECK_INT_EQ(attnd_piece_rows(&one, 3, 10, 100, 4), 3);
+    CHECK_INT_EQ(attnd_piece_rows(&one, 0, 0, 3, 4), 3);
+    CHECK_INT_EQ(attnd_piece_rows(&one, 0, 1000000, 100, 8), 2);
+    CHECK_INT_EQ(attnd_piece_rows(&one, 0, 1000000, 1, 8), 1);
+    attn_layer_info in;
+    attn_layer_get_info(layer, &in);
+    int prev = 64;
+    for (long long cached = 0; cached <= 100000; cached = cached * 2 + 1) {
+        int n = attnd_piece_rows(&in, 0, cached, 1000, 64);
+        CHECK_MSG(n >= 1 && n <= prev, "after %lld cached rows a piece of %d rows (before: %d)", cached, n, prev);
+        prev = n;
+    }
+    CHECK_INT_EQ(attnd_piece_rows(&in, 0, 0, 1000, 64), 64);
+    CHECK_INT_EQ(attnd_piece_rows(&in, 0, 5, 2, 64), 2);
+}
+
 static attnd_scheduler *make_loop_sched(const attn_layer *layer, int chunk, int workers, hook_log *h)
 {
     attnd_sched_config cfg = {.max_batch_requests = 16, .max_batch_tokens = 8192, .max_queue = 64,
@@ -955,7 +998,8 @@ static attnd_scheduler *make_loop_sched(const attn_layer *layer, int chunk, int 
 
 /* A long append computed in pieces (prefill_chunk_rows 7) answers what the
  * whole append computes, cache rows included, with and without a window; it
- * took ceil(T / 7) iterations of the loop, one after the other. */
+ * took the iterations attnd_piece_rows plans (more than ceil(T / 7): later
+ * rows see more positions), one after the other. */
 TEST_WITH(chunked_equals_whole, const attn_layer *layer)
 {
     enum { L0 = 5, T = 100, CHUNK = 7 };
@@ -975,9 +1019,11 @@ TEST_WITH(chunked_equals_whole, const attn_layer *layer)
         CHECK_INT_EQ(wait_done(1), 1);
         attnd_scheduler_free(s);
         CHECK_INT_EQ(r->req.outcome, ATTND_DONE_OK);
-        CHECK_INT_EQ(r->req.iterations, (T + CHUNK - 1) / CHUNK);
-        CHECK_INT_EQ(r->req.iter_last - r->req.iter_first + 1, (T + CHUNK - 1) / CHUNK);
-        CHECK_INT_EQ(h.n_batches, (T + CHUNK - 1) / CHUNK);
+        const int plan = planned_pieces(layer, windows[w], L0, T, CHUNK);
+        CHECK(plan > (T + CHUNK - 1) / CHUNK);
+        CHECK_INT_EQ(r->req.iterations, plan);
+        CHECK_INT_EQ(r->req.iter_last - r->req.iter_first + 1, plan);
+        CHECK_INT_EQ(h.n_batches, plan);
         double d = diff_vs_whole(layer, &r->req, k0, v0);
         printf("window %d: %d rows in %d pieces of <= %d: max diff vs whole %.3g\n", windows[w], T,
                r->req.iterations, CHUNK, d);
@@ -1027,9 +1073,10 @@ TEST_WITH(step_waits_one_piece, const attn_layer *layer)
         free(sk[i]);
         free(sv[i]);
     }
+    const int plan = planned_pieces(layer, 0, 0, T, CHUNK);
     CHECK_INT_EQ(pre->req.iter_first, 1);
-    CHECK_INT_EQ(pre->req.iter_last, T / CHUNK);
-    CHECK_INT_EQ(pre->req.iterations, T / CHUNK);
+    CHECK_INT_EQ(pre->req.iter_last, plan);
+    CHECK_INT_EQ(pre->req.iterations, plan);
     CHECK_INT_EQ(h.sizes[1], STEPS + 1);
     for (int b = 2; b < h.n_batches && b < MAX_BATCHES; b++) CHECK_INT_EQ(h.sizes[b], 1);
     CHECK(diff_vs_whole(layer, &pre->req, k0, v0) <= 1e-6);
@@ -1144,6 +1191,7 @@ int main(void)
     RUN(streams_counter);
     RUN_WITH(stream_steps_batch, layer);
     RUN_WITH(lone_stream_never_waits, layer);
+    RUN_WITH(piece_rows_cost, layer);
     RUN_WITH(chunked_equals_whole, layer);
     RUN_WITH(step_waits_one_piece, layer);
     RUN_WITH(deadline_while_held, layer);
