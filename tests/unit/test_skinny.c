@@ -61,7 +61,7 @@ TEST(column_splits_are_bit_identical)
     for (int i = 0; i < rows * n_in; i++) x[i] = frand(&s);
     for (int i = 0; i < n_out * n_in; i++) w[i] = frand(&s);
     attn__skinny_linear(x, rows, n_in, w, ATTN_WDTYPE_F32, NULL, 0, n_out, whole, n_out);
-    for (int chunk = 1; chunk <= n_out; chunk += 9) {
+    for (int chunk = 1; chunk <= n_out; chunk += 9) { /* chunk 1: the one-weight-row kernel only */
         memset(split, 0, (size_t)rows * n_out * sizeof *split);
         for (int o = 0; o < n_out; o += chunk)
             attn__skinny_linear(x, rows, n_in, w, ATTN_WDTYPE_F32, NULL, o, o + chunk < n_out ? o + chunk : n_out, split, n_out);
