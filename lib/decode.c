@@ -43,7 +43,7 @@
 
 int attn__decode_portable_only = 0;
 int attn__decode_no_avx512 = 0;
-int attn__decode_sub_bytes = 0, attn__decode_k_ahead = 0;
+int attn__decode_sub_bytes = 0, attn__decode_k_ahead = 0, attn__decode_cross = 0;
 
 static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
@@ -107,6 +107,13 @@ typedef struct dims {
     int rh, nh, d, m;
     size_t stride;
     int dt;
+    /* The other stream's rows this pass brings into L2 as it goes (row j of
+     * the pass asks for row j of it), or pf NULL: V of the same keys during
+     * the scores, K of the next tile during P.V, so memory stays busy while
+     * the core computes the softmax and the other pass. */
+    const void *pf;
+    size_t pf_stride, pf_elems;
+    int pf_m;
 } dims;
 
 /* ------------------------------------------------------ portable kernels */
@@ -165,6 +172,15 @@ AVX2_INLINE void prefetch(const void *p, size_t i, size_t n, int dt)
     const char *b = (const char *)p + i * elem_bytes(dt);
     const size_t bytes = n * elem_bytes(dt);
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(b + o, _MM_HINT_T0);
+}
+
+/* Row j of x's other stream (dims.pf) into L2, if it has one. */
+AVX2_INLINE void prefetch_other(const dims *x, int j)
+{
+    if (x->pf == NULL || j >= x->pf_m || attn__decode_k_ahead < 0 || attn__decode_cross < 0) return;
+    const char *b = (const char *)x->pf + (size_t)j * x->pf_stride * elem_bytes(x->dt);
+    const size_t bytes = x->pf_elems * elem_bytes(x->dt);
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(b + o, _MM_HINT_T1);
 }
 
 /* The four horizontal sums of a0..a3, in order. */
@@ -236,6 +252,8 @@ AVX2_INLINE void qk_avx2_t(const float *q, const dims *x, const void *k, const f
         const int two = j + 1 < x->m;
         prefetch(k, (size_t)(j + ahead) * x->stride, row_elems, dt);
         if (two) prefetch(k, (size_t)(j + ahead + 1) * x->stride, row_elems, dt);
+        prefetch_other(x, j);
+        prefetch_other(x, j + 1);
         for (int jh = 0; jh < x->nh; jh++) {
             const size_t kj = (size_t)j * x->stride + (size_t)jh * d;
             const float s = sk ? sk[jh] : 1.0f;
@@ -348,6 +366,7 @@ AVX2_INLINE void pv_avx2_t(const float *p, int ldp, const dims *x, const void *v
     for (int j0 = 0; j0 < x->m; j0 += sub) {
         const int n = x->m - j0 < sub ? x->m - j0 : sub;
         for (int j = 0; j < sub; j++) prefetch(v, (size_t)(j0 + sub + j) * x->stride, row_elems, dt);
+        for (int j = 0; j < n; j++) prefetch_other(x, j0 + j);
         for (int jh = 0; jh < x->nh; jh++)
             pv_head(p + (size_t)jh * x->rh * ldp + j0, ldp, x->rh,
                     (const char *)v + ((size_t)j0 * x->stride + (size_t)jh * x->d) * elem_bytes(dt), x->stride, n,
@@ -414,6 +433,7 @@ AVX512_INLINE void pv_avx512_t(const float *p, int ldp, const dims *x, const voi
     for (int j0 = 0; j0 < x->m; j0 += sub) {
         const int n = x->m - j0 < sub ? x->m - j0 : sub;
         for (int j = 0; j < sub; j++) prefetch(v, (size_t)(j0 + sub + j) * x->stride, row_elems, dt);
+        for (int j = 0; j < n; j++) prefetch_other(x, j0 + j);
         for (int jh = 0; jh < x->nh; jh++)
             pv_head512(p + (size_t)jh * x->rh * ldp + j0, ldp, x->rh,
                        (const char *)v + ((size_t)j0 * x->stride + (size_t)jh * x->d) * elem_bytes(dt), x->stride,
@@ -545,8 +565,24 @@ static int online_update(const decode_job *dj, int row, int t, int s0, int n)
     return 1;
 }
 
-/* Keys [s0, s0+n) (n <= DECODE_TILE): scores, online softmax, acc += P V. */
-static void tile_step(const decode_job *dj, int s0, int n)
+/* The run of `which` (0 K, 1 V) rows from key j on, at most n, at this
+ * job's KV head, as a prefetch target for x (pf_m = 0 when n <= 0). */
+static void other_stream(const decode_job *dj, int which, int j, int n, dims *x)
+{
+    x->pf = NULL;
+    x->pf_m = 0;
+    if (n <= 0) return;
+    const attn_layer *l = dj->l;
+    const int d = which ? l->d_v : l->d_k;
+    const float *scales; /* unused: a prefetch needs no scales */
+    const char *p = attn__kv_run(l, &dj->kv, which, j, n, &x->pf_m, &x->pf_stride, &scales);
+    x->pf = p + (size_t)dj->kvh * d * elem_bytes(dj->kv.dtype);
+    x->pf_elems = (size_t)dj->nh * (size_t)d;
+}
+
+/* Keys [s0, s0+n) (n <= DECODE_TILE): scores, online softmax, acc += P V;
+ * the next tile's keys start at s1 and are n1 (0: none). */
+static void tile_step(const decode_job *dj, int s0, int n, int s1, int n1)
 {
     const attn_layer *l = dj->l;
     const int rh = dj->R / dj->nh;
@@ -555,6 +591,7 @@ static void tile_step(const decode_job *dj, int s0, int n)
         const float *sk;
         const char *k = attn__kv_run(l, &dj->kv, 0, j, s0 + n - j, &x.m, &x.stride, &sk);
         k += (size_t)dj->kvh * l->d_k * elem_bytes(x.dt);
+        other_stream(dj, 1, j, x.m, &x); /* this run's V, for the P.V pass */
         qk_run(dj->avx2, dj->qb, &x, k, sk ? sk + dj->kvh : NULL, dj->tile + (j - s0), DECODE_TILE);
         j += x.m;
     }
@@ -566,6 +603,8 @@ static void tile_step(const decode_job *dj, int s0, int n)
         const float *sv;
         const char *v = attn__kv_run(l, &dj->kv, 1, j, s0 + n - j, &x.m, &x.stride, &sv);
         v += (size_t)dj->kvh * l->d_v * elem_bytes(x.dt);
+        const int ahead = j - s0; /* the next tile's K, as far into it as this run is into this tile */
+        other_stream(dj, 0, s1 + ahead, (n1 - ahead < x.m ? n1 - ahead : x.m), &x);
         float *p = dj->tile + (j - s0);
         if (sv != NULL) /* p * s_v: the run's V scales folded into the probabilities */
             for (int row = 0; row < dj->R; row++)
@@ -630,7 +669,10 @@ void attn__head_decode(const attn__fwd_ctx *ctx, const attn__head_job *job, floa
             for (int c = 0; c < dk; c++) dj.qb[(size_t)row * dk + c] = q[c] * ctx->scale;
         }
         attn__kv_from_seq(l, dj.s, &dj.kv);
-        for (int s0 = a; s0 < b; s0 += DECODE_TILE) tile_step(&dj, s0, b - s0 < DECODE_TILE ? b - s0 : DECODE_TILE);
+        for (int s0 = a; s0 < b; s0 += DECODE_TILE) {
+            const int n = b - s0 < DECODE_TILE ? b - s0 : DECODE_TILE, s1 = s0 + n;
+            tile_step(&dj, s0, n, s1, b - s1 < DECODE_TILE ? b - s1 : DECODE_TILE);
+        }
     }
     if (job->n_chunks > 1) return; /* attn__decode_merge finishes */
     for (int row = 0; row < dj.R; row++) { /* z = acc / sum, or 0 for a row that saw no key */

@@ -59,8 +59,9 @@ extern int attn__decode_no_avx512;
 
 /* Benches and tests only (0: the defaults): bytes of V rows (all the job's
  * heads) per axpy sub-block, and how many keys ahead the K rows are
- * prefetched. Neither changes any result: a key's arithmetic does not
+ * prefetched, and (attn__decode_cross < 0: off) whether each pass brings the
+ * other stream into L2 as it goes. None changes any result: a key's arithmetic does not
  * depend on its sub-block. */
-extern int attn__decode_sub_bytes, attn__decode_k_ahead;
+extern int attn__decode_sub_bytes, attn__decode_k_ahead, attn__decode_cross;
 
 #endif /* ATTN_DECODE_H */

@@ -561,6 +561,7 @@ int main(void)
     const int weights_only = bwt && strcmp(bwt, "only") == 0, weights = !bwt || strcmp(bwt, "0") != 0;
     if (getenv("BENCH_SUB_BYTES")) attn__decode_sub_bytes = atoi(getenv("BENCH_SUB_BYTES"));
     if (getenv("BENCH_K_AHEAD")) attn__decode_k_ahead = atoi(getenv("BENCH_K_AHEAD"));
+    if (getenv("BENCH_CROSS")) attn__decode_cross = atoi(getenv("BENCH_CROSS"));
     if (getenv("BENCH_NO_AVX512")) attn__decode_no_avx512 = atoi(getenv("BENCH_NO_AVX512"));
     bench_start("bench_decode");
     openblas_set_num_threads(1);
