@@ -3,12 +3,17 @@
  *  1. one client interleaving K = 1, 2, 4 sequences over 4 layers (4 models of
  *     the same layer, one session per sequence and layer), one request at a time,
  *     one-row appends over 128 cached rows: median append time for K = 2 and 4
- *     against K = 1 (target <= 1.2x: the client never waits for itself);
+ *     against K = 1, the best median of 3 interleaved rounds each (target <=
+ *     1.2x: the client never waits for itself);
  *  2. 4 and 16 decode streams (512 cached rows each, closed loop, attnd-load's
  *     engine in process) for BENCH_LOOP_SECONDS (3) alone and while a 2048-row
  *     prefill arrives every 0.5 s (--prefill-every): decode p99 with prefills
  *     against alone (target <= 2x), and the prefills' rows/s against the same
- *     prefills with nothing else running (target >= 0.8x), for each
+ *     prefills with nothing else running (target >= 0.8x), and the longest
+ *     step with prefills against the longest alone (<= 2x: a step waits for
+ *     one piece, never a whole prefill; a closed-loop stream has one step in
+ *     flight, so a whole prefill delays one step per stream, too few for p99
+ *     to see at 4 streams), for each
  *     --prefill-chunk-rows in BENCH_LOOP_CHUNKS (default "64,128,256,0": a
  *     smaller piece, the default, a larger one, and whole appends; "-" runs the daemon's
  *     defaults without the flag, e.g. an older attnd through ATTND_BIN), with
@@ -252,7 +257,7 @@ static double prefill_alone(const char *base, int rows, int count, int binary, u
 }
 
 typedef struct mix_result {
-    double p50, p99, tokens_per_s, prefill_rows_per_s;
+    double p50, p99, max, tokens_per_s, prefill_rows_per_s;
     long prefills, errors;
 } mix_result;
 
@@ -293,8 +298,8 @@ static int decode_mix(const char *url, int n, int prefix, double seconds, double
     if (r) {
         load_sess_stats st;
         rc = load_sess_run_level(r, n, &st, err, sizeof err) == 0 ? 0 : -1;
-        *out = (mix_result){st.tpot_p50_ms, st.tpot_p99_ms, st.decode_tokens_per_s, st.mix_prefill_rows_per_s,
-                            (long)st.n_ttft, st.errors};
+        *out = (mix_result){st.tpot_p50_ms, st.tpot_p99_ms, st.tpot_max_ms, st.decode_tokens_per_s,
+                            st.mix_prefill_rows_per_s, (long)st.n_ttft, st.errors};
         if (st.errors) fprintf(stderr, "bench_decode_loop: %s\n", st.first_error);
         load_sess_stats_free(&st);
     }
@@ -387,15 +392,23 @@ static int mix_targets(const char *base, const char *chunk, int binary, double s
             failures++;
             continue;
         }
-        printf("%2d streams (512 cached, %s): alone p50 %.2f p99 %.2f ms %.0f tok/s | with a 2048-row prefill "
-               "every 0.5 s: p50 %.2f p99 %.2f ms %.0f tok/s, %ld prefills at %.0f rows/s\n",
-               n, how, a.p50, a.p99, a.tokens_per_s, b.p50, b.p99, b.tokens_per_s, b.prefills,
+        /* A closed-loop stream has one step in flight, so a prefill holding the loop delays one
+         * step per stream: few enough (one in ~100 at 16 streams, fewer at 4) that p99 can miss
+         * it. The longest step shows the stall itself. */
+        printf("%2d streams (512 cached, %s): alone p50 %.2f p99 %.2f max %.2f ms %.0f tok/s | with a 2048-row "
+               "prefill every 0.5 s: p50 %.2f p99 %.2f max %.2f ms %.0f tok/s, %ld prefills at %.0f rows/s\n",
+               n, how, a.p50, a.p99, a.max, a.tokens_per_s, b.p50, b.p99, b.max, b.tokens_per_s, b.prefills,
                b.prefill_rows_per_s);
         char t[160], m[96];
         double pr = a.p99 > 0 ? b.p99 / a.p99 : 0, tr = alone_rps > 0 ? b.prefill_rows_per_s / alone_rps : 0;
         snprintf(t, sizeof t, "decode loop: %d streams, chunk %s, %s: p99 with prefills <= 2x alone", n, chunk, how);
         snprintf(m, sizeof m, "%.2fx (%.2f / %.2f ms)", pr, b.p99, a.p99);
         bench_target(t, m, pr > 0 && pr <= 2);
+        const double mr = a.max > 0 ? b.max / a.max : 0;
+        snprintf(t, sizeof t, "decode loop: %d streams, chunk %s, %s: longest step with prefills <= 2x alone", n,
+                 chunk, how);
+        snprintf(m, sizeof m, "%.2fx (%.2f / %.2f ms)", mr, b.max, a.max);
+        bench_target(t, m, mr > 0 && mr <= 2);
         snprintf(t, sizeof t, "decode loop: %d streams, chunk %s, %s: prefill rows/s >= 0.8x alone", n, chunk,
                  how);
         snprintf(m, sizeof m, "%.2fx (%.0f / %.0f rows/s)", tr, b.prefill_rows_per_s, alone_rps);
@@ -452,14 +465,17 @@ int main(void)
         }
         printf("\n--prefill-chunk-rows %s\n", tok);
         if (first) { /* 1: the interleaved client (chunking plays no part: one-row appends) */
-            double med[3];
+            double med[3] = {-1, -1, -1};
             const int ks[3] = {1, 2, 4};
-            for (int i = 0; i < 3; i++) {
-                med[i] = interleaved_median(proc.base_url, ks[i], 128, 64, &rng);
-                printf("one client, %d sequence(s) x %d layers, one request at a time: median append %.3f ms\n",
-                       ks[i], LAYERS, med[i]);
-                failures += med[i] < 0;
-            }
+            for (int round = 0; round < 3; round++) /* interleaved rounds, best median of each */
+                for (int i = 0; i < 3; i++) {
+                    const double m1 = interleaved_median(proc.base_url, ks[i], 128, 64, &rng);
+                    failures += m1 < 0;
+                    if (m1 >= 0 && (med[i] < 0 || m1 < med[i])) med[i] = m1;
+                }
+            for (int i = 0; i < 3; i++)
+                printf("one client, %d sequence(s) x %d layers, one request at a time: median append %.3f ms "
+                       "(best of 3 interleaved rounds)\n", ks[i], LAYERS, med[i]);
             double r2 = med[0] > 0 ? med[1] / med[0] : 0, r4 = med[0] > 0 ? med[2] / med[0] : 0;
             snprintf(m, sizeof m, "%.2fx (2 seq) / %.2fx (4 seq) of %.3f ms", r2, r4, med[0]);
             bench_target("decode loop: interleaved client median <= 1.2x one sequence", m,
