@@ -22,7 +22,8 @@
 #define SKINNY_AVX2 1
 #define AVX2_FN __attribute__((target("avx2,fma,f16c")))
 /* The same eight-lane arithmetic with AVX-512VL's 32 vector registers: room
- * for two weight rows' accumulators at once (no 512-bit instruction used). */
+ * for two weight rows' accumulators at once (no 512-bit instruction used; the
+ * AVX2 helpers inline into it, their target being a subset of this one). */
 #define VL_FN __attribute__((target("avx2,fma,f16c,avx512f,avx512vl")))
 #endif
 
@@ -152,10 +153,10 @@ AVX2_FN static inline __m256 load_f16(const void *w, int i)
             h0 = _mm256_fmadd_ps(v0, p, h0);                                                               \
             h1 = _mm256_fmadd_ps(v1, q, h1);                                                               \
         }                                                                                                  \
-        const float sums[2][4] = {{hsum_vl(_mm256_add_ps(a0, a1)), hsum_vl(_mm256_add_ps(b0, b1)),         \
-                                   hsum_vl(_mm256_add_ps(c0, c1)), hsum_vl(_mm256_add_ps(d0, d1))},        \
-                                  {hsum_vl(_mm256_add_ps(e0, e1)), hsum_vl(_mm256_add_ps(f0, f1)),         \
-                                   hsum_vl(_mm256_add_ps(g0, g1)), hsum_vl(_mm256_add_ps(h0, h1))}};       \
+        const float sums[2][4] = {{hsum(_mm256_add_ps(a0, a1)), hsum(_mm256_add_ps(b0, b1)),         \
+                                   hsum(_mm256_add_ps(c0, c1)), hsum(_mm256_add_ps(d0, d1))},        \
+                                  {hsum(_mm256_add_ps(e0, e1)), hsum(_mm256_add_ps(f0, f1)),         \
+                                   hsum(_mm256_add_ps(g0, g1)), hsum(_mm256_add_ps(h0, h1))}};       \
         for (int r = 0; r < nr; r++) {                                                                     \
             float s = sums[0][r], t = sums[1][r];                                                          \
             for (int k = i; k < n_in; k++) {                                                               \
@@ -167,27 +168,9 @@ AVX2_FN static inline __m256 load_f16(const void *w, int i)
         }                                                                                                  \
     }
 
-VL_FN static float hsum_vl(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    return _mm_cvtss_f32(s);
-}
-VL_FN static inline __m256 load_f32_vl(const void *w, int i) { return _mm256_loadu_ps((const float *)w + i); }
-VL_FN static inline __m256 load_bf16_vl(const void *w, int i)
-{
-    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + i));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-VL_FN static inline __m256 load_f16_vl(const void *w, int i)
-{
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i)));
-}
-
-DOTS2_VL(dots2_vl_f32, load_f32_vl, 4)
-DOTS2_VL(dots2_vl_bf16, load_bf16_vl, 2)
-DOTS2_VL(dots2_vl_f16, load_f16_vl, 2)
+DOTS2_VL(dots2_vl_f32, load_f32, 4)
+DOTS2_VL(dots2_vl_bf16, load_bf16, 2)
+DOTS2_VL(dots2_vl_f16, load_f16, 2)
 
 static int have_avx512vl(void)
 {
