@@ -177,7 +177,7 @@ AVX2_INLINE void prefetch(const void *p, size_t i, size_t n, int dt)
 /* Row j of x's other stream (dims.pf) into L2, if it has one. */
 AVX2_INLINE void prefetch_other(const dims *x, int j)
 {
-    if (x->pf == NULL || j >= x->pf_m || attn__decode_k_ahead < 0 || attn__decode_cross < 0) return;
+    if (x->pf == NULL || j >= x->pf_m) return;
     const char *b = (const char *)x->pf + (size_t)j * x->pf_stride * elem_bytes(x->dt);
     const size_t bytes = x->pf_elems * elem_bytes(x->dt);
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(b + o, _MM_HINT_T1);
@@ -566,12 +566,13 @@ static int online_update(const decode_job *dj, int row, int t, int s0, int n)
 }
 
 /* The run of `which` (0 K, 1 V) rows from key j on, at most n, at this
- * job's KV head, as a prefetch target for x (pf_m = 0 when n <= 0). */
+ * job's KV head, as a prefetch target for x (none when n <= 0, or when a
+ * bench turned software prefetch or this one off). */
 static void other_stream(const decode_job *dj, int which, int j, int n, dims *x)
 {
     x->pf = NULL;
     x->pf_m = 0;
-    if (n <= 0) return;
+    if (n <= 0 || attn__decode_k_ahead < 0 || attn__decode_cross < 0) return;
     const attn_layer *l = dj->l;
     const int d = which ? l->d_v : l->d_k;
     const float *scales; /* unused: a prefetch needs no scales */
