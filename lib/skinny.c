@@ -121,12 +121,12 @@ AVX2_FN static inline __m256 load_f16(const void *w, int i)
  * read once for both weight rows, which halves the x traffic from L1/L2 that
  * bounds the one-row kernel at 16 rows. Needs 16 accumulators: AVX-512VL. */
 #define DOTS2_VL(NAME, LOAD, WSIZE)                                                                        \
-    VL_FN static void NAME(const void *w, size_t wstride, int wdtype, const float *x, int n_in, int nr,   \
+    VL_FN static void NAME(const void *w, size_t wstride, int wdtype, const float *x, int n_in, int nr,    \
                            float out[2][4])                                                                \
     {                                                                                                      \
-        const void *v = (const char *)w + wstride * (WSIZE);                                              \
+        const void *v = (const char *)w + wstride * (WSIZE);                                               \
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0;    \
-        __m256 e0 = a0, e1 = a0, f0 = a0, f1 = a0, g0 = a0, g1 = a0, h0 = a0, h1 = a0;                    \
+        __m256 e0 = a0, e1 = a0, f0 = a0, f1 = a0, g0 = a0, g1 = a0, h0 = a0, h1 = a0;                     \
         const float *x0 = x, *x1 = x + (nr > 1) * (size_t)n_in, *x2 = x + (nr > 2) * 2 * (size_t)n_in,     \
                     *x3 = x + (nr > 3) * 3 * (size_t)n_in; /* rows past nr alias row 0: computed, unused */ \
         int i = 0;                                                                                         \
@@ -153,10 +153,10 @@ AVX2_FN static inline __m256 load_f16(const void *w, int i)
             h0 = _mm256_fmadd_ps(v0, p, h0);                                                               \
             h1 = _mm256_fmadd_ps(v1, q, h1);                                                               \
         }                                                                                                  \
-        const float sums[2][4] = {{hsum(_mm256_add_ps(a0, a1)), hsum(_mm256_add_ps(b0, b1)),         \
-                                   hsum(_mm256_add_ps(c0, c1)), hsum(_mm256_add_ps(d0, d1))},        \
-                                  {hsum(_mm256_add_ps(e0, e1)), hsum(_mm256_add_ps(f0, f1)),         \
-                                   hsum(_mm256_add_ps(g0, g1)), hsum(_mm256_add_ps(h0, h1))}};       \
+        const float sums[2][4] = {{hsum(_mm256_add_ps(a0, a1)), hsum(_mm256_add_ps(b0, b1)),               \
+                                   hsum(_mm256_add_ps(c0, c1)), hsum(_mm256_add_ps(d0, d1))},              \
+                                  {hsum(_mm256_add_ps(e0, e1)), hsum(_mm256_add_ps(f0, f1)),               \
+                                   hsum(_mm256_add_ps(g0, g1)), hsum(_mm256_add_ps(h0, h1))}};             \
         for (int r = 0; r < nr; r++) {                                                                     \
             float s = sums[0][r], t = sums[1][r];                                                          \
             for (int k = i; k < n_in; k++) {                                                               \
