@@ -106,6 +106,14 @@ static void client_free(client *c)
     free(c->buf);
 }
 
+/* The request set up on c, sent; its status (0 on a transport error). */
+static long perform(client *c)
+{
+    long st = 0;
+    if (curl_easy_perform(c->c) == CURLE_OK) curl_easy_getinfo(c->c, CURLINFO_RESPONSE_CODE, &st);
+    return st;
+}
+
 /* One request; returns the status (0 on a transport error). */
 static long client_do(client *c, const char *method, const char *url, const char *body)
 {
@@ -119,10 +127,7 @@ static long client_do(client *c, const char *method, const char *url, const char
         curl_easy_setopt(c->c, CURLOPT_HTTPGET, 1L);
         curl_easy_setopt(c->c, CURLOPT_CUSTOMREQUEST, method);
     }
-    if (curl_easy_perform(c->c) != CURLE_OK) return 0;
-    long st = 0;
-    curl_easy_getinfo(c->c, CURLINFO_RESPONSE_CODE, &st);
-    return st;
+    return perform(c);
 }
 
 /* One v2 binary-tensor POST of len bytes whose first header_len are its JSON
@@ -140,8 +145,7 @@ static long client_post_binary(client *c, const char *url, const char *body, siz
     curl_easy_setopt(c->c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c->c, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(c->c, CURLOPT_POSTFIELDSIZE, (long)len);
-    long st = 0;
-    if (curl_easy_perform(c->c) == CURLE_OK) curl_easy_getinfo(c->c, CURLINFO_RESPONSE_CODE, &st);
+    const long st = perform(c);
     curl_easy_setopt(c->c, CURLOPT_HTTPHEADER, c->h);
     curl_slist_free_all(h);
     return st;
