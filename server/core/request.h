@@ -71,7 +71,9 @@ struct attnd_request {
     char id[128];              /* optional client "id", echoed; "" when absent    */
     uint64_t stream;           /* nonzero: a step of this stream (a session's
                                   append): it runs in its model's decode loop
-                                  (scheduler.h), a long append in chunks      */
+                                  (scheduler.h), a long append in chunks; a
+                                  long causal one-shot also runs there, in
+                                  chunks                                      */
 
     /* ---- result (filled by the scheduler / worker) ---- */
     attnd_outcome outcome;
@@ -80,7 +82,7 @@ struct attnd_request {
     int64_t queue_us;          /* enqueue -> batch start                          */
     int64_t compute_us;        /* the batch's compute time                        */
     int batch_size;            /* requests in the batch this one ran in           */
-    /* Stream steps only (0 otherwise): the decode loop's iterations (its
+    /* Stream steps and chunked one-shots only (0 otherwise): the decode loop's iterations (its
      * model's batches of steps, numbered from 1) this one computed in, first
      * and last, how many, and how many had started when it was queued (a step
      * that never waits behind more than the batch computing runs in
@@ -103,6 +105,9 @@ struct attnd_request {
     int chunked;               /* computed in pieces over several iterations     */
     int done_rows;             /* rows of seqs[0] computed so far (chunked)      */
     int in_batch;              /* a piece of it is computing now (chunked)       */
+    float *piece_kv;           /* a chunked one-shot's keys and values between its
+                                  pieces (malloc'd by the scheduler at its first
+                                  piece, freed before on_done), or NULL          */
     attnd_request *next;
 
     /* ---- the single allocation owning every array above (attnd_request_alloc) ---- */

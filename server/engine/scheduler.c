@@ -3,8 +3,8 @@
  * both run by the model's worker threads as one attn_forward per batch.
  *
  * Queues. One mutex guards two FIFOs: `steps` (requests with a stream key:
- * session appends) and `oneshot` (everything else). Both count towards
- * max_queue.
+ * session appends; and chunked one-shots, below) and `oneshot` (everything
+ * else). Both count towards max_queue.
  *
  * Stateless batching. A one-shot batch is the longest FIFO prefix of live
  * requests with count <= max_batch_requests, rows <= max_batch_tokens and
@@ -29,7 +29,13 @@
  * its pieces, each piece appending its rows to the cache and attending to
  * everything before it, which is what the whole append computes (for an INT8
  * cache a piece ends on a block boundary, so each block is quantised once, as
- * the whole append would). Steps that arrive while an iteration computes join
+ * the whole append would). A causal one-shot of one sequence of more than
+ * prefill_chunk_rows rows (no masks, no weights, K/V within ONESHOT_KV_MAX)
+ * is a prefill without a session: it joins the steps FIFO and is chunked the
+ * same way, its pieces appending to a contiguous F32 cache of its own
+ * (piece_kv, allocated at its first piece, freed in finish_all; computed whole
+ * when that allocation fails). Only the oldest chunked request advances, so a
+ * model holds at most one such buffer. Steps that arrive while an iteration computes join
  * the next one, which starts the moment this one ends. So no timer waits for a
  * stream, a lone step on an idle model starts at once, and a decode step waits
  * behind at most one iteration: its steps and one piece, never a whole
@@ -75,6 +81,10 @@
 #define SCHED_MAX_DELAY_US INT64_C(3600000000)
 /* Pieces beyond this many rows are a configuration mistake. */
 #define SCHED_MAX_CHUNK_ROWS (1 << 20)
+/* A causal one-shot is chunked only if its keys and values fit this (the
+ * bound a workspace's scratch has by default, attn_workspace_options); a
+ * larger one runs whole, in the library's streamed plan. */
+#define ONESHOT_KV_MAX ((size_t)64 << 20)
 /* A stream counts as active for this long after its last step was cut into a
  * batch (at least: three batch durations when batches take longer). */
 #define STREAM_WINDOW_NS INT64_C(100000000)
@@ -194,6 +204,8 @@ static void finish_all(req_list *l)
     while (r) {
         attnd_request *next = r->next;
         r->next = NULL;
+        free(r->piece_kv);
+        r->piece_kv = NULL;
         r->on_done(r, r->on_done_ctx);
         r = next;
     }
@@ -220,6 +232,14 @@ static const attn_layer *layer_of(const attnd_scheduler *s, const attnd_request 
     return r->layer ? r->layer : s->layer;
 }
 
+/* The keys and values a one-shot of t rows projects (g KV heads), in bytes:
+ * what a chunked one-shot keeps in piece_kv between its pieces. */
+static size_t oneshot_kv_bytes(const attn_layer_info *in, int t)
+{
+    int g = in->num_kv_heads > 0 ? in->num_kv_heads : in->num_heads;
+    return (size_t)t * (size_t)g * (size_t)(in->head_dim_k + in->head_dim_v) * sizeof(float);
+}
+
 /* What req costs a batch: the positions projected for it (its query rows, and
  * the key rows of cross-attention; a cache's rows are projected already) and
  * the key/value bytes its attention reads (every key it attends to, g * (d_k +
@@ -239,10 +259,13 @@ static void measure(const attnd_scheduler *s, attnd_request *req)
     req->rows = rows;
     req->kv_bytes = keys > SIZE_MAX / row_bytes ? SIZE_MAX : keys * row_bytes;
     const attn_seq *q = &req->seqs[0];
-    req->chunked = s->cfg.prefill_chunk_rows > 0 && req->stream != 0 && req->n_seqs == 1 &&
-                   q->t > s->cfg.prefill_chunk_rows && q->cache_k != NULL && q->cache_append &&
-                   q->key == NULL && q->weights == NULL && q->attn_mask_kind == ATTN_MASK_NONE &&
-                   q->key_padding_mask == NULL && q->key_length == 0;
+    int plain = s->cfg.prefill_chunk_rows > 0 && req->n_seqs == 1 && q->t > s->cfg.prefill_chunk_rows &&
+                q->key == NULL && q->weights == NULL && q->attn_mask_kind == ATTN_MASK_NONE &&
+                q->key_padding_mask == NULL && q->key_length == 0;
+    int append = req->stream != 0 && q->cache_k != NULL && q->cache_append;
+    int prefill = req->stream == 0 && q->cache_k == NULL && q->is_causal &&
+                  oneshot_kv_bytes(&in, q->t) <= ONESHOT_KV_MAX;
+    req->chunked = plain && (append || prefill);
     req->done_rows = 0;
     req->in_batch = 0;
     req->iter_first = req->iter_last = 0;
@@ -313,6 +336,12 @@ static attn_seq piece_view(const attnd_scheduler *s, const attnd_request *r, int
     v.t = n;
     v.query = q->query + (size_t)c0 * (size_t)in.embed_q;
     v.output = q->output + (size_t)c0 * (size_t)in.embed_out;
+    if (r->piece_kv) { /* a one-shot: its own contiguous F32 cache of its rows */
+        int g = in.num_kv_heads > 0 ? in.num_kv_heads : in.num_heads;
+        v.cache_k = r->piece_kv;
+        v.cache_v = r->piece_kv + (size_t)q->t * (size_t)g * (size_t)in.head_dim_k;
+        v.cache_append = 1;
+    }
     v.cache_len = q->cache_len + c0;
     v.s = v.cache_len + n;
     if (q->position_ids) v.position_ids = q->position_ids + c0;
@@ -586,6 +615,22 @@ static void iteration_ended(attnd_scheduler *s, sched_job *job, req_list *done)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Before a chunked one-shot's first piece: its keys and values get a buffer
+ * of their own (piece_kv), which its pieces append to as a session's append
+ * does to the session's cache. Returns 1, or 0 when that buffer cannot be had:
+ * the request is then computed whole in this iteration. */
+static int first_piece_ready(const attnd_scheduler *s, sched_job *job)
+{
+    attnd_request *r = job->piece;
+    if (r->stream != 0 || r->piece_kv != NULL) return 1;
+    attn_layer_info in;
+    attn_layer_get_info(layer_of(s, r), &in);
+    r->piece_kv = malloc(oneshot_kv_bytes(&in, r->seqs[0].t));
+    if (r->piece_kv) return 1;
+    job->piece_rows = r->seqs[0].t - r->done_rows; /* done_rows is 0: the whole request */
+    return 0;
+}
+
 /* Runs one job's batch: concatenates the sequences, one attn_forward, fills
  * every result field, calls the hook, then every on_done. */
 static void run_batch(sched_worker *w, sched_job *job)
@@ -596,7 +641,8 @@ static void run_batch(sched_worker *w, sched_job *job)
     int members = batch->count + (job->piece != NULL);
     long n_seqs = job->piece != NULL;
     attn_seq piece = { 0 };
-    if (job->piece) piece = piece_view(s, job->piece, job->piece_rows);
+    if (job->piece) piece = first_piece_ready(s, job) ? piece_view(s, job->piece, job->piece_rows)
+                                                      : job->piece->seqs[0];
     for (attnd_request *r = batch->head; r; r = r->next) n_seqs += r->n_seqs;
     for (attnd_request *r = batch->head; r; r = r->next) {
         r->queue_us = us_between(r->enqueued_ns, start);
@@ -889,7 +935,7 @@ attnd_submit_result attnd_scheduler_submit(attnd_scheduler *s, attnd_request *re
     if (req->timeout_ms <= 0) req->deadline_ns = 0;
     else if (req->timeout_ms > (INT64_MAX - now) / 1000000) req->deadline_ns = 0; /* never */
     else req->deadline_ns = now + req->timeout_ms * 1000000;
-    list_push(req->stream ? &s->steps : &s->oneshot, req);
+    list_push(req->stream || req->chunked ? &s->steps : &s->oneshot, req);
     pthread_cond_signal(&s->cv_queue); /* only the collector waits there */
     if (req->deadline_ns != 0 && req->deadline_ns < s->reap_wake_ns) pthread_cond_signal(&s->cv_reap);
     pthread_mutex_unlock(&s->mu);

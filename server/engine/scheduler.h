@@ -8,7 +8,8 @@
  * session appends) run in the model's decode loop instead: one batch of steps
  * (an iteration) at a time, the next starting the moment the last ends, with
  * every step queued meanwhile plus at most one piece of prefill_chunk_rows
- * rows of one long append. Worker threads run each batch as ONE attn_forward
+ * rows of one long append (or of one long causal one-shot, which runs in the
+ * loop too, its keys and values kept with it between pieces). Worker threads run each batch as ONE attn_forward
  * over the concatenated (ragged) sequences of all its requests, fill each
  * request's result fields and call its on_done. Workers only do maths: no
  * JSON, no HTTP. A request whose deadline passes while queued is finished
@@ -34,8 +35,9 @@ typedef struct attnd_sched_config {
     int64_t max_stream_wait_us;  /* >= 0; 0 = steps never wait (the default);
                                     opt-in: an iteration of fewer steps than
                                     the streams active lately waits this long */
-    int prefill_chunk_rows;      /* 0..1048576: a longer append is computed in
-                                    pieces of this many rows; 0 = whole       */
+    int prefill_chunk_rows;      /* 0..1048576: a longer append (or causal
+                                    one-shot) is computed in pieces of this
+                                    many rows' cost; 0 = whole                */
     int max_queue;               /* requests waiting, >= 1; beyond -> FULL    */
     int workers;                 /* worker threads, >= 1                      */
 } attnd_sched_config;

@@ -1220,6 +1220,10 @@ char *attnd_codec_encode_response_with(const attnd_request *req, const char *mod
     attnd_jb_i64(&b, (long long)req->compute_us);
     attnd_jb_puts(&b, ",\"batch_size\":");
     attnd_jb_i64(&b, req->batch_size);
+    if (req->iterations > 0) { /* computed in pieces by the decode loop */
+        attnd_jb_puts(&b, ",\"pieces\":");
+        attnd_jb_i64(&b, req->iterations);
+    }
     attnd_jb_putc(&b, '}');
     if (members && *members) {
         attnd_jb_putc(&b, ',');

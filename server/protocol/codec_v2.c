@@ -1205,6 +1205,10 @@ char *attnd_codec_v2_encode_response_with(const attnd_request *req, const attnd_
     attnd_jb_i64(&b, (long long)req->compute_us);
     attnd_jb_puts(&b, ",\"batch_size\":");
     attnd_jb_i64(&b, req->batch_size);
+    if (req->iterations > 0) { /* computed in pieces by the decode loop */
+        attnd_jb_puts(&b, ",\"pieces\":");
+        attnd_jb_i64(&b, req->iterations);
+    }
     if (parameters && *parameters) {
         attnd_jb_putc(&b, ',');
         attnd_jb_puts(&b, parameters);

@@ -15,7 +15,10 @@
  *    after 1000 cached rows than onto an empty session, as the rows deep in a
  *    prefill attend to more positions;
  *  - a 4000-row prefill computed one row per iteration never holds a decode
- *    step of another session beyond one iteration;
+ *    step of another session beyond one iteration; nor does a 4000-row causal
+ *    one-shot, which the loop computes in pieces too;
+ *  - chunked causal one-shots answer what whole ones answer (1e-6, windows,
+ *    RoPE + GQA);
  *  - deadlines: a step and a request queued behind a long batch are answered
  *    504 at their timeout_ms, while that batch still computes (or, the
  *    request, computed if the batch ended before its deadline).
@@ -364,6 +367,68 @@ TEST(chunked_prefill_equals_whole)
     CHECK_INT_EQ(attnd_proc_stop(&wh), 0);
 }
 
+/* POSTs rows [0, n) of stream `seed` (e wide) to /v1/models/<model>/attention
+ * as one sequence, with more body members `extra` ("" or ending in ','). */
+static long oneshot_rows(const attnd_proc *p, const char *model, int seed, int n, int e, const char *extra,
+                         json_t **out)
+{
+    sbuf b = {0};
+    sb_printf(&b, "{%s\"query\":[", extra);
+    for (int i = 0; i < n; i++) {
+        sb_printf(&b, "%s[", i ? "," : "");
+        for (int j = 0; j < e; j++) sb_printf(&b, "%s%.6g", j ? "," : "", val(seed, i, j));
+        sb_printf(&b, "]");
+    }
+    sb_printf(&b, "]}");
+    char path[128];
+    snprintf(path, sizeof path, "/v1/models/%s/attention", model);
+    long code = post(p, path, b.p, out);
+    free(b.p);
+    return code;
+}
+
+/* A causal one-shot of 40 rows on the daemon computing 3 rows per iteration
+ * and on the one computing whole: the same answer (1e-6; the demo layer and a
+ * RoPE + GQA Llama layer, no window and a 7-row window), in several pieces
+ * (timing.pieces) on the first and whole (no pieces) on the second; a
+ * non-causal one-shot is not chunked. */
+TEST(chunked_oneshot_equals_whole)
+{
+    attnd_proc ch, wh;
+    if (start_chunk_daemon(&ch, "3") != 0 || start_chunk_daemon(&wh, "0") != 0) {
+        CHECK_MSG(0, "daemons did not start");
+        return;
+    }
+    const char *models[] = {"demo", "llama"};
+    for (int m = 0; m < 2; m++)
+        for (int window = 0; window <= 7; window += 7) {
+            char extra[64];
+            snprintf(extra, sizeof extra, window ? "\"is_causal\":true,\"window\":%d," : "\"is_causal\":true,",
+                     window);
+            json_t *ja = NULL, *jb = NULL;
+            CHECK_INT_EQ(oneshot_rows(&ch, models[m], 5, 40, E, extra, &ja), 200);
+            CHECK_INT_EQ(oneshot_rows(&wh, models[m], 5, 40, E, extra, &jb), 200);
+            double worst = max_diff(json_object_get(ja, "output"), json_object_get(jb, "output"));
+            long long pieces = member(ja, "timing", "pieces");
+            printf("one-shot %-5s window %d: 40 causal rows in %lld pieces: max diff vs whole %.3g\n", models[m],
+                   window, pieces, worst);
+            CHECK_MSG(worst <= 1e-6, "%s window %d: chunked one-shot differs by %g", models[m], window, worst);
+            CHECK_MSG(pieces > 1, "%s: the 40-row one-shot took %lld pieces", models[m], pieces);
+            CHECK(json_object_get(json_object_get(jb, "timing"), "pieces") == NULL);
+            json_decref(ja);
+            json_decref(jb);
+        }
+    json_t *ja = NULL, *jb = NULL;
+    CHECK_INT_EQ(oneshot_rows(&ch, "demo", 6, 40, E, "", &ja), 200);
+    CHECK_INT_EQ(oneshot_rows(&wh, "demo", 6, 40, E, "", &jb), 200);
+    CHECK(json_object_get(json_object_get(ja, "timing"), "pieces") == NULL);
+    CHECK(max_diff(json_object_get(ja, "output"), json_object_get(jb, "output")) <= 1e-6);
+    json_decref(ja);
+    json_decref(jb);
+    CHECK_INT_EQ(attnd_proc_stop(&ch), 0);
+    CHECK_INT_EQ(attnd_proc_stop(&wh), 0);
+}
+
 typedef struct prefill_arg {
     const attnd_proc *p;
     char id[64];
@@ -384,6 +449,67 @@ static void *run_prefill(void *v)
     json_decref(j);
     a->done = 1;
     return NULL;
+}
+
+static void *run_oneshot_prefill(void *v)
+{
+    prefill_arg *a = v;
+    json_t *j = NULL;
+    a->code = oneshot_rows(a->p, "demo", 7, a->rows, E, "\"is_causal\":true,", &j);
+    a->iterations = member(j, "timing", "pieces");
+    json_decref(j);
+    a->done = 1;
+    return NULL;
+}
+
+/* The same with a causal one-shot of 4000 rows (no session: its keys and
+ * values live with the request between pieces): it runs in the decode loop
+ * one row per iteration, every step of the client's sessions still runs in
+ * the iteration after those started when it queued, and steps are answered
+ * while the one-shot is still computing. */
+TEST(oneshot_prefill_never_holds_a_step)
+{
+    enum { ROWS = 4000, K = 3 };
+    attnd_proc p;
+    const char *args[] = {"--prefill-chunk-rows", "1", NULL};
+    if (attnd_proc_start(&p, args) != 0) {
+        CHECK_MSG(0, "daemon did not start");
+        return;
+    }
+    char id[K][64];
+    json_t *j = NULL;
+    for (int k = 0; k < K; k++) {
+        CHECK_INT_EQ(create_session(&p, "demo", 0, id[k], sizeof id[k]), 0);
+        CHECK_INT_EQ(append_rows(&p, id[k], k, 0, 1, E, "", &j), 200);
+        json_decref(j);
+    }
+    static prefill_arg pa;
+    memset(&pa, 0, sizeof pa);
+    pa.p = &p;
+    pa.rows = ROWS;
+    pthread_t th;
+    pthread_create(&th, NULL, run_oneshot_prefill, &pa);
+    int n = 0, wrong = 0, during = 0;
+    for (int r = 1; !pa.done && n < 20000; r++)
+        for (int k = 0; k < K && n < 20000; k++) {
+            long code = append_rows(&p, id[k], k, r, 1, E, "", &j);
+            CHECK_INT_EQ(code, 200);
+            if (code == 200) {
+                wrong += member(j, "decode", "first") != member(j, "decode", "queued_after") + 1 ||
+                         member(j, "decode", "iterations") != 1;
+                during += !pa.done;
+                n++;
+            }
+            json_decref(j);
+        }
+    pthread_join(th, NULL);
+    printf("one-shot prefill of %d rows in %lld pieces; %d steps, %d answered while it computed, %d waited "
+           "beyond one iteration\n", ROWS, pa.iterations, n, during, wrong);
+    CHECK_INT_EQ(pa.code, 200);
+    CHECK_INT_EQ(pa.iterations, ROWS);
+    CHECK_INT_EQ(wrong, 0);
+    CHECK_MSG(during > 0, "no step was answered while the one-shot computed (%d steps)", n);
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
 }
 
 /* A 4000-row prefill computed one row per iteration (a slow prefill: 4000
@@ -599,6 +725,8 @@ int main(void)
     RUN(interleaved_client_never_waits);
     RUN(prefill_never_holds_a_step);
     RUN(chunked_prefill_equals_whole);
+    RUN(chunked_oneshot_equals_whole);
+    RUN(oneshot_prefill_never_holds_a_step);
     RUN(pieces_shrink_deep_in_a_prefill);
     RUN(deadlines_while_queued);
     RUN(decode_steps_batch_together);
