@@ -21,6 +21,11 @@
  *     default "json,binary"): a 2048-row JSON prefill is ~1M numbers parsed
  *     and ~1M printed on an HTTP thread, core time the loop then lacks on a
  *     2-core machine; binary bodies take that cost away;
+ *  2b. the same 4 and 16 binary streams while a 2048-row causal ONE-SHOT
+ *     (v2 binary infer, no session) arrives every 0.5 s: the loop computes a
+ *     long causal one-shot in pieces too (its keys and values kept with the
+ *     request), so the same three targets apply; with chunk 0 it runs whole
+ *     on a worker of its own beside the loop (BENCH_LOOP_ONESHOT=0 skips 2b);
  *  3. stateless requests beside the loop: one client's T=32 causal requests
  *     alone and while 16 streams decode, and the streams' p50 with and without
  *     them (how the two share the cores; no target).
@@ -263,6 +268,7 @@ static double prefill_alone(const char *base, int rows, int count, int binary, u
 typedef struct mix_result {
     double p50, p99, max, tokens_per_s, prefill_rows_per_s;
     long prefills, errors;
+    double busy; /* the share of the wall time the loop computed decode steps' iterations */
 } mix_result;
 
 /* 2: n streams on l0 for `seconds`, with a `rows`-row prefill every `every`
@@ -303,7 +309,9 @@ static int decode_mix(const char *url, int n, int prefix, double seconds, double
         load_sess_stats st;
         rc = load_sess_run_level(r, n, &st, err, sizeof err) == 0 ? 0 : -1;
         *out = (mix_result){st.tpot_p50_ms, st.tpot_p99_ms, st.tpot_max_ms, st.decode_tokens_per_s,
-                            st.mix_prefill_rows_per_s, (long)st.n_ttft, st.errors};
+                            st.mix_prefill_rows_per_s, (long)st.n_ttft, st.errors,
+                            /* iterations/s (steps/s over steps per iteration) x each one's compute */
+                            st.mean_batch > 0 ? st.decode_tokens_per_s / st.mean_batch * st.compute_ms / 1e3 : 0};
         if (st.errors) fprintf(stderr, "bench_decode_loop: %s\n", st.first_error);
         load_sess_stats_free(&st);
     }
@@ -380,6 +388,112 @@ static int sharing(const char *base, double seconds)
     return rc;
 }
 
+/* 2b: causal one-shot prefills (v2 binary infer, no session) of `rows` rows,
+ * one every `every` s until *stop (or `count` of them when count > 0, back
+ * to back); their rows/s over the time they took. */
+typedef struct oneshot_prefills {
+    const char *base;
+    int rows, count;
+    double every;
+    volatile int stop;
+    int ok, failed;
+    double busy_s;
+} oneshot_prefills;
+
+static void *oneshot_prefill_main(void *v)
+{
+    oneshot_prefills *a = v;
+    client c;
+    client_init(&c);
+    unsigned long long brng = 0x0e5407ull;
+    size_t len = 0, header_len = 0;
+    char *raw = load_gen_query_binary(&brng, a->rows, E, &len, &header_len);
+    const char causal[] = ",\"parameters\":{\"is_causal\":true}";
+    char *body = raw ? malloc(len + sizeof causal) : NULL;
+    if (body) { /* the header's closing brace moves after the parameters */
+        memcpy(body, raw, header_len - 1);
+        memcpy(body + header_len - 1, causal, sizeof causal - 1);
+        body[header_len - 1 + sizeof causal - 1] = '}';
+        memcpy(body + header_len + sizeof causal - 1, raw + header_len, len - header_len);
+        header_len += sizeof causal - 1;
+        len += sizeof causal - 1;
+    }
+    char url[2048];
+    snprintf(url, sizeof url, "%s/v2/models/l0/infer", a->base);
+    double next = now_s();
+    for (int i = 0; body && !a->stop && (a->count <= 0 || i < a->count); i++) {
+        while (a->count <= 0 && !a->stop && now_s() < next) {
+            struct timespec ts = {0, 2000000};
+            nanosleep(&ts, NULL);
+        }
+        if (a->stop) break;
+        next += a->every;
+        double t0 = now_s();
+        long st = client_post_binary(&c, url, body, len, header_len);
+        a->busy_s += now_s() - t0;
+        if (st == 200) a->ok++;
+        else a->failed++;
+    }
+    free(body);
+    free(raw);
+    client_free(&c);
+    return NULL;
+}
+
+static double oneshot_rows_per_s(const oneshot_prefills *a)
+{
+    return a->ok && a->busy_s > 0 ? a->ok * (double)a->rows / a->busy_s : -1;
+}
+
+/* 2b for one piece size: 4 and 16 binary decode streams alone and while a
+ * 2048-row causal one-shot arrives every 0.5 s, against the one-shots alone.
+ * Returns the number of failed runs. */
+static int oneshot_targets(const char *base, const char *chunk, double seconds)
+{
+    static oneshot_prefills alone;
+    alone = (oneshot_prefills){.base = base, .rows = 2048, .count = 6};
+    oneshot_prefill_main(&alone);
+    const double alone_rps = oneshot_rows_per_s(&alone);
+    printf("causal one-shots of 2048 rows (v2 binary) alone: %.0f rows/s\n", alone_rps);
+    int failures = alone.failed > 0;
+    for (int n = 4; n <= 16; n *= 4) {
+        mix_result a = {0}, b = {0};
+        static oneshot_prefills mix;
+        mix = (oneshot_prefills){.base = base, .rows = 2048, .every = 0.5};
+        if (decode_mix(base, n, 512, seconds, 0, 0, 1, &a) != 0 || a.errors) {
+            failures++;
+            continue;
+        }
+        pthread_t th;
+        pthread_create(&th, NULL, oneshot_prefill_main, &mix);
+        int rc = decode_mix(base, n, 512, seconds, 0, 0, 1, &b);
+        mix.stop = 1;
+        pthread_join(th, NULL);
+        if (rc != 0 || b.errors || mix.failed) {
+            failures++;
+            continue;
+        }
+        const double rps = oneshot_rows_per_s(&mix);
+        printf("%2d streams (512 cached, binary): alone p50 %.2f p99 %.2f max %.2f ms, loop busy %.0f%% | with a "
+               "2048-row causal one-shot every 0.5 s: p50 %.2f p99 %.2f max %.2f ms, %d one-shots at %.0f rows/s\n",
+               n, a.p50, a.p99, a.max, 100 * a.busy, b.p50, b.p99, b.max, mix.ok, rps);
+        char t[160], m[96];
+        const double pr = a.p99 > 0 ? b.p99 / a.p99 : 0, mr = a.max > 0 ? b.max / a.max : 0,
+                     tr = alone_rps > 0 ? rps / alone_rps : 0;
+        snprintf(t, sizeof t, "decode loop: %d streams, chunk %s, one-shot prefills: p99 <= 2x alone", n, chunk);
+        snprintf(m, sizeof m, "%.2fx (%.2f / %.2f ms)", pr, b.p99, a.p99);
+        bench_target(t, m, pr > 0 && pr <= 2);
+        snprintf(t, sizeof t, "decode loop: %d streams, chunk %s, one-shot prefills: longest step <= 2x alone", n,
+                 chunk);
+        snprintf(m, sizeof m, "%.2fx (%.2f / %.2f ms)", mr, b.max, a.max);
+        bench_target(t, m, mr > 0 && mr <= 2);
+        snprintf(t, sizeof t, "decode loop: %d streams, chunk %s, one-shot prefill rows/s >= 0.8x alone", n, chunk);
+        snprintf(m, sizeof m, "%.2fx (%.0f / %.0f rows/s)", tr, rps, alone_rps);
+        bench_target(t, m, tr >= 0.8);
+    }
+    return failures;
+}
+
 /* 2 for one piece size and transport: 4 and 16 streams alone and with
  * prefills arriving, against the prefills alone; the targets printed. Returns
  * the number of failed runs. */
@@ -399,10 +513,11 @@ static int mix_targets(const char *base, const char *chunk, int binary, double s
         /* A closed-loop stream has one step in flight, so a prefill holding the loop delays one
          * step per stream: few enough (one in ~100 at 16 streams, fewer at 4) that p99 can miss
          * it. The longest step shows the stall itself. */
-        printf("%2d streams (512 cached, %s): alone p50 %.2f p99 %.2f max %.2f ms %.0f tok/s | with a 2048-row "
-               "prefill every 0.5 s: p50 %.2f p99 %.2f max %.2f ms %.0f tok/s, %ld prefills at %.0f rows/s\n",
-               n, how, a.p50, a.p99, a.max, a.tokens_per_s, b.p50, b.p99, b.max, b.tokens_per_s, b.prefills,
-               b.prefill_rows_per_s);
+        printf("%2d streams (512 cached, %s): alone p50 %.2f p99 %.2f max %.2f ms %.0f tok/s, loop busy %.0f%% | "
+               "with a 2048-row prefill every 0.5 s: p50 %.2f p99 %.2f max %.2f ms %.0f tok/s, %ld prefills at "
+               "%.0f rows/s\n",
+               n, how, a.p50, a.p99, a.max, a.tokens_per_s, 100 * a.busy, b.p50, b.p99, b.max, b.tokens_per_s,
+               b.prefills, b.prefill_rows_per_s);
         char t[160], m[96];
         double pr = a.p99 > 0 ? b.p99 / a.p99 : 0, tr = alone_rps > 0 ? b.prefill_rows_per_s / alone_rps : 0;
         snprintf(t, sizeof t, "decode loop: %d streams, chunk %s, %s: p99 with prefills <= 2x alone", n, chunk, how);
@@ -492,6 +607,8 @@ int main(void)
         char *save = NULL;
         for (char *tr = strtok_r(tr_list, ",", &save); tr; tr = strtok_r(NULL, ",", &save))
             failures += mix_targets(proc.base_url, tok, strcmp(tr, "binary") == 0, seconds, &rng);
+        if (getenv("BENCH_LOOP_ONESHOT") == NULL || atoi(getenv("BENCH_LOOP_ONESHOT")) != 0)
+            failures += oneshot_targets(proc.base_url, tok, seconds);
         if (attnd_proc_stop(&proc) != 0) failures++;
     }
     char cmd[1200];
