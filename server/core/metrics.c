@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +83,8 @@ typedef struct model_slot {
     _Atomic int loaded;
     attn_layer_info info;
     hist h[H_COUNT];
+    /* the decode loop (attnd_metrics_decode_iteration) */
+    _Atomic uint64_t iterations, busy_us, steps, pieces, piece_rows;
 } model_slot;
 
 struct attnd_metrics {
@@ -158,6 +161,11 @@ void attnd_metrics_rename_model(attnd_metrics *m, int model, const char *name)
             atomic_store_explicit(&ms->h[h].buckets[k], 0, memory_order_relaxed);
         atomic_store_explicit(&ms->h[h].sum, 0, memory_order_relaxed);
     }
+    atomic_store_explicit(&ms->iterations, 0, memory_order_relaxed);
+    atomic_store_explicit(&ms->busy_us, 0, memory_order_relaxed);
+    atomic_store_explicit(&ms->steps, 0, memory_order_relaxed);
+    atomic_store_explicit(&ms->pieces, 0, memory_order_relaxed);
+    atomic_store_explicit(&ms->piece_rows, 0, memory_order_relaxed);
     size_t row = (size_t)(model + 1) * (size_t)m->n_routes * N_STATUS;
     for (size_t i = 0; i < (size_t)m->n_routes * N_STATUS; i++)
         atomic_store_explicit(&m->requests[row + i], 0, memory_order_relaxed);
@@ -238,6 +246,22 @@ void attnd_metrics_batch(attnd_metrics *m, int model, int n_requests, size_t n_t
     observe(&m->models[model].h[H_BATCH_SIZE], &hist_defs[H_BATCH_SIZE], n_requests);
     observe(&m->models[model].h[H_BATCH_TOKENS], &hist_defs[H_BATCH_TOKENS],
             (int64_t)n_tokens);
+}
+
+void attnd_metrics_decode_iteration(attnd_metrics *m, int model, int steps, int piece_rows,
+                                    int64_t compute_us)
+{
+    if (model < 0 || model >= m->n_models)
+        return;
+    model_slot *s = &m->models[model];
+    atomic_fetch_add_explicit(&s->iterations, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->busy_us, (uint64_t)(compute_us > 0 ? compute_us : 0),
+                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->steps, (uint64_t)(steps > 0 ? steps : 0), memory_order_relaxed);
+    if (piece_rows > 0) {
+        atomic_fetch_add_explicit(&s->pieces, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->piece_rows, (uint64_t)piece_rows, memory_order_relaxed);
+    }
 }
 
 void attnd_metrics_reload(attnd_metrics *m, int ok)
@@ -372,6 +396,43 @@ static void render_requests(buf *b, attnd_metrics *m)
     }
 }
 
+/* One per-model counter family of the decode loop; field picks the counter
+ * (scale: what one unit of it is in the family's unit). */
+static void render_loop_counter(buf *b, attnd_metrics *m, const char *name, const char *help,
+                                size_t field, double scale)
+{
+    family(b, name, "counter", help);
+    for (int i = 0; i < m->n_models; i++) {
+        if (!named(m, i))
+            continue;
+        _Atomic uint64_t *c = (_Atomic uint64_t *)((char *)&m->models[i] + field);
+        double v = (double)atomic_load_explicit(c, memory_order_relaxed) * scale;
+        put(b, "%s{model=\"%s\"} %.9g\n", name, m->models[i].name, v);
+    }
+}
+
+static void render_decode_loop(buf *b, attnd_metrics *m)
+{
+    render_loop_counter(b, m, "attnd_decode_iterations_total",
+                        "Iterations of the model's decode loop (batches of session appends, "
+                        "with at most one prefill piece each).",
+                        offsetof(model_slot, iterations), 1);
+    render_loop_counter(b, m, "attnd_decode_busy_seconds_total",
+                        "Compute time of those iterations: its rate is the share of time the "
+                        "loop computes.",
+                        offsetof(model_slot, busy_us), 1e-6);
+    render_loop_counter(b, m, "attnd_decode_steps_total",
+                        "Whole session appends those iterations computed (steps / iterations "
+                        "is the mean iteration's).",
+                        offsetof(model_slot, steps), 1);
+    render_loop_counter(b, m, "attnd_prefill_pieces_total",
+                        "Pieces of chunked prefills (long appends and long causal one-shots, "
+                        "--prefill-chunk-rows) computed.",
+                        offsetof(model_slot, pieces), 1);
+    render_loop_counter(b, m, "attnd_prefill_piece_rows_total",
+                        "Rows computed in those pieces.", offsetof(model_slot, piece_rows), 1);
+}
+
 static void render_models(buf *b, attnd_metrics *m, const int *queue_depths)
 {
     family(b, "attnd_model_info", "gauge", "A loaded model and its dimensions (value 1).");
@@ -384,6 +445,7 @@ static void render_models(buf *b, attnd_metrics *m, const int *queue_depths)
             m->models[i].name, in->num_heads, in->embed_q, in->embed_k, in->embed_v,
             in->embed_out, in->head_dim_k, in->source_dtype[0] ? in->source_dtype : "F32");
     }
+    render_decode_loop(b, m);
     family(b, "attnd_queue_depth", "gauge", "Requests waiting for a batch, per model.");
     for (int i = 0; i < m->n_models; i++)
         if (queue_depths && queue_depths[i] >= 0 && named(m, i))

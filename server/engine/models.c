@@ -19,12 +19,14 @@
 #include "engine/kvlayout.h"
 
 /* Scheduler batch hook: runs on a worker thread after every batch. */
-static void on_batch(void *ctx, int n_requests, size_t n_tokens, int64_t compute_us)
+static void on_batch(void *ctx, const attnd_batch_report *r)
 {
     attnd_model_slot *slot = ctx;
-    (void)compute_us; /* per-request compute time is recorded from each request */
-    if (slot->metrics)
-        attnd_metrics_batch(slot->metrics, slot->index, n_requests, n_tokens);
+    if (!slot->metrics) return;
+    attnd_metrics_batch(slot->metrics, slot->index, r->n_requests, r->n_tokens);
+    if (r->loop)
+        attnd_metrics_decode_iteration(slot->metrics, slot->index, r->steps, r->piece_rows,
+                                       r->compute_us);
 }
 
 /* Frees a version: its layer (the last request on it has finished: each holds

@@ -700,7 +700,11 @@ static void run_batch(sched_worker *w, sched_job *job)
         iteration_ended(s, job, &done);
     }
     size_t tokens = batch->tokens + (job->piece ? (size_t)job->piece_rows : 0);
-    if (s->hook) s->hook(s->hook_ctx, members, tokens, compute_us);
+    if (s->hook) {
+        const attnd_batch_report report = {members, tokens, compute_us, job->loop, batch->count,
+                                           job->piece ? job->piece_rows : 0};
+        s->hook(s->hook_ctx, &report);
+    }
     finish_all(batch);
     if (done.count) {
         if (done.head->outcome == ATTND_DONE_TIMEOUT) done.head->batch_size = 0;

@@ -42,9 +42,18 @@ typedef struct attnd_sched_config {
     int workers;                 /* worker threads, >= 1                      */
 } attnd_sched_config;
 
-/* Called by a worker after each batch (for metrics); may be NULL. */
-typedef void (*attnd_batch_hook)(void *ctx, int n_requests, size_t n_tokens,
-                                 int64_t compute_us);
+/* What a worker reports after each batch (for metrics). */
+typedef struct attnd_batch_report {
+    int n_requests;     /* requests in it, a chunked request's piece included */
+    size_t n_tokens;    /* positions it projected for them                    */
+    int64_t compute_us; /* its compute time                                   */
+    int loop;           /* 1: an iteration of the decode loop                 */
+    int steps;          /* the iteration's whole stream steps (loop only)     */
+    int piece_rows;     /* rows of the chunked prefill's piece in it, or 0    */
+} attnd_batch_report;
+
+/* Called by a worker after each batch; may be NULL. */
+typedef void (*attnd_batch_hook)(void *ctx, const attnd_batch_report *report);
 
 typedef struct attnd_scheduler attnd_scheduler;
 

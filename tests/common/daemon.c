@@ -384,6 +384,25 @@ int http_header(const http_result *r, const char *name, char *out, size_t cap)
     return 0;
 }
 
+double attnd_proc_metric(const attnd_proc *p, const char *prefix)
+{
+    char url[160];
+    http_result r = {0};
+    snprintf(url, sizeof url, "%s/metrics", p->base_url);
+    double v = -1;
+    if (http_do("GET", url, NULL, 0, NULL, &r) == 0 && r.body) {
+        for (char *line = r.body; line && *line; line = strchr(line, '\n')) {
+            if (*line == '\n') line++;
+            if (strncmp(line, prefix, strlen(prefix)) == 0) {
+                v = strtod(line + strlen(prefix), NULL);
+                break;
+            }
+        }
+    }
+    http_result_free(&r);
+    return v;
+}
+
 int http_do(const char *method, const char *url, const char *body, size_t body_len,
             const char *content_type, http_result *out)
 {

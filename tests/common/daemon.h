@@ -62,6 +62,11 @@ int http_do_ex(const char *method, const char *url, const char *body, size_t bod
                const char *content_type, const char *const *headers, const char *ca_file,
                http_result *out);
 
+/* The value of p's first /metrics sample line starting with prefix (e.g.
+ * "attnd_sessions " or "attnd_prefill_pieces_total{model=\"demo\"} "), or -1
+ * when none does or the scrape fails. */
+double attnd_proc_metric(const attnd_proc *p, const char *prefix);
+
 /* One request to p at path with "Authorization: auth" (auth NULL: no header)
  * and body (NULL: none). Returns the status, -1 on transport error; *keep (may
  * be NULL) gets the result, which the caller frees with http_result_free. */

@@ -310,6 +310,15 @@ static int start_chunk_daemon(attnd_proc *p, const char *chunk)
     return attnd_proc_start(p, args);
 }
 
+/* The daemon computing appends 3 rows per iteration (*ch) and the one
+ * computing them whole (*wh). 0, or -1 (a failed check) when one did not start. */
+static int start_chunk_pair(attnd_proc *ch, attnd_proc *wh)
+{
+    if (start_chunk_daemon(ch, "3") == 0 && start_chunk_daemon(wh, "0") == 0) return 0;
+    CHECK_MSG(0, "daemons did not start");
+    return -1;
+}
+
 /* Largest |a - b| over two equally shaped output matrices; INFINITY when
  * their shapes differ. */
 static double max_diff(json_t *a, json_t *b)
@@ -334,10 +343,7 @@ static double max_diff(json_t *a, json_t *b)
 TEST(chunked_prefill_equals_whole)
 {
     attnd_proc ch, wh;
-    if (start_chunk_daemon(&ch, "3") != 0 || start_chunk_daemon(&wh, "0") != 0) {
-        CHECK_MSG(0, "daemons did not start");
-        return;
-    }
+    if (start_chunk_pair(&ch, &wh) != 0) return;
     const int lens[] = {5, 40, 1};
     for (size_t m = 0; m < sizeof chunk_models / sizeof chunk_models[0]; m++)
         for (int window = 0; window <= 7; window += 7) {
@@ -395,10 +401,7 @@ static long oneshot_rows(const attnd_proc *p, const char *model, int seed, int n
 TEST(chunked_oneshot_equals_whole)
 {
     attnd_proc ch, wh;
-    if (start_chunk_daemon(&ch, "3") != 0 || start_chunk_daemon(&wh, "0") != 0) {
-        CHECK_MSG(0, "daemons did not start");
-        return;
-    }
+    if (start_chunk_pair(&ch, &wh) != 0) return;
     const char *models[] = {"demo", "llama"};
     for (int m = 0; m < 2; m++)
         for (int window = 0; window <= 7; window += 7) {
@@ -462,54 +465,23 @@ static void *run_oneshot_prefill(void *v)
     return NULL;
 }
 
-/* The same with a causal one-shot of 4000 rows (no session: its keys and
- * values live with the request between pieces): it runs in the decode loop
- * one row per iteration, every step of the client's sessions still runs in
- * the iteration after those started when it queued, and steps are answered
- * while the one-shot is still computing. */
-TEST(oneshot_prefill_never_holds_a_step)
+/* A daemon computing prefills one row per iteration (--prefill-chunk-rows 1)
+ * with k sessions of one row each in id[0..k). 0, or -1 (checks failed). */
+static int start_one_row_pieces(attnd_proc *p, char id[][64], int k)
 {
-    enum { ROWS = 4000, K = 3 };
-    attnd_proc p;
     const char *args[] = {"--prefill-chunk-rows", "1", NULL};
-    if (attnd_proc_start(&p, args) != 0) {
+    if (attnd_proc_start(p, args) != 0) {
         CHECK_MSG(0, "daemon did not start");
-        return;
+        return -1;
     }
-    char id[K][64];
-    json_t *j = NULL;
-    for (int k = 0; k < K; k++) {
-        CHECK_INT_EQ(create_session(&p, "demo", 0, id[k], sizeof id[k]), 0);
-        CHECK_INT_EQ(append_rows(&p, id[k], k, 0, 1, E, "", &j), 200);
+    for (int i = 0; i < k; i++) {
+        json_t *j = NULL;
+        int ok = create_session(p, "demo", 0, id[i], 64) == 0 && append_rows(p, id[i], i, 0, 1, E, "", &j) == 200;
         json_decref(j);
+        CHECK_MSG(ok, "session %d could not be created and stepped", i);
+        if (!ok) return -1;
     }
-    static prefill_arg pa;
-    memset(&pa, 0, sizeof pa);
-    pa.p = &p;
-    pa.rows = ROWS;
-    pthread_t th;
-    pthread_create(&th, NULL, run_oneshot_prefill, &pa);
-    int n = 0, wrong = 0, during = 0;
-    for (int r = 1; !pa.done && n < 20000; r++)
-        for (int k = 0; k < K && n < 20000; k++) {
-            long code = append_rows(&p, id[k], k, r, 1, E, "", &j);
-            CHECK_INT_EQ(code, 200);
-            if (code == 200) {
-                wrong += member(j, "decode", "first") != member(j, "decode", "queued_after") + 1 ||
-                         member(j, "decode", "iterations") != 1;
-                during += !pa.done;
-                n++;
-            }
-            json_decref(j);
-        }
-    pthread_join(th, NULL);
-    printf("one-shot prefill of %d rows in %lld pieces; %d steps, %d answered while it computed, %d waited "
-           "beyond one iteration\n", ROWS, pa.iterations, n, during, wrong);
-    CHECK_INT_EQ(pa.code, 200);
-    CHECK_INT_EQ(pa.iterations, ROWS);
-    CHECK_INT_EQ(wrong, 0);
-    CHECK_MSG(during > 0, "no step was answered while the one-shot computed (%d steps)", n);
-    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+    return 0;
 }
 
 /* A 4000-row prefill computed one row per iteration (a slow prefill: 4000
@@ -521,18 +493,9 @@ TEST(prefill_never_holds_a_step)
 {
     enum { ROWS = 4000, K = 3 };
     attnd_proc p;
-    const char *args[] = {"--prefill-chunk-rows", "1", NULL};
-    if (attnd_proc_start(&p, args) != 0) {
-        CHECK_MSG(0, "daemon did not start");
-        return;
-    }
     char id[K][64];
     json_t *j = NULL;
-    for (int k = 0; k < K; k++) {
-        CHECK_INT_EQ(create_session(&p, "demo", 0, id[k], sizeof id[k]), 0);
-        CHECK_INT_EQ(append_rows(&p, id[k], k, 0, 1, E, "", &j), 200);
-        json_decref(j);
-    }
+    if (start_one_row_pieces(&p, id, K) != 0) return;
     static prefill_arg pa;
     memset(&pa, 0, sizeof pa);
     pa.p = &p;
@@ -569,6 +532,47 @@ TEST(prefill_never_holds_a_step)
     CHECK_INT_EQ(wrong, 0);
     CHECK_INT_EQ(held, 0);
     CHECK_MSG(during > 0, "no step queued while the prefill ran (%d steps)", n);
+    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+}
+
+/* The same with a causal one-shot of 4000 rows (no session: its keys and
+ * values live with the request between pieces): it runs in the decode loop
+ * one row per iteration, every step of the client's sessions still runs in
+ * the iteration after those started when it queued, and steps are answered
+ * while the one-shot is still computing. */
+TEST(oneshot_prefill_never_holds_a_step)
+{
+    enum { ROWS = 4000, K = 3 };
+    attnd_proc p;
+    char id[K][64];
+    json_t *j = NULL;
+    if (start_one_row_pieces(&p, id, K) != 0) return;
+    static prefill_arg pa;
+    memset(&pa, 0, sizeof pa);
+    pa.p = &p;
+    pa.rows = ROWS;
+    pthread_t th;
+    pthread_create(&th, NULL, run_oneshot_prefill, &pa);
+    int n = 0, wrong = 0, during = 0;
+    for (int r = 1; !pa.done && n < 20000; r++)
+        for (int k = 0; k < K && n < 20000; k++) {
+            long code = append_rows(&p, id[k], k, r, 1, E, "", &j);
+            CHECK_INT_EQ(code, 200);
+            if (code == 200) {
+                wrong += member(j, "decode", "first") != member(j, "decode", "queued_after") + 1 ||
+                         member(j, "decode", "iterations") != 1;
+                during += !pa.done;
+                n++;
+            }
+            json_decref(j);
+        }
+    pthread_join(th, NULL);
+    printf("one-shot prefill of %d rows in %lld pieces; %d steps, %d answered while it computed, %d waited "
+           "beyond one iteration\n", ROWS, pa.iterations, n, during, wrong);
+    CHECK_INT_EQ(pa.code, 200);
+    CHECK_INT_EQ(pa.iterations, ROWS);
+    CHECK_INT_EQ(wrong, 0);
+    CHECK_MSG(during > 0, "no step was answered while the one-shot computed (%d steps)", n);
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);
 }
 
@@ -717,6 +721,14 @@ TEST(pieces_shrink_deep_in_a_prefill)
            shallow, deeper);
     CHECK(shallow >= 4);
     CHECK_MSG(deeper > shallow, "after 1000 rows: %lld pieces, onto an empty session %lld", deeper, shallow);
+    /* The decode loop's counters: the pieces and their rows (64 + 1000 + 64 rows appended in pieces; the
+     * one-row first steps of nothing: every append here was chunked), and an iteration for each piece. */
+    CHECK_INT_EQ(attnd_proc_metric(&p, "attnd_prefill_piece_rows_total{model=\"demo\"} "), 64 + 1000 + 64);
+    const double pieces = attnd_proc_metric(&p, "attnd_prefill_pieces_total{model=\"demo\"} ");
+    CHECK_MSG(pieces >= shallow + deeper + 1000 / 16, "attnd_prefill_pieces_total %g", pieces);
+    CHECK_INT_EQ(attnd_proc_metric(&p, "attnd_decode_iterations_total{model=\"demo\"} "), pieces);
+    CHECK_INT_EQ(attnd_proc_metric(&p, "attnd_decode_steps_total{model=\"demo\"} "), 0);
+    CHECK(attnd_proc_metric(&p, "attnd_decode_busy_seconds_total{model=\"demo\"} ") > 0);
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);
 }
 

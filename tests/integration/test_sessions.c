@@ -544,35 +544,15 @@ TEST_WITH(ttl, const attnd_proc *p)
 
 /* ------------------------------------------------------------ metrics */
 
-/* The value of the first sample line starting with prefix, or -1. */
-static double metric(const attnd_proc *p, const char *prefix)
-{
-    char url[160];
-    http_result r = {0};
-    snprintf(url, sizeof url, "%s/metrics", p->base_url);
-    double v = -1;
-    if (http_do("GET", url, NULL, 0, NULL, &r) == 0 && r.body) {
-        for (char *line = r.body; line && *line; line = strchr(line, '\n')) {
-            if (*line == '\n') line++;
-            if (strncmp(line, prefix, strlen(prefix)) == 0) {
-                v = strtod(line + strlen(prefix), NULL);
-                break;
-            }
-        }
-    }
-    http_result_free(&r);
-    return v;
-}
-
 TEST_WITH(metrics, const attnd_proc *p)
 {
-    CHECK(metric(p, "attnd_sessions ") >= 1);
-    CHECK(metric(p, "attnd_kv_cache_bytes ") > 0);
-    CHECK(metric(p, "attnd_session_evictions_total{reason=\"ttl\"} ") >= 2);
-    CHECK(metric(p, "attnd_session_append_duration_seconds_count{model=\"demo\"} ") >= 50);
-    CHECK(metric(p, "attnd_requests_total{model=\"demo\",route=\"/v1/sessions/{id}/append\","
+    CHECK(attnd_proc_metric(p, "attnd_sessions ") >= 1);
+    CHECK(attnd_proc_metric(p, "attnd_kv_cache_bytes ") > 0);
+    CHECK(attnd_proc_metric(p, "attnd_session_evictions_total{reason=\"ttl\"} ") >= 2);
+    CHECK(attnd_proc_metric(p, "attnd_session_append_duration_seconds_count{model=\"demo\"} ") >= 50);
+    CHECK(attnd_proc_metric(p, "attnd_requests_total{model=\"demo\",route=\"/v1/sessions/{id}/append\","
                     "status=\"200\"} ") >= 50);
-    CHECK(metric(p, "attnd_requests_total{model=\"demo\",route=\"/v1/models/{name}/sessions\","
+    CHECK(attnd_proc_metric(p, "attnd_requests_total{model=\"demo\",route=\"/v1/models/{name}/sessions\","
                     "status=\"201\"} ") >= 10);
 }
 
@@ -624,10 +604,10 @@ TEST(eviction)
     CHECK_NEAR(d.out, 0, TOL);
     CHECK_NEAR(d.w, 0, TOL);
     json_decref(j);
-    CHECK(metric(&p, "attnd_session_evictions_total{reason=\"lru\"} ") >= 1);
-    CHECK_INT_EQ(metric(&p, "attnd_kv_cache_bytes "), 12 * 1024); /* a: 2 pages, c: 1 */
-    CHECK_INT_EQ(metric(&p, "attnd_kv_cache_capacity_bytes "), 12 * 1024);
-    CHECK_INT_EQ(metric(&p, "attnd_sessions "), 2);
+    CHECK(attnd_proc_metric(&p, "attnd_session_evictions_total{reason=\"lru\"} ") >= 1);
+    CHECK_INT_EQ(attnd_proc_metric(&p, "attnd_kv_cache_bytes "), 12 * 1024); /* a: 2 pages, c: 1 */
+    CHECK_INT_EQ(attnd_proc_metric(&p, "attnd_kv_cache_capacity_bytes "), 12 * 1024);
+    CHECK_INT_EQ(attnd_proc_metric(&p, "attnd_sessions "), 2);
     /* A session that alone would exceed the pool is refused (40 rows = 5
      * pages), without evicting anyone. */
     char d_id[ID_CAP];
@@ -637,7 +617,7 @@ TEST(eviction)
     CHECK_INT_EQ(st, 413);
     CHECK_STR_EQ(err_code(j), "limit_exceeded");
     json_decref(j);
-    CHECK_INT_EQ(metric(&p, "attnd_sessions "), 3);
+    CHECK_INT_EQ(attnd_proc_metric(&p, "attnd_sessions "), 3);
     free(qd);
     oneshot_free(&ref);
     free(qa);
@@ -953,13 +933,13 @@ TEST(reload_keeps_version)
     CHECK_INT_EQ(st, 200);
 
     CHECK(write_config(cfg, other) == 0);
-    double reloads = metric(&p, "attnd_reloads_total{result=\"ok\"} ");
+    double reloads = attnd_proc_metric(&p, "attnd_reloads_total{result=\"ok\"} ");
     kill(p.pid, SIGHUP);
-    for (int i = 0; i < 150 && metric(&p, "attnd_reloads_total{result=\"ok\"} ") <= reloads; i++) {
+    for (int i = 0; i < 150 && attnd_proc_metric(&p, "attnd_reloads_total{result=\"ok\"} ") <= reloads; i++) {
         struct timespec nap = {0, 20 * 1000000L};
         nanosleep(&nap, NULL);
     }
-    CHECK(metric(&p, "attnd_reloads_total{result=\"ok\"} ") > reloads);
+    CHECK(attnd_proc_metric(&p, "attnd_reloads_total{result=\"ok\"} ") > reloads);
     CHECK(oneshot_run(&p, q, 10, 0, NULL, NULL, 0, &after) == 0);
     double changed = max_diff(before.out, after.out, (size_t)10 * E);
     printf("reload: one-shot output moved by %.3g (a different model now)\n", changed);

@@ -274,10 +274,11 @@ static void hook_fini(hook_log *h)
     pthread_cond_destroy(&h->cv);
 }
 
-static void batch_hook(void *ctx, int n_requests, size_t n_tokens, int64_t compute_us)
+static void batch_hook(void *ctx, const attnd_batch_report *r)
 {
     hook_log *h = ctx;
-    (void)compute_us;
+    const int n_requests = r->n_requests;
+    const size_t n_tokens = r->n_tokens;
     pthread_mutex_lock(&h->mu);
     if (h->n_batches < MAX_BATCHES) {
         h->sizes[h->n_batches] = n_requests;
