@@ -31,7 +31,7 @@
  *                             layer B T E h causal SECONDS OUT
  *                             decode P n SECONDS OUT
  *                             attn P n f32|f16 SECONDS
- *                             bw | quit
+ *                             bw | sgemm | quit
  * Timing: one timed warm-up, then runs until SECONDS are spent and at least 3
  * ran (2 when the warm-up took over a second; decode and attn: at least 2),
  * median and fastest; the peers follow the same rule. Answers:
@@ -437,6 +437,9 @@ static int serve(void)
             if (n < 1 || n > ATTN_MAX_SESS || P < 1 || (strcmp(dt, "f32") && strcmp(dt, "f16")))
                 printf("ERROR\tattn rows: 1 <= n <= %d, P >= 1, f32 or f16\n", ATTN_MAX_SESS);
             else attn_cmd(P, n, strcmp(dt, "f16") ? ATTN_KV_F32 : ATTN_KV_F16, secs);
+        } else if (!strncmp(line, "sgemm", 5)) { /* the compute roof the layer rows are held against */
+            printf("RESULT\tsgemm\t%dthreads\t%.3f\tGFLOP/s (1024^3, OpenBLAS %s, best of 3)\n", THREADS,
+                   bench_sgemm_gflops(1024, THREADS), openblas_get_corename());
         } else if (!strncmp(line, "bw", 2)) {
             printf("RESULT\tbw\t%dthreads\t%.3f\tGB/s (sum of floats over 1 GiB, best of 5)\n", THREADS,
                    bench_read_bandwidth(THREADS) * 1e-9);

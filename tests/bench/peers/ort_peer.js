@@ -302,8 +302,17 @@ async function main() {
       `${best < Infinity ? ` | ${(best / a.med).toFixed(2)}x` : ''}`);
   }
 
+  // The compute roof: OpenBLAS sgemm on 2 threads, best of one probe per round. A layer
+  // row's useful FLOPs (projections 8·B·T·E², attention 4·B·T²·E, half when causal) over
+  // it is the fastest the row could run at sgemm's rate.
+  let sgemm = 0;
+  const probeSgemm = async () => {
+    const r = (await attnd.ask('sgemm')).find((l) => l.startsWith('RESULT\t'));
+    if (r) sgemm = Math.max(sgemm, Number(r.split('\t')[3]));
+  };
   const cpus = os.cpus().length;
   for (let r = 1; r <= ROUNDS; r++) {
+    await probeSgemm();
     const t0 = now(), b0 = busyTicks(), m0 = procTicks(process.pid) + procTicks(attnd.p.pid);
     console.log(`round ${r}/${ROUNDS} start ${stamp()}, load average ${loadavg()}`);
     for (const L of layers) {
@@ -348,6 +357,20 @@ async function main() {
     }
     return [what, measured, verdict];
   };
+  const flops = (L) => 8 * L.B * L.T * L.E * L.E + (L.causal ? 2 : 4) * L.B * L.T * L.T * L.E;
+  if (sgemm > 0) {
+    console.log(`\nCompute roof: sgemm on ${THREADS} threads ${sgemm.toFixed(1)} GFLOP/s (best of ${ROUNDS}). Each ` +
+      'row\'s useful FLOPs at that rate, and the share of it each side ran at (medians above); ' +
+      '"1.1x ORT needs" is the share attnd would have to run at:');
+    for (const L of layers) {
+      const row = rows.get(L.key), roof = flops(L) / (sgemm * 1e9);
+      const ort = Math.min(...Object.values(row.ort).filter((a) => a.length).map(median));
+      const goal = L.causal ? 1.5 : 1.1;
+      console.log(`  ${L.key.padEnd(22)} ${(flops(L) / 1e9).toFixed(3)} GFLOP, roof ${(roof * 1e3).toPrecision(4)} ms: ` +
+        `attnd ${(100 * roof / median(row.attnd)).toFixed(0)}%, ORT ${(100 * roof / ort).toFixed(0)}%; ` +
+        `${goal}x ORT needs ${(100 * goal * roof / ort).toFixed(0)}%`);
+    }
+  }
   const lines = [];
   for (const L of layers)
     lines.push(report(L.key, ['mha', 'attention', 'gqa'], layerVariants(L), L.causal ? 1.5 : 1.1,
