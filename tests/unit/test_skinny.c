@@ -74,9 +74,60 @@ TEST(column_splits_are_bit_identical)
     free(alone); free(x); free(w); free(whole); free(split);
 }
 
+/* Weights of each dtype: float32, or the 16-bit words of finite F16 / BF16 values. */
+static void *weights(int wdtype, size_t n, unsigned long long *s)
+{
+    if (wdtype == ATTN_WDTYPE_F32) {
+        float *w = malloc(n * sizeof *w);
+        for (size_t i = 0; i < n; i++) w[i] = frand(s);
+        return w;
+    }
+    unsigned short *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) {
+        float f = frand(s);
+        unsigned bits;
+        memcpy(&bits, &f, sizeof bits);
+        /* BF16: the float's top half; F16: its sign and mantissa bits under an exponent of 10..19 */
+        h[i] = wdtype == ATTN_WDTYPE_BF16 ? (unsigned short)(bits >> 16)
+                                          : (unsigned short)((bits >> 16 & 0x8000) | (bits & 0x3ff) |
+                                                             (10 + (bits >> 10) % 10) << 10);
+    }
+    return h;
+}
+
+/* Wherever the CPU has AVX-512 kernels (two weight rows per pass, one row in
+ * 16 lanes), they give the AVX2 kernels' bits: every row count 1..16, widths
+ * with and without tails, every weight dtype, with a bias. (On a CPU without
+ * AVX-512 both calls run the same kernels and this checks nothing more.) */
+TEST(avx512_kernels_equal_avx2)
+{
+    static const int widths[] = {7, 16, 17, 100, 2048};
+    static const int dtypes[] = {ATTN_WDTYPE_F32, ATTN_WDTYPE_BF16, ATTN_WDTYPE_F16};
+    unsigned long long s = 99;
+    int differ = 0, cases = 0;
+    for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++)
+        for (size_t di = 0; di < 3; di++)
+            for (int rows = 1; rows <= ATTN__SKINNY_MAX; rows++) {
+                const int n_in = widths[wi], n_out = 23;
+                float *x = malloc((size_t)rows * n_in * sizeof *x), *b = malloc(n_out * sizeof *b);
+                float *y = malloc((size_t)rows * n_out * sizeof *y), *y2 = malloc((size_t)rows * n_out * sizeof *y2);
+                void *w = weights(dtypes[di], (size_t)n_out * n_in, &s);
+                for (int i = 0; i < rows * n_in; i++) x[i] = frand(&s);
+                for (int i = 0; i < n_out; i++) b[i] = frand(&s);
+                attn__skinny_linear(x, rows, n_in, w, dtypes[di], b, 0, n_out, y, n_out);
+                attn__skinny_linear_avx2(x, rows, n_in, w, dtypes[di], b, 0, n_out, y2, n_out);
+                differ += memcmp(y, y2, (size_t)rows * n_out * sizeof *y) != 0;
+                cases++;
+                free(x), free(b), free(y), free(y2), free(w);
+            }
+    printf("AVX-512 vs AVX2 skinny kernels: %d of %d cases differ\n", differ, cases);
+    CHECK_INT_EQ(differ, 0);
+}
+
 int main(void)
 {
     RUN(against_reference);
     RUN(column_splits_are_bit_identical);
+    RUN(avx512_kernels_equal_avx2);
     return check_summary();
 }
