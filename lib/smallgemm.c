@@ -2,9 +2,10 @@
  * output columns, W's rows are transposed into a (n_in, 64) panel on the
  * stack (8 x 8 blocks in AVX registers), then every row of x runs against it
  * with 8 accumulators of 8 lanes: one broadcast of x[r][k] and eight FMAs
- * (the panel read as their memory operands) per k. Each lane's sum is the
- * FMA chain over k in order, so tiles, tails and padding change no bit; the
- * bias is added last. */
+ * (the panel read as their memory operands) per k; with AVX-512VL (32
+ * vector registers) two rows at a time share each panel load. Each lane's
+ * sum is the FMA chain over k in order, so tiles, tails, padding and the ISA
+ * change no bit; the bias is added last. */
 #include "smallgemm.h"
 
 #include <math.h>
@@ -27,6 +28,8 @@ void attn__small_linear_ref(const float *x, int rows, int n_in, const float *w, 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define AVX2_FN __attribute__((target("avx2,fma")))
+/* The same eight-lane arithmetic with AVX-512VL's 32 vector registers. */
+#define VL_FN __attribute__((target("avx2,fma,avx512f,avx512vl")))
 
 int attn__small_available(void)
 {
@@ -87,7 +90,7 @@ AVX2_FN static void pack_panel(const float *w, int nc, int n_in, float *panel)
 
 /* One row's eight accumulators (PANEL columns) to y: nc columns, plus the
  * bias (bias: PANEL floats, or NULL). */
-AVX2_FN static void store_row(const __m256 a[8], const float *bias, int nc, float *y)
+AVX2_FN __attribute__((always_inline)) static inline void store_row(const __m256 a[8], const float *bias, int nc, float *y)
 {
     float tmp[PANEL];
     float *d = nc == PANEL ? y : tmp;
@@ -131,8 +134,41 @@ AVX2_FN static void one_row(const float *x, const float *panel, int n_in, const 
     store_row(a, bias, nc, y);
 }
 
+/* Two rows against a panel with AVX-512VL's 32 vector registers (no 512-bit
+ * instruction): sixteen accumulators, each panel vector loaded once for both
+ * rows, which halves the panel loads that bound one_row. Each lane sums
+ * exactly as one_row's does, so the bits are the same. */
+VL_FN static void two_rows_vl(const float *x0, const float *x1, const float *panel, int n_in, const float *bias,
+                              int nc, float *y0, float *y1)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    __m256 c0 = a0, c1 = a0, c2 = a0, c3 = a0, c4 = a0, c5 = a0, c6 = a0, c7 = a0;
+#define VL_PAIR(i, W)                                                                                      \
+    do {                                                                                                   \
+        const __m256 w_ = _mm256_load_ps(p + 8 * (i));                                                     \
+        a##i = _mm256_fmadd_ps(xa, w_, a##i);                                                              \
+        c##i = _mm256_fmadd_ps(xc, w_, c##i);                                                              \
+    } while (0)
+    for (int k = 0; k < n_in; k++) {
+        const float *p = panel + (size_t)k * PANEL;
+        const __m256 xa = _mm256_broadcast_ss(x0 + k), xc = _mm256_broadcast_ss(x1 + k);
+        VL_PAIR(0, p);
+        VL_PAIR(1, p);
+        VL_PAIR(2, p);
+        VL_PAIR(3, p);
+        VL_PAIR(4, p);
+        VL_PAIR(5, p);
+        VL_PAIR(6, p);
+        VL_PAIR(7, p);
+    }
+#undef VL_PAIR
+    const __m256 a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}, c[8] = {c0, c1, c2, c3, c4, c5, c6, c7};
+    store_row(a, bias, nc, y0);
+    store_row(c, bias, nc, y1);
+}
+
 AVX2_FN static void small_avx2(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
-                               float *y, int ldy)
+                               float *y, int ldy, int vl)
 {
     _Alignas(32) float panel[ATTN__SMALL_IN * PANEL];
     float bias[PANEL];
@@ -143,7 +179,11 @@ AVX2_FN static void small_avx2(const float *x, int rows, int n_in, const float *
             memset(bias, 0, sizeof bias);
             memcpy(bias, b + o0, (size_t)nc * sizeof *b);
         }
-        for (int r = 0; r < rows; r++)
+        int r = 0;
+        for (; vl && r + 2 <= rows; r += 2)
+            two_rows_vl(x + (size_t)r * n_in, x + (size_t)(r + 1) * n_in, panel, n_in, b ? bias : NULL, nc,
+                        y + (size_t)r * ldy + o0, y + (size_t)(r + 1) * ldy + o0);
+        for (; r < rows; r++)
             one_row(x + (size_t)r * n_in, panel, n_in, b ? bias : NULL, nc, y + (size_t)r * ldy + o0);
     }
 }
@@ -151,10 +191,23 @@ AVX2_FN static void small_avx2(const float *x, int rows, int n_in, const float *
 void attn__small_linear(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
                         float *y, int ldy)
 {
-    small_avx2(x, rows, n_in, w, b, n_out, y, ldy);
+    small_avx2(x, rows, n_in, w, b, n_out, y, ldy,
+               __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"));
+}
+
+void attn__small_linear_avx2(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
+                             float *y, int ldy)
+{
+    small_avx2(x, rows, n_in, w, b, n_out, y, ldy, 0);
 }
 #else
 int attn__small_available(void) { return 0; }
+
+void attn__small_linear_avx2(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
+                             float *y, int ldy)
+{
+    attn__small_linear_ref(x, rows, n_in, w, b, n_out, y, ldy);
+}
 
 void attn__transpose8_scaled(const float *src, size_t lds, float scale, float *dst, size_t ldd)
 {

@@ -25,6 +25,11 @@ int attn__small_available(void);
 void attn__small_linear(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
                         float *y, int ldy);
 
+/* The same on the AVX2 kernel alone whatever the CPU (for tests: the path of
+ * CPUs without AVX-512VL). Needs attn__small_available(). */
+void attn__small_linear_avx2(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
+                             float *y, int ldy);
+
 /* The same arithmetic in scalar fmaf (the reference of the tests). */
 void attn__small_linear_ref(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
                             float *y, int ldy);

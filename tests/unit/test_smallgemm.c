@@ -1,6 +1,7 @@
 /* test_smallgemm.c — the small-call projection kernel (lib/smallgemm.c)
- * alone: bit for bit the scalar fmaf chain (attn__small_linear_ref) for rows
- * 1..32, odd widths (n_in and n_out not multiples of 8, one panel and more),
+ * alone (the dispatched kernel, AVX-512VL's two-row one where the CPU has
+ * it, and the AVX2 one): bit for bit the scalar fmaf chain
+ * (attn__small_linear_ref) for rows 1..32, odd widths (n_in and n_out not multiples of 8, one panel and more),
  * with and without a bias, into a strided y whose padding stays untouched;
  * and within float rounding of the path it replaced (cblas_sgemm with the
  * bias copied into y and beta 1), which it matches bit for bit where
@@ -57,10 +58,11 @@ TEST(kernel_vs_reference_and_old_path)
             const float *bias = with_bias ? b : NULL;
             for (size_t j = 0; j < ny; j++) y[j] = ref[j] = NAN; /* the padding must stay untouched */
             attn__small_linear_ref(x, sh->rows, sh->n_in, w, bias, sh->n_out, ref, ldy);
-            if (fast) {
-                attn__small_linear(x, sh->rows, sh->n_in, w, bias, sh->n_out, y, ldy);
-                CHECK_MSG(memcmp(y, ref, ny * sizeof *y) == 0, "%dx%dx%d bias %d: kernel != fmaf chain", sh->rows,
-                          sh->n_in, sh->n_out, with_bias);
+            for (int avx2_only = 0; fast && avx2_only < 2; avx2_only++) {
+                (avx2_only ? attn__small_linear_avx2 : attn__small_linear)(x, sh->rows, sh->n_in, w, bias, sh->n_out,
+                                                                           y, ldy);
+                CHECK_MSG(memcmp(y, ref, ny * sizeof *y) == 0, "%dx%dx%d bias %d avx2-only %d: kernel != fmaf chain",
+                          sh->rows, sh->n_in, sh->n_out, with_bias, avx2_only);
             }
             if (!with_bias) continue;
             old_path(x, sh, w, b, old, ldy);
