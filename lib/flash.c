@@ -23,6 +23,7 @@
 
 #include "kvcache.h"
 #include "mask.h"
+#include "smallgemm.h"
 
 #include <math.h>
 #include <string.h>
@@ -130,10 +131,17 @@ static void pack_queries(const attn__fwd_ctx *ctx, const attn__head_job *job, in
     if (columns < cp) /* the last panel's padded columns score 0 */
         memset(qt + (size_t)(columns / PANEL) * PANEL * dk, 0, (size_t)PANEL * dk * sizeof *qt);
     for (int hh = 0, c = 0; hh < r; hh++)
-        for (int t = 0; t < nt; t++, c++) {
+        for (int t = 0; t < nt;) {
             const float *q = ctx->q + (size_t)(job->q_row + job->t0 + t) * ctx->ldq + (size_t)(h0 + hh) * dk;
             float *p = qt + (size_t)(c / PANEL) * PANEL * dk + c % PANEL;
+            if (dk % 8 == 0 && c % 8 == 0 && t + 8 <= nt) { /* 8 columns of one panel: 8 x 8 blocks */
+                for (int d = 0; d < dk; d += 8)
+                    attn__transpose8_scaled(q + d, ctx->ldq, scale, p + (size_t)d * PANEL, PANEL);
+                t += 8, c += 8;
+                continue;
+            }
             for (int d = 0; d < dk; d++) p[(size_t)d * PANEL] = q[d] * scale;
+            t++, c++;
         }
 }
 
@@ -379,6 +387,14 @@ static void column_ranges(const attn_seq *s, const attn__head_job *job, int r, i
 {
     const int nt = job->nt;
     *klo = s->s, *khi = 0, *all_lo = 0, *all_hi = s->s;
+    if (!s->is_causal && s->window <= 0) { /* every row sees keys [0, key_length or S) */
+        const int hi = s->key_length > 0 && s->key_length < s->s ? s->key_length : s->s;
+        for (int c = 0; c < r * nt; c++) f->lo[c] = 0, f->hi[c] = hi;
+        for (int c = r * nt; c < cp; c++) f->lo[c] = f->hi[c] = 0;
+        *all_hi = hi;
+        if (hi > 0) *klo = 0, *khi = hi;
+        return;
+    }
     for (int t = 0; t < nt; t++) {
         int lo, hi;
         attn__mask_row_range(s, job->t0 + t, &lo, &hi);

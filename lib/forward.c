@@ -16,6 +16,7 @@
 #include "half.h"
 #include "kvcache.h"
 #include "skinny.h"
+#include "smallgemm.h"
 #include "mask.h"
 #include "rope.h"
 #include "softmax.h"
@@ -269,6 +270,17 @@ static int linear_skinny(const linear_op *op)
     return op->rows >= 1 && op->rows <= ATTN__SKINNY_MAX && op->ldw == 0 && !op->add;
 }
 
+/* 1 when op is small (one short request: rows above the skinny bound, up to
+ * ATTN__SMALL_ROWS, inputs up to ATTN__SMALL_IN wide) and the CPU runs
+ * smallgemm.c, which computes it without sgemm's packing: float32 weights
+ * directly, F16 / BF16 ones after widening (linear_wide), so both give the
+ * same bits. Whole, overwriting ops only. */
+static int linear_small(const linear_op *op)
+{
+    return op->rows > ATTN__SKINNY_MAX && op->rows <= ATTN__SMALL_ROWS && op->n_in <= ATTN__SMALL_IN &&
+           op->ldw == 0 && !op->add && attn__small_available();
+}
+
 /* Columns [o0, o1) of a skinny op. */
 static void linear_cols(const linear_op *op, int o0, int o1)
 {
@@ -281,6 +293,11 @@ static void linear_wide(const linear_op *op, int o0, int o1, float *wide)
 {
     const size_t ldw = op->ldw ? (size_t)op->ldw : (size_t)op->n_in, nc = (size_t)(o1 - o0);
     attn__widen_rows(wide, (const uint16_t *)op->w + (size_t)o0 * ldw, op->wdtype, nc, (size_t)op->n_in, ldw);
+    if (linear_small(op)) {
+        attn__small_linear(op->x, (int)op->rows, op->n_in, wide, op->b ? op->b + o0 : NULL, (int)nc, op->y + o0,
+                           op->ldy);
+        return;
+    }
     float beta = op->add ? 1.0f : 0.0f;
     float *y = op->y + o0;
     if (op->b != NULL) {
@@ -298,6 +315,10 @@ static void linear_rows(const linear_op *op, size_t r0, size_t nr, float *wide)
     float *y = op->y + r0 * (size_t)op->ldy;
     if (linear_skinny(op)) { /* never a chunk of a longer op: whole ops only */
         linear_cols(op, 0, op->n_out);
+        return;
+    }
+    if (r0 == 0 && nr == op->rows && !op_half(op) && linear_small(op)) { /* half: in linear_wide */
+        attn__small_linear(op->x, (int)op->rows, op->n_in, op->w, op->b, op->n_out, op->y, op->ldy);
         return;
     }
     if (op_half(op)) { /* whole ops only, tile by tile as run_linears splits them */

@@ -1,0 +1,223 @@
+/* smallgemm.c — small projections (smallgemm.h): for each block of 64
+ * output columns, W's rows are transposed into a (n_in, 64) panel on the
+ * stack (8 x 8 blocks in AVX registers), then every row of x runs against it
+ * with 8 accumulators of 8 lanes: one broadcast of x[r][k] and eight FMAs
+ * (the panel read as their memory operands) per k; with AVX-512VL (32
+ * vector registers) two rows at a time share each panel load. Each lane's
+ * sum is the FMA chain over k in order, so tiles, tails, padding and the ISA
+ * change no bit; the bias is added last. */
+#include "smallgemm.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#define PANEL 64 /* output columns per panel */
+
+void attn__small_linear_ref(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
+                            float *y, int ldy)
+{
+    for (int r = 0; r < rows; r++)
+        for (int o = 0; o < n_out; o++) {
+            float acc = 0.0f;
+            for (int k = 0; k < n_in; k++) acc = fmaf(x[(size_t)r * n_in + k], w[(size_t)o * n_in + k], acc);
+            y[(size_t)r * ldy + o] = b ? b[o] + acc : acc;
+        }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define AVX2_FN __attribute__((target("avx2,fma")))
+/* The same eight-lane arithmetic with AVX-512VL's 32 vector registers. */
+#define VL_FN __attribute__((target("avx2,fma,avx512f,avx512vl")))
+
+int attn__small_available(void)
+{
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+/* dst[i * ldd + j] = src[j * lds + i] * scale for an 8 x 8 block (named
+ * registers: arrays of them are spilled; the products ride on the loads). */
+#define LOAD_ROW(i) (scaled ? _mm256_mul_ps(m, _mm256_loadu_ps(src + (i) * lds)) : _mm256_loadu_ps(src + (i) * lds))
+AVX2_FN __attribute__((always_inline)) static inline void transpose8(const float *src, size_t lds, int scaled,
+                                                                    float scale, float *dst, size_t ldd)
+{
+    const __m256 m = _mm256_set1_ps(scale);
+    const __m256 r0 = LOAD_ROW(0), r1 = LOAD_ROW(1), r2 = LOAD_ROW(2), r3 = LOAD_ROW(3), r4 = LOAD_ROW(4),
+                 r5 = LOAD_ROW(5), r6 = LOAD_ROW(6), r7 = LOAD_ROW(7);
+    const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+                 t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+                 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee),
+                 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee),
+                 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee),
+                 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(dst + ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+#undef LOAD_ROW
+
+AVX2_FN static void transpose8_scaled(const float *src, size_t lds, float scale, float *dst, size_t ldd)
+{
+    transpose8(src, lds, 1, scale, dst, ldd);
+}
+
+void attn__transpose8_scaled(const float *src, size_t lds, float scale, float *dst, size_t ldd)
+{
+    transpose8_scaled(src, lds, scale, dst, ldd);
+}
+
+/* panel[k * PANEL + j] = w[j][k] for the nc (<= PANEL) rows of w, zeros in
+ * columns nc..PANEL. */
+AVX2_FN static void pack_panel(const float *w, int nc, int n_in, float *panel)
+{
+    int j = 0;
+    for (; j + 8 <= nc; j += 8) {
+        int k = 0;
+        for (; k + 8 <= n_in; k += 8) transpose8(w + (size_t)j * n_in + k, (size_t)n_in, 0, 1.0f, panel + (size_t)k * PANEL + j, PANEL);
+        for (; k < n_in; k++)
+            for (int i = 0; i < 8; i++) panel[(size_t)k * PANEL + j + i] = w[(size_t)(j + i) * n_in + k];
+    }
+    for (int k = 0; k < n_in && j < PANEL; k++)
+        for (int i = j; i < PANEL; i++) panel[(size_t)k * PANEL + i] = i < nc ? w[(size_t)i * n_in + k] : 0.0f;
+}
+
+/* One row's eight accumulators (PANEL columns) to y: nc columns, plus the
+ * bias (bias: PANEL floats, or NULL). */
+AVX2_FN __attribute__((always_inline)) static inline void store_row(const __m256 a[8], const float *bias, int nc, float *y)
+{
+    float tmp[PANEL];
+    float *d = nc == PANEL ? y : tmp;
+    for (int v = 0; v < 8; v++)
+        _mm256_storeu_ps(d + 8 * v, bias ? _mm256_add_ps(_mm256_loadu_ps(bias + 8 * v), a[v]) : a[v]);
+    if (d == tmp) memcpy(y, tmp, (size_t)nc * sizeof *y);
+}
+
+/* Row x against a panel: eight accumulators in named registers (arrays of
+ * them are spilled), one broadcast and eight FMAs reading the panel a k. */
+AVX2_FN static void one_row(const float *x, const float *panel, int n_in, const float *bias, int nc, float *y)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+#define SMALL_STEP(K)                                                                                      \
+    do {                                                                                                   \
+        const float *p = panel + (size_t)(K) * PANEL;                                                      \
+        const __m256 xb = _mm256_broadcast_ss(x + (K));                                                    \
+        a0 = _mm256_fmadd_ps(xb, _mm256_load_ps(p), a0);                                                   \
+        a1 = _mm256_fmadd_ps(xb, _mm256_load_ps(p + 8), a1);                                               \
+        a2 = _mm256_fmadd_ps(xb, _mm256_load_ps(p + 16), a2);                                              \
+        a3 = _mm256_fmadd_ps(xb, _mm256_load_ps(p + 24), a3);                                              \
+        a4 = _mm256_fmadd_ps(xb, _mm256_load_ps(p + 32), a4);                                              \
+        a5 = _mm256_fmadd_ps(xb, _mm256_load_ps(p + 40), a5);                                              \
+        a6 = _mm256_fmadd_ps(xb, _mm256_load_ps(p + 48), a6);                                              \
+        a7 = _mm256_fmadd_ps(xb, _mm256_load_ps(p + 56), a7);                                              \
+    } while (0)
+    int k = 0;
+    for (; k + 8 <= n_in; k += 8) { /* k in order: eight steps a pass, fewer loop branches */
+        SMALL_STEP(k);
+        SMALL_STEP(k + 1);
+        SMALL_STEP(k + 2);
+        SMALL_STEP(k + 3);
+        SMALL_STEP(k + 4);
+        SMALL_STEP(k + 5);
+        SMALL_STEP(k + 6);
+        SMALL_STEP(k + 7);
+    }
+    for (; k < n_in; k++) SMALL_STEP(k);
+#undef SMALL_STEP
+    const __m256 a[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+    store_row(a, bias, nc, y);
+}
+
+/* Two rows against a panel with AVX-512VL's 32 vector registers (no 512-bit
+ * instruction): sixteen accumulators, each panel vector loaded once for both
+ * rows, which halves the panel loads that bound one_row. Each lane sums
+ * exactly as one_row's does, so the bits are the same. */
+VL_FN static void two_rows_vl(const float *x0, const float *x1, const float *panel, int n_in, const float *bias,
+                              int nc, float *y0, float *y1)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    __m256 c0 = a0, c1 = a0, c2 = a0, c3 = a0, c4 = a0, c5 = a0, c6 = a0, c7 = a0;
+#define VL_PAIR(i, W)                                                                                      \
+    do {                                                                                                   \
+        const __m256 w_ = _mm256_load_ps(p + 8 * (i));                                                     \
+        a##i = _mm256_fmadd_ps(xa, w_, a##i);                                                              \
+        c##i = _mm256_fmadd_ps(xc, w_, c##i);                                                              \
+    } while (0)
+    for (int k = 0; k < n_in; k++) {
+        const float *p = panel + (size_t)k * PANEL;
+        const __m256 xa = _mm256_broadcast_ss(x0 + k), xc = _mm256_broadcast_ss(x1 + k);
+        VL_PAIR(0, p);
+        VL_PAIR(1, p);
+        VL_PAIR(2, p);
+        VL_PAIR(3, p);
+        VL_PAIR(4, p);
+        VL_PAIR(5, p);
+        VL_PAIR(6, p);
+        VL_PAIR(7, p);
+    }
+#undef VL_PAIR
+    const __m256 a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}, c[8] = {c0, c1, c2, c3, c4, c5, c6, c7};
+    store_row(a, bias, nc, y0);
+    store_row(c, bias, nc, y1);
+}
+
+AVX2_FN static void small_avx2(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
+                               float *y, int ldy, int vl)
+{
+    _Alignas(32) float panel[ATTN__SMALL_IN * PANEL];
+    float bias[PANEL];
+    for (int o0 = 0; o0 < n_out; o0 += PANEL) {
+        const int nc = n_out - o0 < PANEL ? n_out - o0 : PANEL;
+        pack_panel(w + (size_t)o0 * n_in, nc, n_in, panel);
+        if (b != NULL) {
+            memset(bias, 0, sizeof bias);
+            memcpy(bias, b + o0, (size_t)nc * sizeof *b);
+        }
+        int r = 0;
+        for (; vl && r + 2 <= rows; r += 2)
+            two_rows_vl(x + (size_t)r * n_in, x + (size_t)(r + 1) * n_in, panel, n_in, b ? bias : NULL, nc,
+                        y + (size_t)r * ldy + o0, y + (size_t)(r + 1) * ldy + o0);
+        for (; r < rows; r++)
+            one_row(x + (size_t)r * n_in, panel, n_in, b ? bias : NULL, nc, y + (size_t)r * ldy + o0);
+    }
+}
+
+void attn__small_linear(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
+                        float *y, int ldy)
+{
+    small_avx2(x, rows, n_in, w, b, n_out, y, ldy,
+               __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"));
+}
+
+void attn__small_linear_avx2(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
+                             float *y, int ldy)
+{
+    small_avx2(x, rows, n_in, w, b, n_out, y, ldy, 0);
+}
+#else
+int attn__small_available(void) { return 0; }
+
+void attn__small_linear_avx2(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
+                             float *y, int ldy)
+{
+    attn__small_linear_ref(x, rows, n_in, w, b, n_out, y, ldy);
+}
+
+void attn__transpose8_scaled(const float *src, size_t lds, float scale, float *dst, size_t ldd)
+{
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 8; j++) dst[(size_t)i * ldd + j] = src[(size_t)j * lds + i] * scale;
+}
+
+void attn__small_linear(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
+                        float *y, int ldy)
+{
+    attn__small_linear_ref(x, rows, n_in, w, b, n_out, y, ldy);
+}
+#endif

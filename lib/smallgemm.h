@@ -1,0 +1,42 @@
+/* smallgemm.h — the projections of small calls (a few dozen rows: one short
+ * request): y = x Wᵀ (+ b) with W packed 64 columns at a time on the stack
+ * and a register-blocked kernel, instead of OpenBLAS's sgemm, whose packing
+ * and call overhead are most of the cost at such shapes (T = 32, E = 64: 48k
+ * instructions per projection under callgrind, against ~25k here). Each output is
+ * (b[o] +) the FMA chain over k in order from zero — what OpenBLAS's
+ * non-small SkylakeX / Cooperlake kernel computes — whatever the CPU.
+ * Library-internal. */
+#ifndef ATTN_SMALLGEMM_H
+#define ATTN_SMALLGEMM_H
+
+#include <stddef.h>
+
+/* Calls with more rows than this, or a wider input, go to sgemm. */
+#define ATTN__SMALL_ROWS 32
+#define ATTN__SMALL_IN 128
+
+/* 1 when this CPU runs the small kernel (AVX2 + FMA); otherwise the caller
+ * uses sgemm. */
+int attn__small_available(void);
+
+/* y (rows, ldy) = x (rows, n_in) Wᵀ + b, W: (n_out, n_in) float32 row-major,
+ * b: (n_out) or NULL; rows 1..ATTN__SMALL_ROWS, n_in 1..ATTN__SMALL_IN.
+ * Needs attn__small_available(). */
+void attn__small_linear(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
+                        float *y, int ldy);
+
+/* The same on the AVX2 kernel alone whatever the CPU (for tests: the path of
+ * CPUs without AVX-512VL). Needs attn__small_available(). */
+void attn__small_linear_avx2(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
+                             float *y, int ldy);
+
+/* The same arithmetic in scalar fmaf (the reference of the tests). */
+void attn__small_linear_ref(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
+                            float *y, int ldy);
+
+/* dst[i * ldd + j] = src[j * lds + i] * scale for i, j < 8 (an 8 x 8 block
+ * in AVX registers; also flash.c's query packing). Needs
+ * attn__small_available(). */
+void attn__transpose8_scaled(const float *src, size_t lds, float scale, float *dst, size_t ldd);
+
+#endif
