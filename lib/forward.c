@@ -287,6 +287,22 @@ static void linear_cols(const linear_op *op, int o0, int o1)
     attn__skinny_linear(op->x, (int)op->rows, op->n_in, op->w, op->wdtype, op->b, o0, o1, op->y, op->ldy);
 }
 
+/* Columns [o0, o1) of op, all rows, by one sgemm over w_cols: W's rows o0..o1
+ * as float32 (ldw apart), and the bias of those columns. o0 on a multiple of
+ * 16 (see COL_ALIGN) computes each output as the whole op's GEMM does. */
+static void gemm_cols(const linear_op *op, int o0, int o1, const float *w_cols, size_t ldw)
+{
+    const size_t nc = (size_t)(o1 - o0);
+    float beta = op->add ? 1.0f : 0.0f;
+    float *y = op->y + o0;
+    if (op->b != NULL) {
+        for (size_t r = 0; r < op->rows; r++) memcpy(y + r * (size_t)op->ldy, op->b + o0, nc * sizeof *op->b);
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)op->rows, (int)nc, op->n_in, 1.0f, op->x,
+                op->n_in, w_cols, (int)ldw, beta, y, op->ldy);
+}
+
 /* Columns [o0, o1) of an F16 / BF16 op, all rows: W's rows o0..o1 widened
  * into wide, then the GEMM a float32 W would run on them. */
 static void linear_wide(const linear_op *op, int o0, int o1, float *wide)
@@ -298,14 +314,7 @@ static void linear_wide(const linear_op *op, int o0, int o1, float *wide)
                            op->ldy);
         return;
     }
-    float beta = op->add ? 1.0f : 0.0f;
-    float *y = op->y + o0;
-    if (op->b != NULL) {
-        for (size_t r = 0; r < op->rows; r++) memcpy(y + r * (size_t)op->ldy, op->b + o0, nc * sizeof *op->b);
-        beta = 1.0f;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)op->rows, (int)nc, op->n_in, 1.0f, op->x,
-                op->n_in, wide, op->n_in, beta, y, op->ldy);
+    gemm_cols(op, o0, o1, wide, (size_t)op->n_in);
 }
 
 /* wide: one worker's widening scratch (F16 / BF16 ops that are not skinny). */
@@ -355,6 +364,14 @@ static void linear_rows(const linear_op *op, size_t r0, size_t nr, float *wide)
  * over 100^3 split exactly as by alignment alone (bench_core's shapes all do:
  * 512 x 512 moves only a tail of at most 3 rows). */
 #define ROW_ALIGN ((size_t)192)
+/* Column chunks (ops of too few rows for row chunks) start at multiples of
+ * COL_ALIGN columns of W: in OpenBLAS's column-major view those are rows of
+ * the M dimension, along which its register tiles run (16 on the AVX2 and
+ * AVX-512 kernels), so every output falls in the same place of the same tile
+ * as in the whole GEMM, and K (n_in) is not split: the same FMA chain. The
+ * F16 / BF16 tiles (wide_cols, multiples of 16) rely on this too, and
+ * test_weights_dtype checks their bits against float32 layers. */
+#define COL_ALIGN ((size_t)64)
 #define SMALL_GEMM_MNK (100.0 * 100.0 * 100.0)
 
 /* Up to three linears, each split into row chunks (skinny ones: column
@@ -365,6 +382,7 @@ typedef struct linear_batch {
     size_t per[3];  /* rows per chunk, a multiple of ROW_ALIGN (the last one takes the rest);
                        skinny: columns, a multiple of 8 */
     int chunks[3];  /* chunks of each op */
+    int by_cols[3]; /* a float32 op of too few rows to split: split by columns instead */
     float *wide;    /* F16 / BF16 weights: wide_floats of widening scratch per worker */
     size_t wide_floats;
 } linear_batch;
@@ -375,6 +393,13 @@ static void linear_task(void *arg, int task, int worker)
     int i = 0;
     while (task >= lb->chunks[i]) task -= lb->chunks[i++];
     const linear_op *op = &lb->op[i];
+    if (lb->by_cols[i]) {
+        const size_t o0 = (size_t)task * lb->per[i]; /* the last chunk takes the rest */
+        const size_t o1 = task == lb->chunks[i] - 1 ? (size_t)op->n_out : o0 + lb->per[i];
+        const size_t ldw = op->ldw ? (size_t)op->ldw : (size_t)op->n_in;
+        gemm_cols(op, (int)o0, (int)o1, (const float *)op->w + o0 * ldw, ldw);
+        return;
+    }
     if (linear_skinny(op) || op_half(op)) {
         size_t o0 = (size_t)task * lb->per[i], o1 = o0 + lb->per[i];
         o1 = o1 < (size_t)op->n_out ? o1 : (size_t)op->n_out;
@@ -394,6 +419,25 @@ static void linear_task(void *arg, int task, int worker)
  * the same micro-kernel, in the same place of its register tile, as one
  * whole-matrix GEMM does, so results are bit-identical to the single-threaded
  * call for any number of workers (test_threads checks it). */
+/* Op i of lb, float32, whose rows give one chunk (a prefill piece of a few
+ * hundred rows: all on one thread, the others idle): split by columns of W
+ * instead, about `want` chunks starting at multiples of COL_ALIGN, each above
+ * SMALL_GEMM_MNK (left whole when that leaves one). */
+static void split_columns(linear_batch *lb, int i, size_t want)
+{
+    const linear_op *op = &lb->op[i];
+    const double per_col = (double)op->rows * op->n_in; /* multiply-adds per column */
+    size_t per = ((size_t)op->n_out + want - 1) / want;
+    per = (per + COL_ALIGN - 1) / COL_ALIGN * COL_ALIGN;
+    while ((double)per * per_col <= SMALL_GEMM_MNK && per < (size_t)op->n_out) per += COL_ALIGN;
+    size_t chunks = ((size_t)op->n_out + per - 1) / per;
+    if (chunks > 1 && (double)((size_t)op->n_out - (chunks - 1) * per) * per_col <= SMALL_GEMM_MNK) chunks--;
+    if (chunks < 2) return;
+    lb->per[i] = per;
+    lb->chunks[i] = (int)chunks;
+    lb->by_cols[i] = 1;
+}
+
 static void run_linears(linear_batch *lb, const attn_workspace *ws, int n_workers)
 {
     if (n_workers == 1) {
@@ -404,6 +448,7 @@ static void run_linears(linear_batch *lb, const attn_workspace *ws, int n_worker
     int tasks = 0;
     for (int i = 0; i < lb->n_ops; i++) {
         size_t rows = lb->op[i].rows, want = 4 * (size_t)n_workers;
+        lb->by_cols[i] = 0;
         if (rows == 0) { /* K/V of a batch of fixed caches only */
             lb->per[i] = ROW_ALIGN;
             lb->chunks[i] = 0;
@@ -430,6 +475,7 @@ static void run_linears(linear_batch *lb, const attn_workspace *ws, int n_worker
         if (chunks > 1 && (double)(rows - (chunks - 1) * per) * macs <= SMALL_GEMM_MNK) chunks--;
         lb->per[i] = per;
         lb->chunks[i] = (int)chunks;
+        if (chunks == 1 && !lb->op[i].add && !linear_small(&lb->op[i])) split_columns(lb, i, want);
         tasks += lb->chunks[i];
     }
     attn__pool_run(ws->pool, tasks, linear_task, lb);

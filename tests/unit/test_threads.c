@@ -193,6 +193,46 @@ TEST(tail_chunks)
     attn_layer_free(l);
 }
 
+/* Projections of too few rows for two row chunks (under 384) are split by
+ * columns of W at multiples of 64 instead: a 128-row prefill piece on 512-wide
+ * projections (8 chunks of 64), a 150-row one on 200-wide projections with
+ * 100-wide keys (chunks of 128 and 72 columns: a 64-wide chunk would be under
+ * OpenBLAS's small-matrix bound), self- and cross-
+ * attention: outputs bit for bit those of one thread. */
+TEST(column_chunks)
+{
+    test_rng r = {35};
+    const layer_shape shapes[] = {{8, 64, 64, 512, 512, 512, 512, 1, 1}, {4, 50, 25, 200, 100, 100, 200, 1, 1}};
+    const int rows[] = {128, 150};
+    attn_workspace *w1 = ws_threads(1);
+    CHECK(w1 != NULL);
+    for (int si = 0; si < 2; si++) {
+        attn_layer *l = make_layer(&r, &shapes[si]);
+        attn_layer_info li;
+        attn_layer_get_info(l, &li);
+        for (int cross = si; cross <= 1; cross++) { /* the second shape's K/V are 100 wide: cross only */
+            batch b = {.n = 1};
+            seq_case_init(&b.c[0], &r, &li, rows[si], cross ? 90 : rows[si], cross, ATTN_WEIGHTS_NONE);
+            b.s[0] = b.c[0].seq;
+            float **ref = snapshot(l, &li, &b, w1);
+            for (int th = 2; th <= 4; th++) {
+                attn_workspace *wn = ws_threads(th);
+                CHECK(wn != NULL);
+                float **got = snapshot(l, &li, &b, wn);
+                double worst = 0;
+                CHECK_MSG(same(ref, got, &li, &b, &worst), "shape %d, %d rows, cross %d, threads %d: max |diff| %.3g",
+                          si, rows[si], cross, th, worst);
+                free_snap(got, b.n);
+                attn_workspace_free(wn);
+            }
+            free_snap(ref, b.n);
+            batch_free(&b);
+        }
+        attn_layer_free(l);
+    }
+    attn_workspace_free(w1);
+}
+
 /* With OpenBLAS threaded the workspace must not add its own threads. */
 TEST(openblas_threaded)
 {
@@ -318,6 +358,7 @@ int main(void)
     openblas_set_num_threads(1); /* what an application using threaded workspaces does */
     RUN(identical);
     RUN(tail_chunks);
+    RUN(column_chunks);
     RUN(openblas_threaded);
     RUN(concurrent_workspaces);
     RUN(lifecycle);
