@@ -297,7 +297,7 @@ nomem:
 /* The keys a model spec takes after NAME=PATH. */
 static const char spec_keys[] = "heads, kv_heads, layer, layers, format, prefix, kv_dtype, weights, "
                                 "workers, max_batch_requests, max_batch_tokens, "
-                                "max_batch_kv_bytes, max_queue_delay_us";
+                                "max_batch_kv_bytes, max_queue_delay_us, prefill_chunk_rows";
 
 /* The per-model scheduler keys: each overrides the global option of its name
  * (the same range, from the option table). */
@@ -305,15 +305,17 @@ typedef struct sched_key {
     const char *key;
     size_t off;                  /* in attnd_model_spec */
     int is_int;                  /* int, else int64_t   */
+    int zero_is_set;             /* 0 is a setting; unset is -1 (else 0) */
 } sched_key;
 
 #define S(field) offsetof(attnd_model_spec, field)
 static const sched_key sched_keys[] = {
-    {"workers", S(workers), 1},
-    {"max_batch_requests", S(max_batch_requests), 1},
-    {"max_batch_tokens", S(max_batch_tokens), 0},
-    {"max_batch_kv_bytes", S(max_batch_kv_bytes), 0},
-    {"max_queue_delay_us", S(max_queue_delay_us), 0},
+    {"workers", S(workers), 1, 0},
+    {"max_batch_requests", S(max_batch_requests), 1, 0},
+    {"max_batch_tokens", S(max_batch_tokens), 0, 0},
+    {"max_batch_kv_bytes", S(max_batch_kv_bytes), 0, 0},
+    {"max_queue_delay_us", S(max_queue_delay_us), 0, 1},
+    {"prefill_chunk_rows", S(prefill_chunk_rows), 1, 1},
 };
 #undef S
 
@@ -498,7 +500,7 @@ static int add_model_spec(attnd_config *cfg, const char *spec, size_t len, char 
     }
     *eq = '\0';
     attnd_model_spec m = {.name = buf, .path = eq + 1, .layer = -1, .kv_dtype = -1,
-                          .max_queue_delay_us = -1};
+                          .max_queue_delay_us = -1, .prefill_chunk_rows = -1};
     char *rest = path_end(m.path);
     if (rest)
         *rest++ = '\0';
@@ -773,7 +775,7 @@ static int object_model(attnd_config *cfg, json_t *m, const char *where, const c
                         char *err, size_t errlen)
 {
     attnd_model_spec spec = {.name = "", .path = "", .layer = -1, .kv_dtype = -1,
-                             .max_queue_delay_us = -1};
+                             .max_queue_delay_us = -1, .prefill_chunk_rows = -1};
     int named = name != NULL;
     const char *path = NULL;
     const char *key;
@@ -811,7 +813,7 @@ static int object_model(attnd_config *cfg, json_t *m, const char *where, const c
         } else {
             set_err(err, errlen, "%s.%s: unknown key or wrong type (%spath, format, prefix, "
                     "kv_dtype, weights and layers (\"all\") are strings; heads, kv_heads, layer, workers, "
-                    "max_batch_requests, max_batch_tokens, max_queue_delay_us integers; "
+                    "max_batch_requests, max_batch_tokens, max_queue_delay_us, prefill_chunk_rows integers; "
                     "max_batch_kv_bytes either)", where, key, named ? "" : "name, ");
             return -1;
         }
@@ -1254,8 +1256,7 @@ static void format_value(const attnd_config *cfg, const option *o, char *buf, si
             for (size_t k = 0; k < sizeof sched_keys / sizeof sched_keys[0] && n < cap; k++) {
                 const char *f = (const char *)m + sched_keys[k].off;
                 int64_t v = sched_keys[k].is_int ? *(const int *)f : *(const int64_t *)f;
-                if (v > 0 || (v == 0 && sched_keys[k].off == offsetof(attnd_model_spec,
-                                                                      max_queue_delay_us)))
+                if (v > 0 || (v == 0 && sched_keys[k].zero_is_set))
                     n += (size_t)snprintf(buf + n, cap - n, ",%s=%lld", sched_keys[k].key,
                                           (long long)v);
             }
@@ -1279,7 +1280,8 @@ void attnd_config_print_help(FILE *f, const char *prog)
             "kv_dtype=f32|f16|bf16, weights=bf16|f16|f32 (how W_Q/K/V/O are kept; default:\n"
             "as the checkpoint stores them); the model's own scheduler: workers=N,\n"
             "max_batch_requests=N, max_batch_tokens=N, max_batch_kv_bytes=BYTES,\n"
-            "max_queue_delay_us=US (each overrides the global option for that model).\n\n"
+            "max_queue_delay_us=US, prefill_chunk_rows=N (each overrides the global option\n"
+            "for that model).\n\n"
             "Settings come from, in rising precedence: defaults, the --config JSON file,\n"
             "ATTND_* environment variables, command-line flags.\n\n"
             "options:\n",

@@ -27,12 +27,14 @@ typedef struct attnd_model_spec {
     int kv_dtype;    /* kv_dtype=: an attn_kv_dtype, or -1 = --kv-dtype           */
     int weights_dtype; /* weights=: an attn_weight_dtype, 0 = as the checkpoint stores */
     /* The model's own scheduler settings (Triton's per-model config.pbtxt);
-     * 0 (the delay: -1) = the global option of the same name. */
+     * 0 (the delay and the piece rows, whose 0 means something: -1) = the
+     * global option of the same name. */
     int workers;
     int max_batch_requests;
     int64_t max_batch_tokens;
     int64_t max_batch_kv_bytes;
     int64_t max_queue_delay_us;
+    int prefill_chunk_rows;
 } attnd_model_spec;
 
 /* A model group: the layer models one --model NAME=DIR,layers=... spec expanded

@@ -192,7 +192,8 @@ static attnd_sched_config sched_config(const attnd_model_spec *spec, const attnd
         .max_queue_delay_us = spec->max_queue_delay_us >= 0 ? spec->max_queue_delay_us
                                                             : cfg->max_queue_delay_us,
         .max_stream_wait_us = cfg->max_stream_wait_us,
-        .prefill_chunk_rows = cfg->prefill_chunk_rows,
+        .prefill_chunk_rows = spec->prefill_chunk_rows >= 0 ? spec->prefill_chunk_rows
+                                                            : cfg->prefill_chunk_rows,
         .max_queue = cfg->max_queue,
         .workers = spec->workers > 0 ? spec->workers : cfg->workers,
     };

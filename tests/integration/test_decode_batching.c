@@ -696,11 +696,14 @@ TEST(deadlines_while_queued)
 
 /* --prefill-chunk-rows 16: 64 rows onto an empty session take at least 64/16
  * pieces; the same 64 rows after 1000 cached rows take more, each a piece of
- * fewer rows (every piece costing about what 16 rows at the start cost). */
+ * fewer rows (every piece costing about what 16 rows at the start cost); the
+ * decode loop's counters in /metrics say so; and a model of its own
+ * prefill_chunk_rows=4 takes at least 64/4 pieces. */
 TEST(pieces_shrink_deep_in_a_prefill)
 {
     attnd_proc p;
-    const char *args[] = {"--prefill-chunk-rows", "16", NULL};
+    const char *args[] = {"--prefill-chunk-rows", "16", "--model", "demo=config/demo.safetensors", "--model",
+                          "fine=config/demo.safetensors,prefill_chunk_rows=4", NULL};
     if (attnd_proc_start(&p, args) != 0) {
         CHECK_MSG(0, "daemon did not start");
         return;
@@ -729,7 +732,41 @@ TEST(pieces_shrink_deep_in_a_prefill)
     CHECK_INT_EQ(attnd_proc_metric(&p, "attnd_decode_iterations_total{model=\"demo\"} "), pieces);
     CHECK_INT_EQ(attnd_proc_metric(&p, "attnd_decode_steps_total{model=\"demo\"} "), 0);
     CHECK(attnd_proc_metric(&p, "attnd_decode_busy_seconds_total{model=\"demo\"} ") > 0);
+    /* A model's own prefill_chunk_rows: 4 there, so the same 64 rows take at least 16 pieces, and
+     * GET /v1/models/fine says so. */
+    char fine[64];
+    CHECK_INT_EQ(create_session(&p, "fine", 0, fine, sizeof fine), 0);
+    CHECK_INT_EQ(append_rows(&p, fine, 1, 0, 64, E, "", &j), 200);
+    const long long finer = member(j, "decode", "iterations");
+    json_decref(j);
+    printf("the same 64 rows on a model of prefill_chunk_rows=4: %lld pieces\n", finer);
+    CHECK(finer >= 16);
+    http_result r;
+    char url[160];
+    snprintf(url, sizeof url, "%s/v1/models/fine", p.base_url);
+    CHECK_INT_EQ(http_do("GET", url, NULL, 0, NULL, &r), 0);
+    json_t *info = json_loads(r.body ? r.body : "", 0, NULL);
+    CHECK_INT_EQ(member(info, "scheduler", "prefill_chunk_rows"), 4);
+    json_decref(info);
+    http_result_free(&r);
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+}
+
+/* A model's own prefill_chunk_rows out of the global option's range stops
+ * start-up with a message naming the model, the key and the range. */
+TEST(bad_piece_rows_refused)
+{
+    static const char *const bad[] = {"-1", "1048577", "many"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char spec[128];
+        snprintf(spec, sizeof spec, "x=config/demo.safetensors,prefill_chunk_rows=%s", bad[i]);
+        const char *args[] = {"--listen", "127.0.0.1:0", "--model", spec, NULL};
+        char *out = NULL;
+        CHECK_INT_EQ(attnd_run(args, 20, &out), 2);
+        CHECK_MSG(out && strstr(out, "model 'x': prefill_chunk_rows must be an integer in 0..1048576"), "%s: %s",
+                  bad[i], out ? out : "");
+        free(out);
+    }
 }
 
 int main(void)
@@ -740,6 +777,7 @@ int main(void)
     RUN(chunked_oneshot_equals_whole);
     RUN(oneshot_prefill_never_holds_a_step);
     RUN(pieces_shrink_deep_in_a_prefill);
+    RUN(bad_piece_rows_refused);
     RUN(deadlines_while_queued);
     RUN(decode_steps_batch_together);
     RUN(kv_bytes_bound_a_batch);

@@ -368,6 +368,9 @@ TEST_WITH(per_model_config, const attnd_proc *p)
     CHECK_INT_EQ(json_integer_value(json_object_get(sc, "workers")), 3);
     CHECK_INT_EQ(json_integer_value(json_object_get(sc, "max_batch_tokens")), 512);
     CHECK_INT_EQ(json_integer_value(json_object_get(sc, "max_batch_requests")), 16); /* global */
+    CHECK_INT_EQ(json_integer_value(json_object_get(sc, "prefill_chunk_rows")), 0);    /* its own: whole */
+    CHECK(json_integer_value(json_object_get(sc, "prefill_chunk_rows")) == 0 &&
+          json_object_get(sc, "prefill_chunk_rows") != NULL);
     CHECK_STR_EQ(str(j, "kv_dtype"), "f16");
     json_decref(j);
     j = get_json(p, "/v1/models/other", &st); /* a string entry's own key; the rest global */
@@ -375,6 +378,7 @@ TEST_WITH(per_model_config, const attnd_proc *p)
     CHECK_INT_EQ(json_integer_value(json_object_get(sc, "max_batch_kv_bytes")), 64 << 20);
     CHECK_INT_EQ(json_integer_value(json_object_get(sc, "workers")), 1);
     CHECK_INT_EQ(json_integer_value(json_object_get(sc, "max_batch_tokens")), 8192);
+    CHECK_INT_EQ(json_integer_value(json_object_get(sc, "prefill_chunk_rows")), 128); /* global default */
     CHECK_STR_EQ(str(j, "kv_dtype"), "f32");
     json_decref(j);
 }
@@ -424,7 +428,7 @@ int main(void)
     write_file(admin, "# repository admins\n" ADMIN_KEY "\n");
     write_file(cfg, "{\"workers\": 1, \"models\": ["
                     "{\"name\": \"demo\", \"path\": \"config/demo.safetensors\", \"workers\": 3, "
-                    "\"max_batch_tokens\": 512, \"kv_dtype\": \"f16\"},"
+                    "\"max_batch_tokens\": 512, \"kv_dtype\": \"f16\", \"prefill_chunk_rows\": 0},"
                     "\"other=config/demo.safetensors,max_batch_kv_bytes=64M\"]}");
     attnd_proc p;
     const char *args[] = {"--config", cfg, "--api-key-file", client, "--admin-key-file", admin,
