@@ -211,9 +211,15 @@ AVX2_INLINE void prefetch_other_part(const dims *x, int j, int n, int part, int 
     if (n <= 0) return;
     const size_t eb = elem_bytes(x->dt), lines = (x->pf_elems * eb + 63) / 64, all = lines * (size_t)n;
     const size_t l0 = all * (size_t)part / (size_t)parts, l1 = all * (size_t)(part + 1) / (size_t)parts;
+    const size_t row_bytes = x->pf_stride * eb;
+    size_t row = l0 / lines, line = l0 - row * lines; /* one division a call, not one a line */
+    const char *b = (const char *)x->pf + ((size_t)j + row) * row_bytes;
     for (size_t i = l0; i < l1; i++) {
-        const size_t row = i / lines, line = i - row * lines;
-        _mm_prefetch((const char *)x->pf + ((size_t)j + row) * x->pf_stride * eb + line * 64, _MM_HINT_T1);
+        _mm_prefetch(b + line * 64, _MM_HINT_T1);
+        if (++line == lines) {
+            line = 0;
+            b += row_bytes;
+        }
     }
 }
 
