@@ -200,25 +200,51 @@ AVX2_INLINE void prefetch_other(const dims *x, int j)
     for (; o < bytes; o += 64) _mm_prefetch(b + o, _MM_HINT_T1);
 }
 
-/* Slice `part` of `parts` of the lines of rows [j, j + n) of x's other
- * stream into L2: a pass that spreads its prefetches over its inner loop
- * keeps a few lines in flight all the time instead of a burst that stalls
- * the core until the miss buffers drain. */
-AVX2_INLINE void prefetch_other_part(const dims *x, int j, int n, int part, int parts)
+/* Rows [j, j + n) of x's other stream brought into L2 line by line in
+ * `parts` steps of (nearly) equal size, one before each KV head's block of
+ * work (none when `on` is 0 or x has no target): a pass that spreads its
+ * prefetches so keeps a few lines in flight all the time, where a burst
+ * stalls the core until the miss buffers drain. One division when a walk
+ * starts, none a step or a line. */
+typedef struct pf_walk {
+    const char *b;
+    size_t line, lines, row_bytes, left, per, extra, parts, acc;
+} pf_walk;
+
+AVX2_INLINE void pf_walk_init(pf_walk *w, const dims *x, int j, int n, int parts, int on)
 {
-    if (x->pf == NULL) return;
+    *w = (pf_walk){.b = NULL};
+    if (!on || x->pf == NULL) return;
     if (j + n > x->pf_m) n = x->pf_m - j;
     if (n <= 0) return;
-    const size_t eb = elem_bytes(x->dt), lines = (x->pf_elems * eb + 63) / 64, all = lines * (size_t)n;
-    const size_t l0 = all * (size_t)part / (size_t)parts, l1 = all * (size_t)(part + 1) / (size_t)parts;
-    const size_t row_bytes = x->pf_stride * eb;
-    size_t row = l0 / lines, line = l0 - row * lines; /* one division a call, not one a line */
-    const char *b = (const char *)x->pf + ((size_t)j + row) * row_bytes;
-    for (size_t i = l0; i < l1; i++) {
-        _mm_prefetch(b + line * 64, _MM_HINT_T1);
-        if (++line == lines) {
-            line = 0;
-            b += row_bytes;
+    const size_t eb = elem_bytes(x->dt);
+    w->lines = (x->pf_elems * eb + 63) / 64;
+    w->row_bytes = x->pf_stride * eb;
+    w->b = (const char *)x->pf + (size_t)j * w->row_bytes;
+    w->line = 0;
+    w->left = w->lines * (size_t)n;
+    w->parts = (size_t)parts;
+    w->per = w->left / w->parts;
+    w->extra = w->left - w->per * w->parts;
+    w->acc = 0;
+}
+
+AVX2_INLINE void pf_walk_step(pf_walk *w)
+{
+    if (w->left == 0) return;
+    size_t k = w->per;
+    w->acc += w->extra;
+    if (w->acc >= w->parts) { /* the remainder spread over the steps */
+        w->acc -= w->parts;
+        k++;
+    }
+    if (k > w->left) k = w->left;
+    w->left -= k;
+    for (; k > 0; k--) {
+        _mm_prefetch(w->b + w->line * 64, _MM_HINT_T1);
+        if (++w->line == w->lines) {
+            w->line = 0;
+            w->b += w->row_bytes;
         }
     }
 }
@@ -296,8 +322,10 @@ AVX2_INLINE void qk_avx2_t(const float *q, const dims *x, const void *k, const f
             prefetch_other(x, j);
             prefetch_other(x, j + 1);
         }
+        pf_walk w;
+        pf_walk_init(&w, x, j, 1 + two, x->nh, !x->own);
         for (int jh = 0; jh < x->nh; jh++) {
-            if (!x->own) prefetch_other_part(x, j, 1 + two, jh, x->nh);
+            pf_walk_step(&w);
             const size_t kj = (size_t)j * x->stride + (size_t)jh * d;
             const float s = sk ? sk[jh] : 1.0f;
             const float *qh = q + (size_t)jh * rh * d;
@@ -410,8 +438,10 @@ AVX2_INLINE void pv_avx2_t(const float *p, int ldp, const dims *x, const void *v
         const int n = x->m - j0 < sub ? x->m - j0 : sub;
         for (int j = 0; x->own && j < sub; j++) prefetch(v, (size_t)(j0 + sub + j) * x->stride, row_elems, dt);
         for (int j = 0; x->own && j < n; j++) prefetch_other(x, j0 + j);
+        pf_walk w;
+        pf_walk_init(&w, x, j0, n, x->nh, !x->own);
         for (int jh = 0; jh < x->nh; jh++) {
-            if (!x->own) prefetch_other_part(x, j0, n, jh, x->nh);
+            pf_walk_step(&w);
             pv_head(p + (size_t)jh * x->rh * ldp + j0, ldp, x->rh,
                     (const char *)v + ((size_t)j0 * x->stride + (size_t)jh * x->d) * elem_bytes(dt), x->stride, n,
                     dt, acc + (size_t)jh * x->rh * x->d, x->d);
@@ -479,8 +509,10 @@ AVX512_INLINE void pv_avx512_t(const float *p, int ldp, const dims *x, const voi
         const int n = x->m - j0 < sub ? x->m - j0 : sub;
         for (int j = 0; x->own && j < sub; j++) prefetch(v, (size_t)(j0 + sub + j) * x->stride, row_elems, dt);
         for (int j = 0; x->own && j < n; j++) prefetch_other(x, j0 + j);
+        pf_walk w;
+        pf_walk_init(&w, x, j0, n, x->nh, !x->own);
         for (int jh = 0; jh < x->nh; jh++) {
-            if (!x->own) prefetch_other_part(x, j0, n, jh, x->nh);
+            pf_walk_step(&w);
             pv_head512(p + (size_t)jh * x->rh * ldp + j0, ldp, x->rh,
                        (const char *)v + ((size_t)j0 * x->stride + (size_t)jh * x->d) * elem_bytes(dt), x->stride,
                        n, dt, acc + (size_t)jh * x->rh * x->d, x->d);
@@ -555,8 +587,10 @@ AVX512VL_INLINE void qk_avx512_t(const float *q, const dims *x, const void *k, c
     for (; j + 4 <= x->m; j += 4) {
         for (int i = 0; x->own && i < 4; i++) prefetch(k, (size_t)(j + ahead + i) * x->stride, row_elems, dt);
         for (int i = 0; x->own && i < 4; i++) prefetch_other(x, j + i);
+        pf_walk w;
+        pf_walk_init(&w, x, j, 4, x->nh, !x->own);
         for (int jh = 0; jh < x->nh; jh++) {
-            if (!x->own) prefetch_other_part(x, j, 4, jh, x->nh);
+            pf_walk_step(&w);
             const size_t kj = (size_t)j * x->stride + (size_t)jh * d;
             const float s = sk ? sk[jh] : 1.0f;
             const float *qh = q + (size_t)jh * rh * d;
