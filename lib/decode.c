@@ -6,6 +6,11 @@
  * row (running max and sum, accumulator rescaled when the max grows); then
  * axpys that read each V row once the same way, in sub-blocks of
  * DECODE_SUB keys small enough to stay in L1 while every head uses them.
+ * The tiles are pipelined: the axpys of tile i run sub-block by sub-block
+ * interleaved with the scores of tile i + 1, so K and V are read as two
+ * steady streams, each pass bringing its stream DECODE_AHEAD keys ahead
+ * into L2 a slice at a time (a burst of prefetches stalls the core until
+ * memory delivers them).
  * A tile's keys are walked in runs inside one cache block, but a key's
  * arithmetic never depends on where a run starts, and tiles start at the
  * same keys for every layout, so a paged float32 cache gives results
@@ -30,6 +35,8 @@
 #define AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
 #define AVX512_FN __attribute__((target("avx2,fma,f16c,avx512f")))
 #define AVX512_INLINE __attribute__((target("avx2,fma,f16c,avx512f"), always_inline)) static inline
+#define AVX512VL_FN __attribute__((target("avx2,fma,f16c,avx512f,avx512vl")))
+#define AVX512VL_INLINE __attribute__((target("avx2,fma,f16c,avx512f,avx512vl"), always_inline)) static inline
 #endif
 
 /* Keys per online-softmax step: the R x tile scores stay in L2, and the
@@ -39,11 +46,13 @@
 #define DECODE_TILE 128
 #define DECODE_SUB 16
 #define DECODE_SUB_BYTES (1 << 30) /* no cap: 8 KiB measured no better (docs/performance.md) */
-#define DECODE_K_AHEAD 4
+#define DECODE_K_AHEAD 4 /* the three-phase tiles: own K rows prefetched this many keys ahead */
+#define DECODE_AHEAD 128 /* the pipelined tiles: keys ahead each pass brings its stream into L2 */
 
 int attn__decode_portable_only = 0;
 int attn__decode_no_avx512 = 0;
 int attn__decode_sub_bytes = 0, attn__decode_k_ahead = 0, attn__decode_cross = 0;
+int attn__decode_three_phase = 0;
 
 static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
@@ -74,7 +83,7 @@ size_t attn__decode_part_floats(const attn_layer *l, int t, int heads)
 size_t attn__decode_scratch_floats(const attn_layer *l, int t, int heads)
 {
     const size_t rows = (size_t)heads * (size_t)(l->h / l->g) * (size_t)t;
-    return round16(rows * (size_t)l->d_k) + round16(rows * DECODE_TILE) + attn__decode_part_floats(l, t, heads) +
+    return round16(rows * (size_t)l->d_k) + 2 * round16(rows * DECODE_TILE) + attn__decode_part_floats(l, t, heads) +
            2 * round16((size_t)t);
 }
 
@@ -114,6 +123,7 @@ typedef struct dims {
     const void *pf;
     size_t pf_stride, pf_elems;
     int pf_m;
+    int own; /* 1: the pass also prefetches its own next rows (the three-phase tiles) */
 } dims;
 
 /* ------------------------------------------------------ portable kernels */
@@ -180,7 +190,63 @@ AVX2_INLINE void prefetch_other(const dims *x, int j)
     if (x->pf == NULL || j >= x->pf_m) return;
     const char *b = (const char *)x->pf + (size_t)j * x->pf_stride * elem_bytes(x->dt);
     const size_t bytes = x->pf_elems * elem_bytes(x->dt);
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(b + o, _MM_HINT_T1);
+    size_t o = 0;
+    for (; o + 256 <= bytes; o += 256) {
+        _mm_prefetch(b + o, _MM_HINT_T1);
+        _mm_prefetch(b + o + 64, _MM_HINT_T1);
+        _mm_prefetch(b + o + 128, _MM_HINT_T1);
+        _mm_prefetch(b + o + 192, _MM_HINT_T1);
+    }
+    for (; o < bytes; o += 64) _mm_prefetch(b + o, _MM_HINT_T1);
+}
+
+/* Rows [j, j + n) of x's other stream brought into L2 line by line in
+ * `parts` steps of (nearly) equal size, one before each KV head's block of
+ * work (none when `on` is 0 or x has no target): a pass that spreads its
+ * prefetches so keeps a few lines in flight all the time, where a burst
+ * stalls the core until the miss buffers drain. One division when a walk
+ * starts, none a step or a line. */
+typedef struct pf_walk {
+    const char *b;
+    size_t line, lines, row_bytes, left, per, extra, parts, acc;
+} pf_walk;
+
+AVX2_INLINE void pf_walk_init(pf_walk *w, const dims *x, int j, int n, int parts, int on)
+{
+    *w = (pf_walk){.b = NULL};
+    if (!on || x->pf == NULL) return;
+    if (j + n > x->pf_m) n = x->pf_m - j;
+    if (n <= 0) return;
+    const size_t eb = elem_bytes(x->dt);
+    w->lines = (x->pf_elems * eb + 63) / 64;
+    w->row_bytes = x->pf_stride * eb;
+    w->b = (const char *)x->pf + (size_t)j * w->row_bytes;
+    w->line = 0;
+    w->left = w->lines * (size_t)n;
+    w->parts = (size_t)parts;
+    w->per = w->left / w->parts;
+    w->extra = w->left - w->per * w->parts;
+    w->acc = 0;
+}
+
+AVX2_INLINE void pf_walk_step(pf_walk *w)
+{
+    if (w->left == 0) return;
+    size_t k = w->per;
+    w->acc += w->extra;
+    if (w->acc >= w->parts) { /* the remainder spread over the steps */
+        w->acc -= w->parts;
+        k++;
+    }
+    if (k > w->left) k = w->left;
+    w->left -= k;
+    for (; k > 0; k--) {
+        _mm_prefetch(w->b + w->line * 64, _MM_HINT_T1);
+        if (++w->line == w->lines) {
+            w->line = 0;
+            w->b += w->row_bytes;
+        }
+    }
 }
 
 /* The four horizontal sums of a0..a3, in order. */
@@ -250,11 +316,16 @@ AVX2_INLINE void qk_avx2_t(const float *q, const dims *x, const void *k, const f
     const int ahead = attn__decode_k_ahead > 0 ? attn__decode_k_ahead : DECODE_K_AHEAD;
     for (int j = 0; j < x->m; j += 2) {
         const int two = j + 1 < x->m;
-        prefetch(k, (size_t)(j + ahead) * x->stride, row_elems, dt);
-        if (two) prefetch(k, (size_t)(j + ahead + 1) * x->stride, row_elems, dt);
-        prefetch_other(x, j);
-        prefetch_other(x, j + 1);
+        if (x->own) {
+            prefetch(k, (size_t)(j + ahead) * x->stride, row_elems, dt);
+            if (two) prefetch(k, (size_t)(j + ahead + 1) * x->stride, row_elems, dt);
+            prefetch_other(x, j);
+            prefetch_other(x, j + 1);
+        }
+        pf_walk w;
+        pf_walk_init(&w, x, j, 1 + two, x->nh, !x->own);
         for (int jh = 0; jh < x->nh; jh++) {
+            pf_walk_step(&w);
             const size_t kj = (size_t)j * x->stride + (size_t)jh * d;
             const float s = sk ? sk[jh] : 1.0f;
             const float *qh = q + (size_t)jh * rh * d;
@@ -365,12 +436,16 @@ AVX2_INLINE void pv_avx2_t(const float *p, int ldp, const dims *x, const void *v
     const int sub = sub_keys(row_elems, dt);
     for (int j0 = 0; j0 < x->m; j0 += sub) {
         const int n = x->m - j0 < sub ? x->m - j0 : sub;
-        for (int j = 0; j < sub; j++) prefetch(v, (size_t)(j0 + sub + j) * x->stride, row_elems, dt);
-        for (int j = 0; j < n; j++) prefetch_other(x, j0 + j);
-        for (int jh = 0; jh < x->nh; jh++)
+        for (int j = 0; x->own && j < sub; j++) prefetch(v, (size_t)(j0 + sub + j) * x->stride, row_elems, dt);
+        for (int j = 0; x->own && j < n; j++) prefetch_other(x, j0 + j);
+        pf_walk w;
+        pf_walk_init(&w, x, j0, n, x->nh, !x->own);
+        for (int jh = 0; jh < x->nh; jh++) {
+            pf_walk_step(&w);
             pv_head(p + (size_t)jh * x->rh * ldp + j0, ldp, x->rh,
                     (const char *)v + ((size_t)j0 * x->stride + (size_t)jh * x->d) * elem_bytes(dt), x->stride, n,
                     dt, acc + (size_t)jh * x->rh * x->d, x->d);
+        }
     }
 }
 /* AVX-512 (CPUs with avx512f): the same axpys with 16 columns a register,
@@ -432,12 +507,107 @@ AVX512_INLINE void pv_avx512_t(const float *p, int ldp, const dims *x, const voi
     const int sub = sub_keys(row_elems, dt);
     for (int j0 = 0; j0 < x->m; j0 += sub) {
         const int n = x->m - j0 < sub ? x->m - j0 : sub;
-        for (int j = 0; j < sub; j++) prefetch(v, (size_t)(j0 + sub + j) * x->stride, row_elems, dt);
-        for (int j = 0; j < n; j++) prefetch_other(x, j0 + j);
-        for (int jh = 0; jh < x->nh; jh++)
+        for (int j = 0; x->own && j < sub; j++) prefetch(v, (size_t)(j0 + sub + j) * x->stride, row_elems, dt);
+        for (int j = 0; x->own && j < n; j++) prefetch_other(x, j0 + j);
+        pf_walk w;
+        pf_walk_init(&w, x, j0, n, x->nh, !x->own);
+        for (int jh = 0; jh < x->nh; jh++) {
+            pf_walk_step(&w);
             pv_head512(p + (size_t)jh * x->rh * ldp + j0, ldp, x->rh,
                        (const char *)v + ((size_t)j0 * x->stride + (size_t)jh * x->d) * elem_bytes(dt), x->stride,
                        n, dt, acc + (size_t)jh * x->rh * x->d, x->d);
+        }
+    }
+}
+
+/* Q.K with AVX-512VL's 32 ymm registers: 4 query rows x 4 keys a call, 16
+ * accumulators, so each q vector is loaded once for 4 keys and each K
+ * vector once for 4 rows. Every score gets the very FMAs of dot4x2, lane by
+ * lane in the same order, and the same hsum4 tree (the two-key halves
+ * combined by a 128-bit permute instead of a store and reload), then the
+ * same product by s_k: the results are the same bits. */
+AVX512VL_INLINE __m256 hsum4x2(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 b0, __m256 b1, __m256 b2,
+                               __m256 b3)
+{
+    const __m256 x = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    const __m256 y = _mm256_hadd_ps(_mm256_hadd_ps(b0, b1), _mm256_hadd_ps(b2, b3));
+    return _mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31));
+}
+
+AVX512VL_INLINE void dot4x4(const float *q0, int d, const void *k, size_t kj, size_t stride, int dt, float sk,
+                            float *out, int ldo)
+{
+    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00,
+           a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
+    for (int c = 0; c < d; c += 8) {
+        const __m256 k0 = load8(k, kj + (size_t)c, dt), k1 = load8(k, kj + stride + (size_t)c, dt),
+                     k2 = load8(k, kj + 2 * stride + (size_t)c, dt), k3 = load8(k, kj + 3 * stride + (size_t)c, dt);
+        __m256 q = _mm256_loadu_ps(q0 + c);
+        a00 = _mm256_fmadd_ps(q, k0, a00);
+        a01 = _mm256_fmadd_ps(q, k1, a01);
+        a02 = _mm256_fmadd_ps(q, k2, a02);
+        a03 = _mm256_fmadd_ps(q, k3, a03);
+        q = _mm256_loadu_ps(q0 + d + c);
+        a10 = _mm256_fmadd_ps(q, k0, a10);
+        a11 = _mm256_fmadd_ps(q, k1, a11);
+        a12 = _mm256_fmadd_ps(q, k2, a12);
+        a13 = _mm256_fmadd_ps(q, k3, a13);
+        q = _mm256_loadu_ps(q0 + 2 * d + c);
+        a20 = _mm256_fmadd_ps(q, k0, a20);
+        a21 = _mm256_fmadd_ps(q, k1, a21);
+        a22 = _mm256_fmadd_ps(q, k2, a22);
+        a23 = _mm256_fmadd_ps(q, k3, a23);
+        q = _mm256_loadu_ps(q0 + 3 * d + c);
+        a30 = _mm256_fmadd_ps(q, k0, a30);
+        a31 = _mm256_fmadd_ps(q, k1, a31);
+        a32 = _mm256_fmadd_ps(q, k2, a32);
+        a33 = _mm256_fmadd_ps(q, k3, a33);
+    }
+    const __m256 s = _mm256_set1_ps(sk);
+    const __m256 z01 = _mm256_mul_ps(hsum4x2(a00, a10, a20, a30, a01, a11, a21, a31), s); /* rows of keys 0 | 1 */
+    const __m256 z23 = _mm256_mul_ps(hsum4x2(a02, a12, a22, a32, a03, a13, a23, a33), s); /* rows of keys 2 | 3 */
+    __m128 r0 = _mm256_castps256_ps128(z01), r1 = _mm256_extractf128_ps(z01, 1), r2 = _mm256_castps256_ps128(z23),
+           r3 = _mm256_extractf128_ps(z23, 1);
+    _MM_TRANSPOSE4_PS(r0, r1, r2, r3); /* now r_i = row i's four keys */
+    _mm_storeu_ps(out, r0);
+    _mm_storeu_ps(out + ldo, r1);
+    _mm_storeu_ps(out + 2 * (size_t)ldo, r2);
+    _mm_storeu_ps(out + 3 * (size_t)ldo, r3);
+}
+
+/* Keys in fours by dot4x4 (rows in fours, d a multiple of 8); the rest
+ * as qk_avx2_t does them. */
+AVX512VL_INLINE void qk_avx512_t(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo,
+                                 const int dt)
+{
+    const int rh = x->rh, d = x->d;
+    const size_t row_elems = (size_t)x->nh * (size_t)d;
+    const int ahead = attn__decode_k_ahead > 0 ? attn__decode_k_ahead : DECODE_K_AHEAD;
+    int j = 0;
+    for (; j + 4 <= x->m; j += 4) {
+        for (int i = 0; x->own && i < 4; i++) prefetch(k, (size_t)(j + ahead + i) * x->stride, row_elems, dt);
+        for (int i = 0; x->own && i < 4; i++) prefetch_other(x, j + i);
+        pf_walk w;
+        pf_walk_init(&w, x, j, 4, x->nh, !x->own);
+        for (int jh = 0; jh < x->nh; jh++) {
+            pf_walk_step(&w);
+            const size_t kj = (size_t)j * x->stride + (size_t)jh * d;
+            const float s = sk ? sk[jh] : 1.0f;
+            const float *qh = q + (size_t)jh * rh * d;
+            float *oh = out + (size_t)jh * rh * ldo + j;
+            int r = 0;
+            for (; r + 4 <= rh; r += 4) dot4x4(qh + (size_t)r * d, d, k, kj, x->stride, dt, s, oh + (size_t)r * ldo, ldo);
+            for (; r < rh; r++)
+                for (int i = 0; i < 4; i++)
+                    dot1(qh + (size_t)r * d, d, k, kj + (size_t)i * x->stride, dt, s, oh + (size_t)r * ldo + i);
+        }
+    }
+    if (j < x->m) {
+        dims rest = *x;
+        rest.m = x->m - j;
+        rest.pf = x->pf == NULL || j >= x->pf_m ? NULL : (const char *)x->pf + (size_t)j * x->pf_stride * elem_bytes(dt);
+        rest.pf_m = x->pf_m - j;
+        qk_avx2_t(q, &rest, (const char *)k + (size_t)j * x->stride * elem_bytes(dt), sk, out + j, ldo, dt);
     }
 }
 
@@ -465,6 +635,11 @@ AVX512_FN static void pv_avx512(const float *p, int ldp, const dims *x, const vo
     DTYPE_SWITCH(pv_avx512_t, x->dt, p, ldp, x, v, acc)
 }
 
+AVX512VL_FN static void qk_avx512(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo)
+{
+    DTYPE_SWITCH(qk_avx512_t, x->dt, q, x, k, sk, out, ldo)
+}
+
 /* F16C by CPUID (leaf 1, ECX bit 29): clang's __builtin_cpu_supports knows no
  * "f16c", and `make fuzz` builds lib/ with clang. */
 static int cpu_has_f16c(void)
@@ -473,13 +648,15 @@ static int cpu_has_f16c(void)
     return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
 }
 
-/* 0: portable, 1: AVX2, 2: AVX2 with the AVX-512 axpys. */
+/* 0: portable, 1: AVX2, 2: AVX2 with the AVX-512 axpys, 3: and the
+ * AVX-512VL scores (dot4x4). */
 static int use_avx2(void)
 {
     if (attn__decode_portable_only || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
         !cpu_has_f16c())
         return 0;
-    return !attn__decode_no_avx512 && __builtin_cpu_supports("avx512f") ? 2 : 1;
+    if (attn__decode_no_avx512 || !__builtin_cpu_supports("avx512f")) return 1;
+    return __builtin_cpu_supports("avx512vl") ? 3 : 2;
 }
 #else
 static int use_avx2(void) { return 0; }
@@ -488,6 +665,10 @@ static int use_avx2(void) { return 0; }
 static void qk_run(int avx2, const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo)
 {
 #ifdef DECODE_AVX2
+    if (avx2 == 3 && x->d % 8 == 0 && !attn__decode_three_phase) {
+        qk_avx512(q, x, k, sk, out, ldo);
+        return;
+    }
     if (avx2) {
         qk_avx2(q, x, k, sk, out, ldo);
         return;
@@ -500,7 +681,7 @@ static void qk_run(int avx2, const float *q, const dims *x, const void *k, const
 static void pv_run(int avx2, const float *p, int ldp, const dims *x, const void *v, float *acc)
 {
 #ifdef DECODE_AVX2
-    if (avx2 == 2) {
+    if (avx2 >= 2) {
         pv_avx512(p, ldp, x, v, acc);
         return;
     }
@@ -524,6 +705,7 @@ typedef struct decode_job {
     int kvh, nh, h0, T, R, avx2;
     float *qb;   /* (R, d_k) queries, pre-multiplied by the 1/sqrt(d_k) scale */
     float *tile; /* (R, DECODE_TILE) scores, then probabilities */
+    float *tile2; /* the same for the next tile (tiles_pipelined) */
     float *mx, *sum, *acc; /* (R), (R), (R, d_v): in scratch, or the chunk's partial */
     int *lo, *hi; /* (T) each row's visible key interval */
 } decode_job;
@@ -531,10 +713,10 @@ typedef struct decode_job {
 /* Row `row` (query t) of a tile of scores for keys s0..s0+n: float mask
  * added, blocked keys removed, then exp(score - running max) with the row's
  * max, sum and accumulator updated. Returns 1 if the row sees a key here. */
-static int online_update(const decode_job *dj, int row, int t, int s0, int n)
+static int online_update(const decode_job *dj, float *tile, int row, int t, int s0, int n)
 {
     const attn_seq *s = dj->s;
-    float *x0 = dj->tile + (size_t)row * DECODE_TILE;
+    float *x0 = tile + (size_t)row * DECODE_TILE;
     const int a = dj->lo[t] > s0 ? dj->lo[t] : s0, b = dj->hi[t] < s0 + n ? dj->hi[t] : s0 + n;
     if (a >= b) {
         memset(x0, 0, (size_t)n * sizeof *x0);
@@ -581,14 +763,26 @@ static void other_stream(const decode_job *dj, int which, int j, int n, dims *x)
     x->pf_elems = (size_t)dj->nh * (size_t)d;
 }
 
-/* Keys [s0, s0+n) (n <= DECODE_TILE): scores, online softmax, acc += P V;
- * the next tile's keys start at s1 and are n1 (0: none). */
+/* The online softmax of every row over the tile's n keys from s0; 0 if
+ * every key was blocked for every row (no P.V then). */
+static int softmax_tile(const decode_job *dj, float *tile, int s0, int n)
+{
+    int any = 0;
+    for (int row = 0; row < dj->R; row++) any |= online_update(dj, tile, row, row % dj->T, s0, n);
+    return any;
+}
+
+/* The previous kernel's tile, kept for benches' and tests' A/B
+ * (attn__decode_three_phase): keys [s0, s0+n) (n <= DECODE_TILE) in three
+ * phases, scores, online softmax, acc += P V, each pass prefetching its own
+ * next rows and the other stream's in bursts; the next tile's keys start at
+ * s1 and are n1 (0: none). */
 static void tile_step(const decode_job *dj, int s0, int n, int s1, int n1)
 {
     const attn_layer *l = dj->l;
     const int rh = dj->R / dj->nh;
     for (int j = s0; j < s0 + n;) {
-        dims x = {.rh = rh, .nh = dj->nh, .d = l->d_k, .dt = dj->kv.dtype};
+        dims x = {.rh = rh, .nh = dj->nh, .d = l->d_k, .dt = dj->kv.dtype, .own = 1};
         const float *sk;
         const char *k = attn__kv_run(l, &dj->kv, 0, j, s0 + n - j, &x.m, &x.stride, &sk);
         k += (size_t)dj->kvh * l->d_k * elem_bytes(x.dt);
@@ -596,11 +790,9 @@ static void tile_step(const decode_job *dj, int s0, int n, int s1, int n1)
         qk_run(dj->avx2, dj->qb, &x, k, sk ? sk + dj->kvh : NULL, dj->tile + (j - s0), DECODE_TILE);
         j += x.m;
     }
-    int any = 0;
-    for (int row = 0; row < dj->R; row++) any |= online_update(dj, row, row % dj->T, s0, n);
-    if (!any) return; /* every key of the tile blocked for every row */
+    if (!softmax_tile(dj, dj->tile, s0, n)) return; /* every key of the tile blocked for every row */
     for (int j = s0; j < s0 + n;) {
-        dims x = {.rh = rh, .nh = dj->nh, .d = l->d_v, .dt = dj->kv.dtype};
+        dims x = {.rh = rh, .nh = dj->nh, .d = l->d_v, .dt = dj->kv.dtype, .own = 1};
         const float *sv;
         const char *v = attn__kv_run(l, &dj->kv, 1, j, s0 + n - j, &x.m, &x.stride, &sv);
         v += (size_t)dj->kvh * l->d_v * elem_bytes(x.dt);
@@ -612,6 +804,78 @@ static void tile_step(const decode_job *dj, int s0, int n, int s1, int n1)
                 attn__scale(p + (size_t)row * DECODE_TILE, sv[dj->kvh + row / rh], x.m);
         pv_run(dj->avx2, p, DECODE_TILE, &x, v, dj->acc);
         j += x.m;
+    }
+}
+
+/* x's prefetch target: the rows of stream `which` DECODE_AHEAD keys (or
+ * attn__decode_k_ahead) past the run of x.m keys from key j, not past key
+ * `end`. */
+static void ahead_stream(const decode_job *dj, int which, int j, int end, dims *x)
+{
+    const int at = j + (attn__decode_k_ahead > 0 ? attn__decode_k_ahead : DECODE_AHEAD);
+    other_stream(dj, which, at, end - at < x->m ? end - at : x->m, x);
+}
+
+/* Scores of keys [j0, j1) of the tile that starts at s0, into tile; the K
+ * rows DECODE_AHEAD keys on (up to `end`) brought into L2 meanwhile. */
+static void qk_keys(const decode_job *dj, float *tile, int s0, int j0, int j1, int end)
+{
+    const attn_layer *l = dj->l;
+    for (int j = j0; j < j1;) {
+        dims x = {.rh = dj->R / dj->nh, .nh = dj->nh, .d = l->d_k, .dt = dj->kv.dtype};
+        const float *sk;
+        const char *k = attn__kv_run(l, &dj->kv, 0, j, j1 - j, &x.m, &x.stride, &sk);
+        k += (size_t)dj->kvh * l->d_k * elem_bytes(x.dt);
+        ahead_stream(dj, 0, j, end, &x);
+        qk_run(dj->avx2, dj->qb, &x, k, sk ? sk + dj->kvh : NULL, tile + (j - s0), DECODE_TILE);
+        j += x.m;
+    }
+}
+
+/* acc += P V over keys [j0, j1) of the tile that starts at s0; the V rows
+ * DECODE_AHEAD keys on brought into L2 meanwhile. */
+static void pv_keys(const decode_job *dj, float *tile, int s0, int j0, int j1, int end)
+{
+    const attn_layer *l = dj->l;
+    const int rh = dj->R / dj->nh;
+    for (int j = j0; j < j1;) {
+        dims x = {.rh = rh, .nh = dj->nh, .d = l->d_v, .dt = dj->kv.dtype};
+        const float *sv;
+        const char *v = attn__kv_run(l, &dj->kv, 1, j, j1 - j, &x.m, &x.stride, &sv);
+        v += (size_t)dj->kvh * l->d_v * elem_bytes(x.dt);
+        ahead_stream(dj, 1, j, end, &x);
+        float *p = tile + (j - s0);
+        if (sv != NULL) /* p * s_v: the run's V scales folded into the probabilities */
+            for (int row = 0; row < dj->R; row++)
+                attn__scale(p + (size_t)row * DECODE_TILE, sv[dj->kvh + row / rh], x.m);
+        pv_run(dj->avx2, p, DECODE_TILE, &x, v, dj->acc);
+        j += x.m;
+    }
+}
+
+/* Keys [a, b) pipelined over tiles: the P.V of tile i runs in sub-blocks of
+ * DECODE_SUB keys interleaved with the scores of tile i + 1, so K and V are
+ * read as two steady streams. Every tile's arithmetic, and the order of the
+ * updates of acc (P.V of tile i before tile i + 1's softmax rescales it),
+ * are those of tile_step. */
+static void tiles_pipelined(decode_job *dj, int a, int b)
+{
+    float *cur = dj->tile, *nxt = dj->tile2;
+    int n = b - a < DECODE_TILE ? b - a : DECODE_TILE;
+    qk_keys(dj, cur, a, a, a + n, b);
+    int any = softmax_tile(dj, cur, a, n);
+    for (int s0 = a; s0 < b; s0 += DECODE_TILE) {
+        const int s1 = s0 + n, n1 = b - s1 < DECODE_TILE ? b - s1 : DECODE_TILE;
+        const int most = n > n1 ? n : n1;
+        for (int i = 0; i < most; i += DECODE_SUB) {
+            if (i < n1) qk_keys(dj, nxt, s1, s1 + i, s1 + (i + DECODE_SUB < n1 ? i + DECODE_SUB : n1), b);
+            if (any && i < n) pv_keys(dj, cur, s0, s0 + i, s0 + (i + DECODE_SUB < n ? i + DECODE_SUB : n), b);
+        }
+        if (n1 > 0) any = softmax_tile(dj, nxt, s1, n1);
+        float *t = cur;
+        cur = nxt;
+        nxt = t;
+        n = n1;
     }
 }
 
@@ -655,6 +919,7 @@ void attn__head_decode(const attn__fwd_ctx *ctx, const attn__head_job *job, floa
     dj.acc = state + 2 * R;
     dj.lo = (int *)(dj.tile + round16(R * DECODE_TILE) + attn__decode_part_floats(l, T, job->heads));
     dj.hi = dj.lo + round16((size_t)T);
+    dj.tile2 = (float *)(dj.hi + round16((size_t)T));
     for (size_t row = 0; row < R; row++) {
         dj.mx[row] = -INFINITY;
         dj.sum[row] = 0.0f;
@@ -670,7 +935,8 @@ void attn__head_decode(const attn__fwd_ctx *ctx, const attn__head_job *job, floa
             for (int c = 0; c < dk; c++) dj.qb[(size_t)row * dk + c] = q[c] * ctx->scale;
         }
         attn__kv_from_seq(l, dj.s, &dj.kv);
-        for (int s0 = a; s0 < b; s0 += DECODE_TILE) {
+        if (!attn__decode_three_phase) tiles_pipelined(&dj, a, b);
+        else for (int s0 = a; s0 < b; s0 += DECODE_TILE) {
             const int n = b - s0 < DECODE_TILE ? b - s0 : DECODE_TILE, s1 = s0 + n;
             tile_step(&dj, s0, n, s1, b - s1 < DECODE_TILE ? b - s1 : DECODE_TILE);
         }

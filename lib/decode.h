@@ -58,10 +58,15 @@ extern int attn__decode_portable_only;
 extern int attn__decode_no_avx512;
 
 /* Benches and tests only (0: the defaults): bytes of V rows (all the job's
- * heads) per axpy sub-block, and how many keys ahead the K rows are
- * prefetched, and (attn__decode_cross < 0: off) whether each pass brings the
- * other stream into L2 as it goes. None changes any result: a key's arithmetic does not
- * depend on its sub-block. */
+ * heads) per axpy sub-block, and how many keys ahead the passes prefetch
+ * (the pipelined tiles: each its own stream into L2; the three-phase ones:
+ * the K rows; < 0: no software prefetch), and (attn__decode_cross < 0: off)
+ * whether the passes prefetch into L2 at all. None changes any result: a
+ * key's arithmetic does not depend on its sub-block. */
 extern int attn__decode_sub_bytes, attn__decode_k_ahead, attn__decode_cross;
+
+/* Benches and tests only: nonzero runs the previous kernel (three phases per
+ * tile, burst prefetches, two-key scores), for in-run A/B; same results. */
+extern int attn__decode_three_phase;
 
 #endif /* ATTN_DECODE_H */

@@ -438,12 +438,13 @@ static int roofline_section(bench *b, int threads, const float *kx, const float 
     int met = 0, total = 0;
     char summary[160] = "";
     static const int ps[2] = {8192, 32768};
-    /* BENCH_AB=SUB:AHEAD[:NO512]: each round also times the huge-page step
-     * with those attn__decode_sub_bytes / attn__decode_k_ahead (0: default;
-     * AHEAD -1: no software prefetch) / attn__decode_no_avx512 (A/B in one run) */
+    /* BENCH_AB=SUB:AHEAD[:NO512[:THREE_PHASE]]: each round also times the
+     * huge-page step with those attn__decode_sub_bytes / attn__decode_k_ahead
+     * (0: default; AHEAD -1: no software prefetch) / attn__decode_no_avx512 /
+     * attn__decode_three_phase (the previous kernel), A/B in one run */
     const char *ab = getenv("BENCH_AB");
-    int ab_sub = 0, ab_ahead = 0, ab_no512 = 0;
-    if (ab && sscanf(ab, "%d:%d:%d", &ab_sub, &ab_ahead, &ab_no512) < 2) ab = NULL;
+    int ab_sub = 0, ab_ahead = 0, ab_no512 = 0, ab_three = 0;
+    if (ab && sscanf(ab, "%d:%d:%d:%d", &ab_sub, &ab_ahead, &ab_no512, &ab_three) < 2) ab = NULL;
     const int np = getenv("BENCH_ROOFLINE_P") ? 1 : 2;
     for (int pi = 0; rc == 0 && pi < np; pi++)
         for (int dt = ATTN_KV_F32; rc == 0 && dt <= ATTN_KV_INT8; dt++) {
@@ -459,6 +460,7 @@ static int roofline_section(bench *b, int threads, const float *kx, const float 
             make_seqs(&ph, N, P, b->x, out, seqs);
             if (rc == 0 && attn__forward_kv_bytes(b->l, seqs, N, b->ws, &bytes, NULL) != ATTN_OK) rc = -1;
             double bw4[MAXR], bw2[MAXR], th[MAXR], t4[MAXR], tb[MAXR], fk[MAXR], fk4[MAXR], fs[MAXR], hr[MAXR], tab[MAXR];
+            double fab[MAXR], tab_s[MAXR];
             for (int r = 0; rc == 0 && r < rounds; r++) {
                 bw4[r] = stream_bw(s4, nf, threads, 3);
                 bw2[r] = stream_bw(s2, nf, threads, 3);
@@ -468,16 +470,20 @@ static int roofline_section(bench *b, int threads, const float *kx, const float 
                     attn__decode_sub_bytes = ab_sub;
                     attn__decode_k_ahead = ab_ahead;
                     attn__decode_no_avx512 = ab_no512;
+                    attn__decode_three_phase = ab_three;
                     const double ta = time_step(b, &ph, N, P, out);
+                    attn__decode_three_phase = 0;
                     attn__decode_no_avx512 = 0;
                     attn__decode_sub_bytes = s0;
                     attn__decode_k_ahead = a0;
                     tab[r] = ta / th[r];
+                    tab_s[r] = ta;
                 }
                 t4[r] = both ? time_step(b, &p4, N, P, out) : 0;
                 tb[r] = time_step(b, &base, N, 0, out);
                 if (th[r] <= 0 || (both && t4[r] <= 0) || tb[r] <= 0) rc = -1;
                 fk[r] = th[r] > tb[r] ? (double)bytes / (th[r] - tb[r]) / bw4[r] : 0;
+                if (ab) fab[r] = tab_s[r] > tb[r] ? (double)bytes / (tab_s[r] - tb[r]) / bw4[r] : 0;
                 fk4[r] = both && t4[r] > tb[r] ? (double)bytes / (t4[r] - tb[r]) / bw4[r] : 0;
                 fs[r] = (double)bytes / th[r] / bw4[r];
                 hr[r] = both ? t4[r] / th[r] : 0;
@@ -488,8 +494,8 @@ static int roofline_section(bench *b, int threads, const float *kx, const float 
             const double mk = median_of(fk, rounds), mk4 = median_of(fk4, rounds), ms = median_of(fs, rounds);
             const double mb4 = median_of(bw4, rounds), mb2 = median_of(bw2, rounds), mh = median_of(th, rounds);
             const double mt4 = median_of(t4, rounds), mtb = median_of(tb, rounds), mhr = median_of(hr, rounds);
-            if (ab) printf("  (BENCH_AB %s: step time %.3f of the default's, median of rounds)\n", ab,
-                           median_of(tab, rounds));
+            if (ab) printf("  (BENCH_AB %s: step time %.3f of the default's, kernel %.0f%% of str4K; medians)\n", ab,
+                           median_of(tab, rounds), median_of(fab, rounds) * 100);
             const int ok = mk >= goal[dt];
             met += ok;
             total++;
@@ -556,6 +562,7 @@ static int profile_only(const char *dt_name)
 
 int main(void)
 {
+    if (getenv("BENCH_THREE_PHASE")) attn__decode_three_phase = atoi(getenv("BENCH_THREE_PHASE"));
     if (getenv("BENCH_PROFILE")) return profile_only(getenv("BENCH_PROFILE"));
     const char *bs = getenv("BENCH_SECONDS"), *bwt = getenv("BENCH_WEIGHTS");
     const int weights_only = bwt && strcmp(bwt, "only") == 0, weights = !bwt || strcmp(bwt, "0") != 0;

@@ -502,6 +502,33 @@ TEST(sub_blocks_and_prefetch_bit_identical)
     attn_workspace_free(ws);
 }
 
+/* The pipelined tiles (the P.V of a tile interleaved with the next tile's
+ * scores, prefetches spread over the passes, and on AVX-512VL CPUs four-key
+ * scores) against the previous three-phase kernel (attn__decode_three_phase):
+ * the same bits for every dtype, masks and windows, blocks of 1, 8 and 256
+ * rows, caches of one to many tiles, 1 to 8 query rows. */
+TEST(pipelined_equals_three_phase)
+{
+    test_rng r = {0x70697065u};
+    attn_workspace *ws = test_ws(ATTN_KERNEL_AUTO, 1, 0);
+    for (int c = 0; c < 16; c++) {
+        const gqa_shape sh = random_shape(&r);
+        const int dt = c % 4, P = c < 8 ? rng_int(&r, 1, 700) : rng_int(&r, 700, 3000);
+        twin w;
+        if (twin_init(&w, &r, &sh, P, rng_int(&r, 1, 8), dt, (int[]){1, 8, 256}[c % 3]) != 0) return;
+        const masks m = {.seed = rng_next(&r), .kpm = c % 2, .flt = c % 5 == 2, .window = c % 3 ? 0 : 50};
+        attn__decode_three_phase = 1;
+        const int ok1 = append(w.l, &w.a, w.xt, w.P, w.T, &m, ws, w.o1, 0) == ATTN_OK;
+        attn__decode_three_phase = 0;
+        const int ok2 = append(w.l, &w.b, w.xt, w.P, w.T, &m, ws, w.o2, 0) == ATTN_OK;
+        CHECK(ok1 && ok2);
+        CHECK_MSG(memcmp(w.o1, w.o2, fsz((size_t)w.T * w.sh.e_out)) == 0, "case %d %s (P %d, d_k %d): pipelined vs "
+                  "three-phase", c, dtype_name[dt], P, sh.d_k);
+        twin_free(&w);
+    }
+    attn_workspace_free(ws);
+}
+
 /* attn__forward_kv_bytes (bench_decode's K/V byte count): every visible row
  * of every KV head once, in the cache's element size, split or not. */
 TEST(kv_bytes)
@@ -543,6 +570,7 @@ int main(void)
     RUN(portable_equals_avx2);
     RUN(sub_blocks_and_prefetch_bit_identical);
     RUN(avx512_equals_avx2);
+    RUN(pipelined_equals_three_phase);
     RUN(kv_bytes);
     return check_summary();
 }
