@@ -329,6 +329,18 @@ static int weights_section(bench *b, uint64_t seed, const float *kx, const float
         }
         pool_free(&pl);
     }
+    /* The bytes bound: a step reads the weights once and every cached K/V row once, so were both
+     * read at the same rate BF16 weights could gain no more than the ratio of the bytes. */
+    double bound[2][2];
+    for (int kv = 0; kv < 2; kv++)
+        for (int c = 0; c < 2; c++) {
+            const double row = (double)in[0].num_kv_heads * (in[0].head_dim_k + in[0].head_dim_v) * (kv ? 2 : 4);
+            const double cache = ns[c] * (P + 1.0) * row;
+            bound[kv][c] = ((double)in[0].weights_bytes + cache) / ((double)in[1].weights_bytes + cache);
+        }
+    printf("bytes bound at P = %d (weights once a step, each K/V row once): KV F32 %.2fx / %.2fx, KV BF16 %.2fx / "
+           "%.2fx (1 / 16 sequences): 16 sequences >= 1.2x needs BF16 K/V and the step at the bandwidth\n", P,
+           bound[0][0], bound[0][1], bound[1][0], bound[1][1]);
     char m[200];
     snprintf(m, sizeof m, "KV BF16: %.2fx / %.2fx (KV F32: %.2fx / %.2fx; P=0: %.2fx / %.2fx); load %.1f",
              ratio[2][0], ratio[2][1], ratio[1][0], ratio[1][1], ratio[0][0], ratio[0][1], bench_loadavg());
