@@ -888,15 +888,20 @@ static inline __attribute__((always_inline)) const char *short_decimal(const cha
     const char *p = s;
     const int neg = *p == '-';
     p += neg;
-    const uint64_t di = load8(p) - 0x3030303030303030u;
-    const int ni = leading_digits8(di);
-    if (ni == 0 || ni == 8 || (ni > 1 && *p == '0') || p[ni] != '.')
-        return NULL;
-    const uint64_t ip = ni == 1 ? (di & 0xff) : digits8_value(di << (8 * (8 - ni)));
-    p += ni + 1;
+    uint64_t ip = 0;
+    if ((load8(p) & 0xffff) == ('0' | '.' << 8)) { /* "0.ddd", the usual query value */
+        p += 2;
+    } else {
+        const uint64_t di = load8(p) - 0x3030303030303030u;
+        const int ni = leading_digits8(di);
+        if (ni == 0 || ni == 8 || (ni > 1 && *p == '0') || p[ni] != '.')
+            return NULL;
+        ip = ni == 1 ? (di & 0xff) : digits8_value(di << (8 * (8 - ni)));
+        p += ni + 1;
+    }
     const uint64_t df = load8(p) - 0x3030303030303030u;
     const int nf = leading_digits8(df);
-    if (nf == 0 || nf == 8 || (p[nf] | 0x20) == 'e')
+    if ((unsigned)(nf - 1) >= 7 || (p[nf] | 0x20) == 'e') /* 1..7 digits, no exponent */
         return NULL;
     const uint64_t w = ip * POW10_U64[nf] + digits8_value(df << (8 * (8 - nf)));
     if (w >= (1u << 24))
@@ -908,10 +913,11 @@ static inline __attribute__((always_inline)) const char *short_decimal(const cha
 
 /* The numbers of a leaf array, p at the first one: appended to n->values and
  * counted in *size. The byte after its ']', or NULL. The grammar of
- * nest_array's loop, without its per-element dispatch; numbers 32 bytes or
- * more before the end take short_decimal first, and a ',' straight after a
- * number goes on to the next one (blanks are skipped before a number as after
- * one, so "[1, 2]" reads as "[1,2]" and "[1,]" still fails). */
+ * nest_array's loop, without its per-element dispatch: runs of numbers 32
+ * bytes or more before the end, each read by short_decimal and followed
+ * straight by ',', go with one check of the room in values and size per run;
+ * anything else takes the general path (blanks are skipped before a number as
+ * after one, so "[1, 2]" reads as "[1,2]" and "[1,]" still fails). */
 static const char *leaf_array(const char *p, const char *end, attnd_float_nest *n, uint32_t *size)
 {
     /* The counts live in locals (registers) and are stored back on every exit. */
@@ -926,16 +932,29 @@ static const char *leaf_array(const char *p, const char *end, attnd_float_nest *
         }
         if (sz == UINT32_MAX)
             break;
-        float *slot = &n->values[nv];
-        const char *q = end - p >= 32 ? short_decimal(p, slot) : NULL;
-        if (!q) {
-            p = skip_ws(p, end);
-            q = parse_float_fast(p, end, slot, 1);
+        const size_t room = n->cap_values - nv < UINT32_MAX - sz ? n->cap_values - nv : UINT32_MAX - sz;
+        float *const v = n->values + nv;
+        size_t i = 0;
+        const char *q;
+        for (;;) { /* the run: q just past number i - 1, which is stored and counted */
+            q = end - p >= 32 ? short_decimal(p, v + i) : NULL;
             if (!q)
                 break;
+            i++;
+            if (*q != ',' || i == room)
+                break;
+            p = q + 1;
         }
-        nv++;
-        sz++;
+        nv += i;
+        sz += (uint32_t)i;
+        if (!q) { /* the number at p is not a short decimal: i < room, a slot is free */
+            p = skip_ws(p, end);
+            q = parse_float_fast(p, end, &n->values[nv], 1);
+            if (!q)
+                break;
+            nv++;
+            sz++;
+        }
         if (q < end && *q == ',') {
             p = q + 1;
             continue;
