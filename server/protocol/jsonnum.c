@@ -452,6 +452,23 @@ static const uint8_t PLAIN_SHUFFLE[6][16] __attribute__((aligned(16))) = {
     {14, 9, 15, 9, 9, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10},
 };
 
+/* The 128-bit halves of x at rec (lane i) and rec + 64 (lane i + 4). */
+AVX2_INLINE void store_halves(char *rec, __m256i x)
+{
+    _mm_store_si128((__m128i *)rec, _mm256_castsi256_si128(x));
+    _mm_store_si128((__m128i *)(rec + 64), _mm256_extracti128_si256(x, 1));
+}
+
+/* A "0.0ddd" text and its ',' at p from the record at dig: PLAIN_SHUFFLE's row
+ * at byte offset row, len bytes before the ','. The byte after the ','. */
+AVX2_INLINE char *plain_text(char *p, const char *dig, int32_t row, int32_t len)
+{
+    const __m128i ctl = _mm_load_si128((const __m128i *)(PLAIN_SHUFFLE[0] + row));
+    _mm_storeu_si128((__m128i *)p, _mm_shuffle_epi8(_mm_load_si128((const __m128i *)dig), ctl));
+    p[len] = ',';
+    return p + len + 1;
+}
+
 /* Eight normal floats (bits): digits, lengths, exponents in lanes, then the
  * texts one by one, each followed by ','. Returns the bytes written. */
 AVX2_INLINE size_t print8(const int32_t (*k)[8], __m256i bits, char *out)
@@ -468,12 +485,12 @@ AVX2_INLINE size_t print8(const int32_t (*k)[8], __m256i bits, char *out)
     const __m256i a = four_digits8(k, _mm256_unpacklo_epi32(hi4, lo4)); /* lanes 0,1,4,5 */
     const __m256i b = four_digits8(k, _mm256_unpackhi_epi32(hi4, lo4)); /* lanes 2,3,6,7 */
     const __m256i f = _mm256_add_epi32(first, K(K_ASCII0));
-    /* rec + 32 * (i & 3) + 16 * (i >> 2): the record of lane i */
+    /* rec + 16 * i: the record of lane i (the halves of each pair stored apart) */
     char rec[8 * 16] __attribute__((aligned(32)));
-    _mm256_store_si256((__m256i *)rec, DIG_RECORDS(a, 0, f));
-    _mm256_store_si256((__m256i *)(rec + 32), DIG_RECORDS(a, 1, _mm256_bsrli_epi128(f, 4)));
-    _mm256_store_si256((__m256i *)(rec + 64), DIG_RECORDS(b, 0, _mm256_bsrli_epi128(f, 8)));
-    _mm256_store_si256((__m256i *)(rec + 96), DIG_RECORDS(b, 1, _mm256_bsrli_epi128(f, 12)));
+    store_halves(rec, DIG_RECORDS(a, 0, f));
+    store_halves(rec + 16, DIG_RECORDS(a, 1, _mm256_bsrli_epi128(f, 4)));
+    store_halves(rec + 32, DIG_RECORDS(b, 0, _mm256_bsrli_epi128(f, 8)));
+    store_halves(rec + 48, DIG_RECORDS(b, 1, _mm256_bsrli_epi128(f, 12)));
     /* Lanes in layout()'s "0.0ddd" case (-3 <= sci <= -1, -2 <= sci for one
      * digit): the row of PLAIN_SHUFFLE (as a byte offset) and the length. */
     const __m256i z = _mm256_setzero_si256();
@@ -492,16 +509,19 @@ AVX2_INLINE size_t print8(const int32_t (*k)[8], __m256i bits, char *out)
     _mm256_storeu_si256((__m256i *)len8, _mm256_add_epi32(_mm256_sub_epi32(_mm256_add_epi32(sign, n), sci), K(K_ONE)));
     const unsigned plain_lanes = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(plain));
     char *p = out;
+    if (plain_lanes == 0xff) { /* the usual block */
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++)
+            p = plain_text(p, rec + 16 * i, row8[i], len8[i]);
+        return (size_t)(p - out);
+    }
     for (int i = 0; i < 8; i++) {
-        const char *dig = rec + 32 * (i & 3) + 16 * (i >> 2);
         if (plain_lanes >> i & 1) {
-            const __m128i ctl = _mm_load_si128((const __m128i *)(PLAIN_SHUFFLE[0] + row8[i]));
-            _mm_storeu_si128((__m128i *)p, _mm_shuffle_epi8(_mm_load_si128((const __m128i *)dig), ctl));
-            p += len8[i];
+            p = plain_text(p, rec + 16 * i, row8[i], len8[i]);
         } else {
-            p += layout((uint32_t)sign8[i], n8[i], e8[i], dig, p);
+            p += layout((uint32_t)sign8[i], n8[i], e8[i], rec + 16 * i, p);
+            *p++ = ',';
         }
-        *p++ = ',';
     }
     return (size_t)(p - out);
 }

@@ -637,15 +637,16 @@ static float batch_value(void)
 }
 
 /* attnd_json_print_floats against attnd_json_print_float joined by ',', for
- * arrays of 0..40 values (blocks of eight and tails), in a buffer of exactly
- * ATTND_FLOATS_TEXT_MAX(n) bytes; a NaN or infinity anywhere gives -1. */
+ * arrays of 0..40 values (blocks of eight, mixed or all "0.0ddd", and tails),
+ * in a buffer of exactly ATTND_FLOATS_TEXT_MAX(n) bytes; a NaN or infinity
+ * anywhere gives -1. */
 TEST_WITH(batch, int rounds)
 {
     for (int round = 0; round < rounds; round++) {
         float x[40];
         const size_t n = rng32() % 41;
-        for (size_t i = 0; i < n; i++)
-            x[i] = batch_value();
+        for (size_t i = 0; i < n; i++) /* every third array all attention-like */
+            x[i] = round % 3 ? batch_value() : ((float)(rng32() >> 8) / 16777216.0f - 0.5f) * 0.4f;
         char *got = malloc(ATTND_FLOATS_TEXT_MAX(n));
         char want[40 * (ATTND_FLOAT_TEXT_MAX + 1)];
         size_t want_len = 0;
