@@ -897,37 +897,57 @@ static inline const char *next_item(const char *p, const char *end, int *closed)
     return p < end ? p : NULL;
 }
 
+/* 10^0 .. 10^7 and their negatives: w / -10^nf is -(w / 10^nf), IEEE
+ * rounding being symmetric, and 0 / -10^nf is -0. */
+static const float POW10F_SIGNED[2][8] = {{1e0f, 1e1f, 1e2f, 1e3f, 1e4f, 1e5f, 1e6f, 1e7f},
+                                          {-1e0f, -1e1f, -1e2f, -1e3f, -1e4f, -1e5f, -1e6f, -1e7f}};
+
+/* The 1..7 digits at p (8 readable bytes) as *value; how many, or 0 when
+ * there are none or more than 7. */
+static inline int fraction7(const char *p, uint64_t *value)
+{
+    const uint64_t d = load8(p) - 0x3030303030303030u;
+    const int n = leading_digits8(d);
+    if ((unsigned)(n - 1) >= 7)
+        return 0;
+    *value = digits8_value(d << (8 * (8 - n)));
+    return n;
+}
+
 /* The usual leaf number, "-?(0|[1-9]d*).d+" with at most 7 digits on each side
  * of the point and a value w * 10^-nf with w < 2^24, read with one 8-byte load
  * per digit run and no bounds checks: the caller guarantees 32 readable bytes
- * at s. The same float as parse_float_fast (the same division of the same two
- * exact floats). Returns the byte after the number, or NULL for anything else
- * (the general path then decides, rejects included). */
+ * at s, and that the byte after the number is no 'e' or 'E' (the number's
+ * exponent: it checks the byte it looks at anyway). The same float as
+ * parse_float_fast (the same division of the same two exact floats, the sign
+ * on the divisor). Returns the byte after the digits, or NULL for anything
+ * else (the general path then decides, rejects included). */
 static inline __attribute__((always_inline)) const char *short_decimal(const char *s, float *out)
 {
     const char *p = s;
     const int neg = *p == '-';
     p += neg;
-    uint64_t ip = 0;
-    if ((load8(p) & 0xffff) == ('0' | '.' << 8)) { /* "0.ddd", the usual query value */
+    uint64_t w;
+    int nf;
+    if ((load8(p) & 0xffff) == ('0' | '.' << 8)) { /* "0.ddd", the usual query value: w < 10^7 */
         p += 2;
+        if (!(nf = fraction7(p, &w)))
+            return NULL;
     } else {
         const uint64_t di = load8(p) - 0x3030303030303030u;
         const int ni = leading_digits8(di);
         if (ni == 0 || ni == 8 || (ni > 1 && *p == '0') || p[ni] != '.')
             return NULL;
-        ip = ni == 1 ? (di & 0xff) : digits8_value(di << (8 * (8 - ni)));
+        const uint64_t ip = ni == 1 ? (di & 0xff) : digits8_value(di << (8 * (8 - ni)));
         p += ni + 1;
+        uint64_t fp;
+        if (!(nf = fraction7(p, &fp)))
+            return NULL;
+        w = ip * POW10_U64[nf] + fp;
+        if (w >= (1u << 24))
+            return NULL;
     }
-    const uint64_t df = load8(p) - 0x3030303030303030u;
-    const int nf = leading_digits8(df);
-    if ((unsigned)(nf - 1) >= 7 || (p[nf] | 0x20) == 'e') /* 1..7 digits, no exponent */
-        return NULL;
-    const uint64_t w = ip * POW10_U64[nf] + digits8_value(df << (8 * (8 - nf)));
-    if (w >= (1u << 24))
-        return NULL;
-    const float f = (float)w / POW10F[nf];
-    *out = neg ? -f : f;
+    *out = (float)w / POW10F_SIGNED[neg][nf];
     return p + nf;
 }
 
@@ -960,8 +980,14 @@ static const char *leaf_array(const char *p, const char *end, attnd_float_nest *
             q = end - p >= 32 ? short_decimal(p, v + i) : NULL;
             if (!q)
                 break;
-            i++;
-            if (*q != ',' || i == room)
+            if (*q != ',') {
+                if ((*q | 0x20) == 'e')
+                    q = NULL; /* "0.5e3": not short_decimal's, the general path reads it */
+                else
+                    i++;
+                break;
+            }
+            if (++i == room)
                 break;
             p = q + 1;
         }

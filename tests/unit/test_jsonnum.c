@@ -500,6 +500,21 @@ TEST(nest)
         CHECK(r != NULL || (n.values == NULL && n.size[0] == NULL));
         attnd_float_nest_free(&n);
     }
+    /* Short decimals followed by an exponent, a blank, ']' or another '.', each with
+     * 32 bytes or more after it (the run loop's own paths): the values strtof gives. */
+    t = "[0.5e3,-0.25E-1,1.5e+1,-0.0,0.125 ,-7.5,0.5,0.75]                                ";
+    static const float want[] = {500.0f, -0.025f, 15.0f, -0.0f, 0.125f, -7.5f, 0.5f, 0.75f};
+    memset(&n, 0, sizeof n);
+    end = attnd_json_parse_float_nest(t, t + strlen(t), &n);
+    CHECK(end == strchr(t, ']') + 1);
+    CHECK(end && n.n_values == 8);
+    for (size_t i = 0; end && i < 8; i++)
+        CHECK_MSG(to_bits(n.values[i]) == to_bits(want[i]), "value %zu: %.9g", i, (double)n.values[i]);
+    attnd_float_nest_free(&n);
+    t = "[0.5.5,1]                                        ";
+    memset(&n, 0, sizeof n);
+    CHECK(attnd_json_parse_float_nest(t, t + strlen(t), &n) == NULL);
+    attnd_float_nest_free(&n);
     memset(&n, 0, sizeof n);
     t = "[123456789012345678]"; /* 18 digits: fine */
     CHECK(attnd_json_parse_float_nest(t, t + strlen(t), &n) != NULL);
