@@ -9,7 +9,8 @@ requests the full run answered beyond the warm-up) and sums the functions into l
 libmicrohttpd, jansson, attnd's codec and JSON numbers, the protocol handlers and HTTP
 glue, the scheduler hand-off (engine + pthread/futex), metrics, logging, libc malloc,
 libc string/stdio, OpenBLAS, the lib forward, and the rest. Printed as a table with the
-three largest functions of each layer. Used by scripts/callgrind-small.sh.
+three largest functions of each layer. Used by scripts/callgrind-small.sh. Lines of
+intrinsics headers (immintrin.h and friends) count with the function they are inlined in.
 Note: glibc runs memset/memcpy of 2 KiB and more as `rep stosb` / `rep movsb`, which
 callgrind counts as one instruction per byte: the "libc string" layer is mostly bytes
 zeroed or copied (libmicrohttpd's connection pool reset, calloc), far cheaper on the
@@ -85,21 +86,29 @@ def main():
     warm, full, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     a, b = self_costs(warm), self_costs(full)
     layers = defaultdict(int)
-    per_fn = defaultdict(list)
+    per_fn = defaultdict(lambda: defaultdict(int))  # layer -> function name -> Ir
+    # Intrinsics headers' lines inlined into a function count with the layer of that
+    # function's own source lines (the AVX2 float printer is codec, small_avx2 lib).
+    own = {}
+    for fn, obj in sorted(set(a) | set(b)):
+        if "/include/" not in fn.split(":", 1)[0]:
+            own.setdefault(fn.split(":")[-1], layer(fn, obj))
     for key in set(a) | set(b):
         d = b.get(key, 0) - a.get(key, 0)
         if d == 0:
             continue
         lay = layer(*key)
+        if "/include/" in key[0].split(":", 1)[0]:
+            lay = own.get(key[0].split(":")[-1], lay)  # these lines name no object
         layers[lay] += d
-        per_fn[lay].append((d, key[0]))
+        per_fn[lay][key[0].split(':')[-1]] += d
     total = sum(layers.values())
     print(f"{'layer':30s} {'Ir/request':>11s}  share  largest functions (Ir/request)")
     for lay, d in sorted(layers.items(), key=lambda kv: -kv[1]):
         if abs(d) < n * 100:  # under 100 per request: noise of the run
             continue
-        top = sorted(per_fn[lay], reverse=True)[:3]
-        names = ", ".join(f"{f.split(':')[-1]} {v // n}" for v, f in top)
+        top = sorted(per_fn[lay].items(), key=lambda kv: -kv[1])[:3]
+        names = ", ".join(f"{f} {v // n}" for f, v in top)
         print(f"{lay:30s} {d // n:11d} {100 * d / total:5.1f}%  {names}"[:150])
     print(f"{'total':30s} {total // n:11d}")
 

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # printfloat-exhaustive.sh — compares attnd_json_print_float of the work tree with the
 # one of git revision REV (default d1f59db: Ryu's algorithm with the division-based digit
-# writer) over all 2^32 float bit patterns: same return value, same bytes. An offline
-# check (minutes of one core), run once whenever the printer changes; CI runs the random and
-# edge cases of tests/unit/test_jsonnum.
+# writer) over all 2^32 float bit patterns: same return value, same bytes. The batch printer
+# attnd_json_print_floats (AVX2, eight at a time, where the CPU has it) is compared too, on
+# every aligned block of 8 patterns: the old texts joined by ',', or -1 when one is NaN or
+# infinite. An offline check (minutes of one core), run once whenever the printer changes;
+# CI runs the random and edge cases of tests/unit/test_jsonnum.
 #   scripts/printfloat-exhaustive.sh [REV] [FIRST_BITS] [LAST_BITS]
 set -euo pipefail
 REV=${1:-d1f59db}
@@ -19,6 +21,7 @@ for s in $syms; do renames+=("-D$s=old_$s"); done
 { git show "$REV:server/protocol/jsonnum.c" 2>/dev/null || git show "$REV:server/jsonnum.c"; } > "$dir/old.c"
 cat > "$dir/main.c" <<'C'
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +30,11 @@ int old_attnd_json_print_float(float v, char *out);
 int main(int argc, char **argv)
 {
     const uint64_t first = strtoull(argv[1], NULL, 0), last = strtoull(argv[2], NULL, 0);
-    uint64_t differ = 0;
+    uint64_t differ = 0, batch_differ = 0;
+    float block[8];
+    char joined[8 * (ATTND_FLOAT_TEXT_MAX + 1)], batch[ATTND_FLOATS_TEXT_MAX(8)];
+    size_t joined_len = 0;
+    int joined_bad = 0;
     for (uint64_t b = first; b <= last; b++) {
         const uint32_t bits = (uint32_t)b;
         float v;
@@ -39,9 +46,31 @@ int main(int argc, char **argv)
                 printf("0x%08" PRIx32 ": new \"%.*s\" (%d), old \"%.*s\" (%d)\n", bits,
                        na > 0 ? na : 0, a, na, no > 0 ? no : 0, o, no);
         }
+        if ((bits & 7) == 0) {
+            joined_len = 0;
+            joined_bad = 0;
+        }
+        block[bits & 7] = v;
+        joined_bad |= no < 0;
+        if (no > 0) {
+            memcpy(joined + joined_len, o, (size_t)no);
+            joined_len += (size_t)no;
+            joined[joined_len++] = ',';
+        }
+        if ((bits & 7) == 7 && b - first >= 7) {
+            const ptrdiff_t nb = attnd_json_print_floats(block, 8, batch);
+            const ptrdiff_t want = joined_bad ? -1 : (ptrdiff_t)joined_len - 1;
+            if (nb != want || (nb > 0 && memcmp(batch, joined, (size_t)nb) != 0)) {
+                if (batch_differ++ < 20)
+                    printf("block 0x%08" PRIx32 ": batch \"%.*s\" (%td), old \"%.*s\" (%td)\n",
+                           bits - 7, nb > 0 ? (int)nb : 0, batch, nb, want > 0 ? (int)want : 0,
+                           joined, want);
+            }
+        }
     }
-    printf("%" PRIu64 " bit patterns 0x%" PRIx64 "..0x%" PRIx64 ": %" PRIu64 " differ\n",
-           last - first + 1, first, last, differ);
+    differ += batch_differ;
+    printf("%" PRIu64 " bit patterns 0x%" PRIx64 "..0x%" PRIx64 ": %" PRIu64 " differ (%" PRIu64 " blocks of 8 in the batch printer)\n",
+           last - first + 1, first, last, differ, batch_differ);
     return differ != 0;
 }
 C

@@ -131,23 +131,19 @@ void attnd_jb_string(attnd_jsonbuf *b, const char *s)
 
 int attnd_jb_floats(attnd_jsonbuf *b, const float *x, size_t n)
 {
-    if (attnd_jb_reserve(b, n * (ATTND_FLOAT_TEXT_MAX + 1) + 2))
+    if (n > (SIZE_MAX - 64) / (ATTND_FLOAT_TEXT_MAX + 1) || attnd_jb_reserve(b, ATTND_FLOATS_TEXT_MAX(n) + 2)) {
+        b->failed = 1;
         return -1;
+    }
     char *p = b->p + b->len;
     *p++ = '[';
-    for (size_t i = 0; i < n; i++) {
-        int w = attnd_json_print_float(x[i], p);
-        if (w < 0) {
-            b->failed = 1;
-            return -1;
-        }
-        p += w;
-        *p++ = ',';
+    const ptrdiff_t w = attnd_json_print_floats(x, n, p);
+    if (w < 0) {
+        b->failed = 1;
+        return -1;
     }
-    if (n)
-        p--; /* the last comma becomes the bracket */
-    *p++ = ']';
-    b->len = (size_t)(p - b->p);
+    p[w] = ']';
+    b->len += (size_t)w + 2;
     return 0;
 }
 

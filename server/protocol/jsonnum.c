@@ -1,11 +1,12 @@
 /* jsonnum.c — shortest round-trip printing of float32 (Schubfach, Raffaello
  * Giulietti 2020, binary32 with 64-bit powers of ten; the digits laid out by
- * SWAR), correctly rounded parsing of JSON numbers to float32 (8-byte digit
- * runs, exact double arithmetic with a midpoint check, strtof as the
- * fallback), and nested number arrays parsed into flat float arrays. The
- * oracles (shortest %.Ng that round-trips, %.*e for the closest digits;
- * strtof) live in tests/unit/test_jsonnum.c; scripts/printfloat-exhaustive.sh
- * compares the printer with an earlier one (Ryu) over all 2^32 floats.
+ * SWAR; arrays eight floats at a time with AVX2), correctly rounded parsing of
+ * JSON numbers to float32 (8-byte digit runs, exact double arithmetic with a
+ * midpoint check, strtof as the fallback), and nested number arrays parsed
+ * into flat float arrays. The oracles (shortest %.Ng that round-trips, %.*e
+ * for the closest digits; strtof) live in tests/unit/test_jsonnum.c;
+ * scripts/printfloat-exhaustive.sh compares the printer, one at a time and in
+ * blocks of eight, with an earlier one (Ryu) over all 2^32 floats.
  */
 #include "protocol/jsonnum.h"
 
@@ -165,37 +166,17 @@ static inline void left_digits(uint32_t v, int n, char dig[16])
     memcpy(dig + 9, "0000000", 7);
 }
 
-int attnd_json_print_float(float v, char *out)
+/* The text of sign, the n significant digits dig[0..n) (dig[n..16) '0') and
+ * the decimal exponent exp of the value dig * 10^exp, written at p with
+ * fixed-size copies that may write up to 32 bytes (the caller's scratch).
+ * Plain notation unless exponent notation is shorter ("d[.ddd]e[-]x[x]",
+ * n + (n > 1) + 2 + (sci < 0) + (|sci| >= 10) bytes; plain on a tie):
+ * digits.digits always; "0.", -sci - 1 zeros, digits while sci >= -3 (-2 for
+ * one digit); digits and exp zeros while exp <= 2 + (n > 1) + (sci >= 10).
+ * Returns the length. */
+static inline int layout(uint32_t sign, int n, int32_t exp, const char dig[16], char *p)
 {
-    uint32_t bits;
-    memcpy(&bits, &v, sizeof bits);
-    const uint32_t sign = bits >> 31;
-    const uint32_t ieee_exp = (bits >> MANTISSA_BITS) & ((1u << EXPONENT_BITS) - 1);
-    const uint32_t ieee_frac = bits & ((1u << MANTISSA_BITS) - 1);
-    if (ieee_exp == (1u << EXPONENT_BITS) - 1)
-        return -1; /* NaN or infinity */
-    if (ieee_exp == 0 && ieee_frac == 0) {
-        if (sign) {
-            memcpy(out, "-0.0", 4);
-            return 4;
-        }
-        out[0] = '0';
-        return 1;
-    }
-
-    uint32_t digits;
-    int32_t exp;
-    shortest(ieee_frac, ieee_exp, &digits, &exp);
-    const int n = decimal_length(digits);
     const int32_t sci = exp + n - 1; /* value = d.ddd * 10^sci */
-    char dig[16];
-    left_digits(digits, n, dig);
-
-    /* Plain notation unless exponent notation is shorter ("d[.ddd]e[-]x[x]",
-     * n + (n > 1) + 2 + (sci < 0) + (|sci| >= 10) bytes; plain on a tie):
-     * digits.digits always; "0.", -sci - 1 zeros, digits while sci >= -3
-     * (-2 for one digit); digits and exp zeros while exp <= 2 + (n > 1) +
-     * (sci >= 10). */
     int fixed_len = 0;
     if (exp < 0 && sci >= 0)
         fixed_len = n + 1;
@@ -204,10 +185,7 @@ int attnd_json_print_float(float v, char *out)
     else if (exp >= 0 && exp <= 2 + (n > 1) + (sci >= 10))
         fixed_len = n + exp;
 
-    /* Composed in text[] with fixed-size copies that may write past the end of
-     * the number (dig[] supplies '0' padding), then copied out whole. */
-    char text[40];
-    char *p = text;
+    char *const start = p;
     *p = '-';
     p += sign;
     if (fixed_len) {
@@ -222,7 +200,6 @@ int attnd_json_print_float(float v, char *out)
             memcpy(p, "0.00", 4);
             memcpy(p + 1 - sci, dig, 16);
         }
-        memcpy(out, text, ATTND_FLOAT_TEXT_MAX);
         return (int)sign + fixed_len;
     }
     /* d[.ddd]e[-]x[x] */
@@ -241,8 +218,356 @@ int attnd_json_print_float(float v, char *out)
     } else {
         *q++ = (char)('0' + e);
     }
-    memcpy(out, text, ATTND_FLOAT_TEXT_MAX);
-    return (int)(q - text);
+    return (int)(q - start);
+}
+
+/* attnd_json_print_float's text at p, which may be overwritten for 32 bytes. */
+static inline int print_float32(float v, char *p)
+{
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    const uint32_t sign = bits >> 31;
+    const uint32_t ieee_exp = (bits >> MANTISSA_BITS) & ((1u << EXPONENT_BITS) - 1);
+    const uint32_t ieee_frac = bits & ((1u << MANTISSA_BITS) - 1);
+    if (ieee_exp == (1u << EXPONENT_BITS) - 1)
+        return -1; /* NaN or infinity */
+    if (ieee_exp == 0 && ieee_frac == 0) {
+        memcpy(p, "-0.0", 4);
+        return sign ? 4 : (p[0] = '0', 1);
+    }
+    uint32_t digits;
+    int32_t exp;
+    shortest(ieee_frac, ieee_exp, &digits, &exp);
+    const int n = decimal_length(digits);
+    char dig[16];
+    left_digits(digits, n, dig);
+    return layout(sign, n, exp, dig, p);
+}
+
+int attnd_json_print_float(float v, char *out)
+{
+    char text[40];
+    const int len = print_float32(v, text);
+    if (len > 0)
+        memcpy(out, text, ATTND_FLOAT_TEXT_MAX);
+    return len;
+}
+
+/* x[0..n) one at a time, each followed by ','; the length, or -1. */
+static ptrdiff_t print_floats_scalar(const float *x, size_t n, char *out)
+{
+    char *p = out;
+    for (size_t i = 0; i < n; i++) {
+        const int w = print_float32(x[i], p);
+        if (w < 0)
+            return -1;
+        p += w;
+        *p++ = ',';
+    }
+    return p - out;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* Eight floats at a time with AVX2 (compiled for it by attribute, chosen at run
+ * time): the same Schubfach steps as shortest(), decimal_length() and
+ * left_digits() in 32-bit lanes, the products with the 64-bit powers of ten in
+ * 64-bit lanes (lanes 0,1,4,5 and 2,3,6,7, the order unpack and shuffle_ps
+ * give), the digits as 16-byte records like left_digits' dig[], then the texts
+ * one at a time. Blocks with a zero, subnormal, infinite or NaN lane go to the
+ * scalar path. */
+#include <immintrin.h>
+#define AVX2_FN __attribute__((target("avx2")))
+#define AVX2_INLINE __attribute__((target("avx2"), always_inline)) static inline
+
+/* The vector constants, one 32-byte row each, read as memory operands (see
+ * print_floats_avx2: built from registers per use they cost three instructions). */
+enum {
+    K_EXP_FIELD, K_FRAC_MASK, K_HIDDEN, K_BIAS, K_ONE, K_TWO, K_FOUR, K_NINE, K_FORTY,
+    K_NOT_ONE, K_LOG10_2, K_LOG10_3_4, K_LOG2_10, K_G_INDEX, K_LANE_ORDER, K_DIV10_64,
+    K_INV5, K_TENTH_MAX, K_POW10_1, K_POW10_2, K_POW10_3, K_POW10_4, K_POW10_5, K_POW10_6,
+    K_POW10_7, K_POW10_8, K_DIV1E8_64, K_1E8, K_DIV1E4_64, K_1E4, K_DIV100, K_100,
+    K_DIV10_16, K_10_16, K_ASCII0, K_BYTE0, K_PAD, K_MINUS4, K_COUNT
+};
+#define K8(v) {(int32_t)(v), (int32_t)(v), (int32_t)(v), (int32_t)(v), \
+               (int32_t)(v), (int32_t)(v), (int32_t)(v), (int32_t)(v)}
+#define K4X2(lo, hi) {(int32_t)(lo), (int32_t)(hi), (int32_t)(lo), (int32_t)(hi), \
+                      (int32_t)(lo), (int32_t)(hi), (int32_t)(lo), (int32_t)(hi)}
+static const int32_t PRINT8_K[K_COUNT][8] __attribute__((aligned(32))) = {
+    [K_EXP_FIELD] = K8(0xff),          [K_FRAC_MASK] = K8((1u << MANTISSA_BITS) - 1),
+    [K_HIDDEN] = K8(1u << MANTISSA_BITS), [K_BIAS] = K8(BIAS + MANTISSA_BITS),
+    [K_ONE] = K8(1),                   [K_TWO] = K8(2),
+    [K_FOUR] = K8(4),                  [K_NINE] = K8(9),
+    [K_FORTY] = K8(40),                [K_NOT_ONE] = K8(0xfffffffeu),
+    [K_LOG10_2] = K8(1262611),         [K_LOG10_3_4] = K8(524031),
+    [K_LOG2_10] = K8(1741647),         [K_G_INDEX] = K8(31),
+    [K_LANE_ORDER] = {0, 1, 4, 5, 2, 3, 6, 7},
+    [K_DIV10_64] = K4X2(0xcccccccdu, 0), [K_INV5] = K8(0xcccccccdu),
+    [K_TENTH_MAX] = K8(0x19999999),
+    [K_POW10_1] = K8(10 - 1),          [K_POW10_2] = K8(100 - 1),
+    [K_POW10_3] = K8(1000 - 1),        [K_POW10_4] = K8(10000 - 1),
+    [K_POW10_5] = K8(100000 - 1),      [K_POW10_6] = K8(1000000 - 1),
+    [K_POW10_7] = K8(10000000 - 1),    [K_POW10_8] = K8(100000000 - 1),
+    [K_DIV1E8_64] = K4X2(0x55e63b89u, 0), [K_1E8] = K8(100000000),
+    [K_DIV1E4_64] = K4X2(0xd1b71759u, 0), [K_1E4] = K8(10000),
+    [K_DIV100] = K8(10486),            [K_100] = K8(100),
+    [K_DIV10_16] = K8(103 | (103u << 16)), [K_10_16] = K8(10 | (10u << 16)),
+    [K_ASCII0] = K8(0x30303030),       [K_BYTE0] = {0xff, 0, 0, 0, 0xff, 0, 0, 0},
+    [K_PAD] = K4X2(0x30303030, 0x002e2d30), /* "00000-.": record bytes 9..15 */
+    [K_MINUS4] = K8(-4),
+};
+#define K(name) _mm256_load_si256((const __m256i *)k[name])
+
+/* a <= b as unsigned 32-bit lanes: all ones or zero. */
+AVX2_INLINE __m256i le_u32(__m256i a, __m256i b) { return _mm256_cmpeq_epi32(_mm256_max_epu32(a, b), b); }
+
+/* floor(v * m / 2^shift) in 32-bit lanes, m in the even lanes of mm (shift >=
+ * 32; m, shift the compiler's constants for an unsigned 32-bit division). */
+AVX2_INLINE __m256i mulshift_u32(__m256i v, __m256i mm, int shift)
+{
+    const __m256i even = _mm256_srli_epi64(_mm256_mul_epu32(v, mm), shift);
+    const __m256i odd = _mm256_srli_epi64(_mm256_mul_epu32(_mm256_srli_epi64(v, 32), mm), shift - 32);
+    return _mm256_blend_epi32(even, odd, 0xaa);
+}
+
+/* round_to_odd(g, cp) in 8 lanes; ga holds g of lanes 0,1,4,5, gb of 2,3,6,7. */
+AVX2_INLINE __m256i round_to_odd8(const int32_t (*k)[8], __m256i ga, __m256i gb, __m256i cp)
+{
+    const __m256i z = _mm256_setzero_si256();
+    const __m256i ca = _mm256_unpacklo_epi32(cp, z), cb = _mm256_unpackhi_epi32(cp, z);
+    const __m256i ma = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(ga, 32), ca),
+                                        _mm256_srli_epi64(_mm256_mul_epu32(ga, ca), 32));
+    const __m256i mb = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(gb, 32), cb),
+                                        _mm256_srli_epi64(_mm256_mul_epu32(gb, cb), 32));
+    const __m256 fa = _mm256_castsi256_ps(ma), fb = _mm256_castsi256_ps(mb);
+    const __m256i y1 = _mm256_castps_si256(_mm256_shuffle_ps(fa, fb, _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m256i y0 = _mm256_castps_si256(_mm256_shuffle_ps(fa, fb, _MM_SHUFFLE(2, 0, 2, 0)));
+    const __m256i y0_small = _mm256_cmpeq_epi32(_mm256_and_si256(y0, K(K_NOT_ONE)), z);
+    return _mm256_or_si256(y1, _mm256_andnot_si256(y0_small, K(K_ONE)));
+}
+
+/* The shortest digits (*d) and decimal exponents (*e) of eight normal floats
+ * (ieee_exp 1..254) as shortest() computes them. */
+AVX2_INLINE void shortest8(const int32_t (*k)[8], __m256i bits, __m256i *d_out, __m256i *e_out)
+{
+    const __m256i z = _mm256_setzero_si256();
+    const __m256i ieee_exp = _mm256_and_si256(_mm256_srli_epi32(bits, MANTISSA_BITS), K(K_EXP_FIELD));
+    const __m256i frac = _mm256_and_si256(bits, K(K_FRAC_MASK));
+    const __m256i c = _mm256_or_si256(frac, K(K_HIDDEN));
+    const __m256i q = _mm256_sub_epi32(ieee_exp, K(K_BIAS));
+    const __m256i odd = _mm256_and_si256(c, K(K_ONE)); /* !even */
+    const __m256i closer = _mm256_andnot_si256(_mm256_cmpeq_epi32(ieee_exp, K(K_ONE)), _mm256_cmpeq_epi32(frac, z));
+    const __m256i cb = _mm256_slli_epi32(c, 2);
+    const __m256i cbl = _mm256_sub_epi32(_mm256_sub_epi32(cb, K(K_TWO)), closer);
+    const __m256i cbr = _mm256_add_epi32(cb, K(K_TWO));
+    const __m256i k10 = _mm256_srai_epi32(_mm256_sub_epi32(_mm256_mullo_epi32(q, K(K_LOG10_2)),
+                                                           _mm256_and_si256(closer, K(K_LOG10_3_4))), 22);
+    const __m256i h = _mm256_add_epi32(
+        _mm256_add_epi32(q, K(K_ONE)),
+        _mm256_srai_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(z, k10), K(K_LOG2_10)), 19));
+    const __m256i idx = _mm256_permutevar8x32_epi32(_mm256_sub_epi32(K(K_G_INDEX), k10), K(K_LANE_ORDER));
+    const long long *table = (const long long *)POW10_G;
+    const __m256i ga = _mm256_i32gather_epi64(table, _mm256_castsi256_si128(idx), 8);
+    const __m256i gb = _mm256_i32gather_epi64(table, _mm256_extracti128_si256(idx, 1), 8);
+    const __m256i vbl = round_to_odd8(k, ga, gb, _mm256_sllv_epi32(cbl, h));
+    const __m256i vb = round_to_odd8(k, ga, gb, _mm256_sllv_epi32(cb, h));
+    const __m256i vbr = round_to_odd8(k, ga, gb, _mm256_sllv_epi32(cbr, h));
+    const __m256i lower = _mm256_add_epi32(vbl, odd), upper = _mm256_sub_epi32(vbr, odd);
+
+    const __m256i s = _mm256_srli_epi32(vb, 2);
+    const __m256i sp = mulshift_u32(s, K(K_DIV10_64), 35); /* s / 10 */
+    const __m256i sp40 = _mm256_mullo_epi32(sp, K(K_FORTY));
+    const __m256i up_in = le_u32(lower, sp40);
+    const __m256i wp_in = le_u32(_mm256_add_epi32(sp40, K(K_FORTY)), upper);
+    const __m256i shorter = _mm256_and_si256(_mm256_cmpgt_epi32(s, K(K_NINE)), _mm256_xor_si256(up_in, wp_in));
+    const __m256i s4 = _mm256_slli_epi32(s, 2);
+    const __m256i u_in = le_u32(lower, s4);
+    const __m256i w_in = le_u32(_mm256_add_epi32(s4, K(K_FOUR)), upper);
+    const __m256i mid = _mm256_add_epi32(s4, K(K_TWO));
+    const __m256i s_odd = _mm256_cmpeq_epi32(_mm256_and_si256(s, K(K_ONE)), K(K_ONE));
+    const __m256i not_above = le_u32(vb, mid);
+    const __m256i round_up = _mm256_or_si256(_mm256_xor_si256(not_above, _mm256_cmpeq_epi32(z, z)),
+                                             _mm256_and_si256(_mm256_cmpeq_epi32(vb, mid), s_odd));
+    const __m256i inc = _mm256_blendv_epi8(round_up, w_in, _mm256_xor_si256(u_in, w_in));
+    __m256i d = _mm256_blendv_epi8(_mm256_sub_epi32(s, inc), _mm256_sub_epi32(sp, wp_in), shorter);
+    __m256i e = _mm256_sub_epi32(k10, shorter);
+
+    /* Trailing zeros: d is a multiple of 10 iff ror(d * 5^-1 mod 2^32, 1) <=
+     * (2^32 - 1) / 10, and that is then d / 10. */
+    for (;;) {
+        const __m256i t = _mm256_mullo_epi32(d, K(K_INV5));
+        const __m256i r = _mm256_or_si256(_mm256_srli_epi32(t, 1), _mm256_slli_epi32(t, 31));
+        const __m256i tens = le_u32(r, K(K_TENTH_MAX));
+        if (_mm256_testz_si256(tens, tens))
+            break;
+        d = _mm256_blendv_epi8(d, r, tens);
+        e = _mm256_sub_epi32(e, tens);
+    }
+    *d_out = d;
+    *e_out = e;
+}
+
+/* decimal_length(d) in each lane (d < 10^9): 1 + how many of 10 .. 10^8 are <= d. */
+AVX2_INLINE __m256i decimal_length8(const int32_t (*k)[8], __m256i d)
+{
+    const __m256i a = _mm256_add_epi32(_mm256_add_epi32(_mm256_cmpgt_epi32(d, K(K_POW10_1)),
+                                                        _mm256_cmpgt_epi32(d, K(K_POW10_2))),
+                                       _mm256_add_epi32(_mm256_cmpgt_epi32(d, K(K_POW10_3)),
+                                                        _mm256_cmpgt_epi32(d, K(K_POW10_4))));
+    const __m256i b = _mm256_add_epi32(_mm256_add_epi32(_mm256_cmpgt_epi32(d, K(K_POW10_5)),
+                                                        _mm256_cmpgt_epi32(d, K(K_POW10_6))),
+                                       _mm256_add_epi32(_mm256_cmpgt_epi32(d, K(K_POW10_7)),
+                                                        _mm256_cmpgt_epi32(d, K(K_POW10_8))));
+    return _mm256_sub_epi32(K(K_ONE), _mm256_add_epi32(a, b));
+}
+
+/* The 4-digit values in the 32-bit lanes of x (< 10^4 each) as 4 ASCII bytes
+ * per lane in memory order: eight_digits' steps, lane by lane. */
+AVX2_INLINE __m256i four_digits8(const int32_t (*k)[8], __m256i x)
+{
+    const __m256i hundreds = _mm256_srli_epi32(_mm256_mullo_epi32(x, K(K_DIV100)), 20);
+    const __m256i pairs = _mm256_or_si256(
+        hundreds, _mm256_slli_epi32(_mm256_sub_epi32(x, _mm256_mullo_epi32(hundreds, K(K_100))), 16));
+    const __m256i tens = _mm256_srli_epi16(_mm256_mullo_epi16(pairs, K(K_DIV10_16)), 10);
+    const __m256i ones = _mm256_sub_epi16(pairs, _mm256_mullo_epi16(tens, K(K_10_16)));
+    return _mm256_or_si256(_mm256_or_si256(tens, _mm256_slli_epi16(ones, 8)), K(K_ASCII0));
+}
+
+/* Two of left_digits' 16-byte records (first digit, 8 more, then "00000-.",
+ * which layout() never shows and PLAIN_SHUFFLE takes '0', '-' and '.' from) in
+ * the 128-bit halves: the 8 digits from the low (hi = 0) or high 64 bits of
+ * each half of rest, the first digits from byte 0 of the halves of first. */
+#define DIG_RECORDS(rest, hi, first)                                                               \
+    _mm256_or_si256(_mm256_bslli_epi128((hi) ? _mm256_unpackhi_epi64((rest), K(K_PAD))            \
+                                             : _mm256_unpacklo_epi64((rest), K(K_PAD)), 1),        \
+                    _mm256_and_si256((first), K(K_BYTE0)))
+
+/* layout()'s "0.0ddd" case as one byte shuffle of a record: row 3 * sign +
+ * zeros (after the point, 0..2) gives "-"?, "0.", the zeros, then the digits. */
+static const uint8_t PLAIN_SHUFFLE[6][16] __attribute__((aligned(16))) = {
+    {9, 15, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13},
+    {9, 15, 9, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12},
+    {9, 15, 9, 9, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11},
+    {14, 9, 15, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12},
+    {14, 9, 15, 9, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11},
+    {14, 9, 15, 9, 9, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10},
+};
+
+/* The 128-bit halves of x at rec (lane i) and rec + 64 (lane i + 4). */
+AVX2_INLINE void store_halves(char *rec, __m256i x)
+{
+    _mm_store_si128((__m128i *)rec, _mm256_castsi256_si128(x));
+    _mm_store_si128((__m128i *)(rec + 64), _mm256_extracti128_si256(x, 1));
+}
+
+/* A "0.0ddd" text and its ',' at p from the record at dig: PLAIN_SHUFFLE's row
+ * at byte offset row, len bytes before the ','. The byte after the ','. */
+AVX2_INLINE char *plain_text(char *p, const char *dig, int32_t row, int32_t len)
+{
+    const __m128i ctl = _mm_load_si128((const __m128i *)(PLAIN_SHUFFLE[0] + row));
+    _mm_storeu_si128((__m128i *)p, _mm_shuffle_epi8(_mm_load_si128((const __m128i *)dig), ctl));
+    p[len] = ',';
+    return p + len + 1;
+}
+
+/* Eight normal floats (bits): digits, lengths, exponents in lanes, then the
+ * texts one by one, each followed by ','. Returns the bytes written. */
+AVX2_INLINE size_t print8(const int32_t (*k)[8], __m256i bits, char *out)
+{
+    __m256i d, e;
+    shortest8(k, bits, &d, &e);
+    const __m256i n = decimal_length8(k, d);
+    const __m256i v9 = _mm256_mullo_epi32(
+        d, _mm256_i32gather_epi32((const int *)POW10_U32, _mm256_sub_epi32(K(K_NINE), n), 4));
+    const __m256i first = mulshift_u32(v9, K(K_DIV1E8_64), 57); /* v9 / 10^8 */
+    const __m256i rest = _mm256_sub_epi32(v9, _mm256_mullo_epi32(first, K(K_1E8)));
+    const __m256i hi4 = mulshift_u32(rest, K(K_DIV1E4_64), 45); /* rest / 10^4 */
+    const __m256i lo4 = _mm256_sub_epi32(rest, _mm256_mullo_epi32(hi4, K(K_1E4)));
+    const __m256i a = four_digits8(k, _mm256_unpacklo_epi32(hi4, lo4)); /* lanes 0,1,4,5 */
+    const __m256i b = four_digits8(k, _mm256_unpackhi_epi32(hi4, lo4)); /* lanes 2,3,6,7 */
+    const __m256i f = _mm256_add_epi32(first, K(K_ASCII0));
+    /* rec + 16 * i: the record of lane i (the halves of each pair stored apart) */
+    char rec[8 * 16] __attribute__((aligned(32)));
+    store_halves(rec, DIG_RECORDS(a, 0, f));
+    store_halves(rec + 16, DIG_RECORDS(a, 1, _mm256_bsrli_epi128(f, 4)));
+    store_halves(rec + 32, DIG_RECORDS(b, 0, _mm256_bsrli_epi128(f, 8)));
+    store_halves(rec + 48, DIG_RECORDS(b, 1, _mm256_bsrli_epi128(f, 12)));
+    /* Lanes in layout()'s "0.0ddd" case (-3 <= sci <= -1, -2 <= sci for one
+     * digit): the row of PLAIN_SHUFFLE (as a byte offset) and the length. */
+    const __m256i z = _mm256_setzero_si256();
+    const __m256i sign = _mm256_srli_epi32(bits, 31);
+    const __m256i sci = _mm256_sub_epi32(_mm256_add_epi32(e, n), K(K_ONE));
+    const __m256i plain = _mm256_and_si256(
+        _mm256_cmpgt_epi32(z, sci),
+        _mm256_cmpgt_epi32(sci, _mm256_sub_epi32(K(K_MINUS4), _mm256_cmpeq_epi32(n, K(K_ONE)))));
+    const __m256i row = _mm256_sub_epi32(_mm256_add_epi32(sign, _mm256_slli_epi32(sign, 1)),
+                                         _mm256_add_epi32(sci, K(K_ONE)));
+    int32_t n8[8], e8[8], sign8[8], row8[8], len8[8];
+    _mm256_storeu_si256((__m256i *)n8, n);
+    _mm256_storeu_si256((__m256i *)e8, e);
+    _mm256_storeu_si256((__m256i *)sign8, sign);
+    _mm256_storeu_si256((__m256i *)row8, _mm256_slli_epi32(row, 4));
+    _mm256_storeu_si256((__m256i *)len8, _mm256_add_epi32(_mm256_sub_epi32(_mm256_add_epi32(sign, n), sci), K(K_ONE)));
+    const unsigned plain_lanes = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(plain));
+    char *p = out;
+    if (plain_lanes == 0xff) { /* the usual block */
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++)
+            p = plain_text(p, rec + 16 * i, row8[i], len8[i]);
+        return (size_t)(p - out);
+    }
+    for (int i = 0; i < 8; i++) {
+        if (plain_lanes >> i & 1) {
+            p = plain_text(p, rec + 16 * i, row8[i], len8[i]);
+        } else {
+            p += layout((uint32_t)sign8[i], n8[i], e8[i], rec + 16 * i, p);
+            *p++ = ',';
+        }
+    }
+    return (size_t)(p - out);
+}
+
+/* Blocks of eight through print8 unless a lane is zero, subnormal, infinite
+ * or NaN; those blocks and the tail (< 8) one at a time. */
+AVX2_FN static ptrdiff_t print_floats_avx2(const float *x, size_t n, char *out)
+{
+    /* The constants' address through an empty asm: GCC cannot fold the loads
+     * back into constants (which it would rebuild per use, 3 instructions each). */
+    const int32_t (*k)[8] = PRINT8_K;
+    __asm__("" : "+r"(k));
+    char *p = out;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i bits = _mm256_loadu_si256((const __m256i *)(x + i));
+        const __m256i ieee_exp = _mm256_and_si256(_mm256_srli_epi32(bits, MANTISSA_BITS), K(K_EXP_FIELD));
+        const __m256i special = _mm256_or_si256(_mm256_cmpeq_epi32(ieee_exp, _mm256_setzero_si256()),
+                                                _mm256_cmpeq_epi32(ieee_exp, K(K_EXP_FIELD)));
+        if (_mm256_testz_si256(special, special)) {
+            p += print8(k, bits, p);
+        } else {
+            const ptrdiff_t w = print_floats_scalar(x + i, 8, p);
+            if (w < 0)
+                return -1;
+            p += w;
+        }
+    }
+    const ptrdiff_t w = print_floats_scalar(x + i, n - i, p);
+    return w < 0 ? -1 : (p - out) + w;
+}
+#undef K
+#undef K8
+#undef K4X2
+#undef DIG_RECORDS
+
+static int use_avx2(void) { return __builtin_cpu_supports("avx2"); }
+#else
+static int use_avx2(void) { return 0; }
+#define print_floats_avx2 print_floats_scalar
+#endif
+
+ptrdiff_t attnd_json_print_floats(const float *x, size_t n, char *out)
+{
+    const ptrdiff_t len = use_avx2() ? print_floats_avx2(x, n, out) : print_floats_scalar(x, n, out);
+    return len > 0 ? len - 1 : len; /* no ',' after the last */
 }
 
 int attnd_json_double_to_float(double d, float *out)
@@ -572,41 +897,67 @@ static inline const char *next_item(const char *p, const char *end, int *closed)
     return p < end ? p : NULL;
 }
 
+/* 10^0 .. 10^7 and their negatives: w / -10^nf is -(w / 10^nf), IEEE
+ * rounding being symmetric, and 0 / -10^nf is -0. */
+static const float POW10F_SIGNED[2][8] = {{1e0f, 1e1f, 1e2f, 1e3f, 1e4f, 1e5f, 1e6f, 1e7f},
+                                          {-1e0f, -1e1f, -1e2f, -1e3f, -1e4f, -1e5f, -1e6f, -1e7f}};
+
+/* The 1..7 digits at p (8 readable bytes) as *value; how many, or 0 when
+ * there are none or more than 7. */
+static inline int fraction7(const char *p, uint64_t *value)
+{
+    const uint64_t d = load8(p) - 0x3030303030303030u;
+    const int n = leading_digits8(d);
+    if ((unsigned)(n - 1) >= 7)
+        return 0;
+    *value = digits8_value(d << (8 * (8 - n)));
+    return n;
+}
+
 /* The usual leaf number, "-?(0|[1-9]d*).d+" with at most 7 digits on each side
  * of the point and a value w * 10^-nf with w < 2^24, read with one 8-byte load
  * per digit run and no bounds checks: the caller guarantees 32 readable bytes
- * at s. The same float as parse_float_fast (the same division of the same two
- * exact floats). Returns the byte after the number, or NULL for anything else
- * (the general path then decides, rejects included). */
+ * at s, and that the byte after the number is no 'e' or 'E' (the number's
+ * exponent: it checks the byte it looks at anyway). The same float as
+ * parse_float_fast (the same division of the same two exact floats, the sign
+ * on the divisor). Returns the byte after the digits, or NULL for anything
+ * else (the general path then decides, rejects included). */
 static inline __attribute__((always_inline)) const char *short_decimal(const char *s, float *out)
 {
     const char *p = s;
     const int neg = *p == '-';
     p += neg;
-    const uint64_t di = load8(p) - 0x3030303030303030u;
-    const int ni = leading_digits8(di);
-    if (ni == 0 || ni == 8 || (ni > 1 && *p == '0') || p[ni] != '.')
-        return NULL;
-    const uint64_t ip = ni == 1 ? (di & 0xff) : digits8_value(di << (8 * (8 - ni)));
-    p += ni + 1;
-    const uint64_t df = load8(p) - 0x3030303030303030u;
-    const int nf = leading_digits8(df);
-    if (nf == 0 || nf == 8 || (p[nf] | 0x20) == 'e')
-        return NULL;
-    const uint64_t w = ip * POW10_U64[nf] + digits8_value(df << (8 * (8 - nf)));
-    if (w >= (1u << 24))
-        return NULL;
-    const float f = (float)w / POW10F[nf];
-    *out = neg ? -f : f;
+    uint64_t w;
+    int nf;
+    if ((load8(p) & 0xffff) == ('0' | '.' << 8)) { /* "0.ddd", the usual query value: w < 10^7 */
+        p += 2;
+        if (!(nf = fraction7(p, &w)))
+            return NULL;
+    } else {
+        const uint64_t di = load8(p) - 0x3030303030303030u;
+        const int ni = leading_digits8(di);
+        if (ni == 0 || ni == 8 || (ni > 1 && *p == '0') || p[ni] != '.')
+            return NULL;
+        const uint64_t ip = ni == 1 ? (di & 0xff) : digits8_value(di << (8 * (8 - ni)));
+        p += ni + 1;
+        uint64_t fp;
+        if (!(nf = fraction7(p, &fp)))
+            return NULL;
+        w = ip * POW10_U64[nf] + fp;
+        if (w >= (1u << 24))
+            return NULL;
+    }
+    *out = (float)w / POW10F_SIGNED[neg][nf];
     return p + nf;
 }
 
 /* The numbers of a leaf array, p at the first one: appended to n->values and
  * counted in *size. The byte after its ']', or NULL. The grammar of
- * nest_array's loop, without its per-element dispatch; numbers 32 bytes or
- * more before the end take short_decimal first, and a ',' straight after a
- * number goes on to the next one (blanks are skipped before a number as after
- * one, so "[1, 2]" reads as "[1,2]" and "[1,]" still fails). */
+ * nest_array's loop, without its per-element dispatch: runs of numbers 32
+ * bytes or more before the end, each read by short_decimal and followed
+ * straight by ',', go with one check of the room in values and size per run;
+ * anything else takes the general path (blanks are skipped before a number as
+ * after one, so "[1, 2]" reads as "[1,2]" and "[1,]" still fails). */
 static const char *leaf_array(const char *p, const char *end, attnd_float_nest *n, uint32_t *size)
 {
     /* The counts live in locals (registers) and are stored back on every exit. */
@@ -621,16 +972,35 @@ static const char *leaf_array(const char *p, const char *end, attnd_float_nest *
         }
         if (sz == UINT32_MAX)
             break;
-        float *slot = &n->values[nv];
-        const char *q = end - p >= 32 ? short_decimal(p, slot) : NULL;
-        if (!q) {
-            p = skip_ws(p, end);
-            q = parse_float_fast(p, end, slot, 1);
+        const size_t room = n->cap_values - nv < UINT32_MAX - sz ? n->cap_values - nv : UINT32_MAX - sz;
+        float *const v = n->values + nv;
+        size_t i = 0;
+        const char *q;
+        for (;;) { /* the run: q just past number i - 1, which is stored and counted */
+            q = end - p >= 32 ? short_decimal(p, v + i) : NULL;
             if (!q)
                 break;
+            if (*q != ',') {
+                if ((*q | 0x20) == 'e')
+                    q = NULL; /* "0.5e3": not short_decimal's, the general path reads it */
+                else
+                    i++;
+                break;
+            }
+            if (++i == room)
+                break;
+            p = q + 1;
         }
-        nv++;
-        sz++;
+        nv += i;
+        sz += (uint32_t)i;
+        if (!q) { /* the number at p is not a short decimal: i < room, a slot is free */
+            p = skip_ws(p, end);
+            q = parse_float_fast(p, end, &n->values[nv], 1);
+            if (!q)
+                break;
+            nv++;
+            sz++;
+        }
         if (q < end && *q == ',') {
             p = q + 1;
             continue;

@@ -24,6 +24,15 @@
  * (JSON has no text for them). Thread-safe, no allocation. */
 int attnd_json_print_float(float v, char *out);
 
+/* Bytes attnd_json_print_floats may overwrite for n numbers. */
+#define ATTND_FLOATS_TEXT_MAX(n) ((n) * (ATTND_FLOAT_TEXT_MAX + 1) + 32)
+
+/* Writes x[0..n) into out (ATTND_FLOATS_TEXT_MAX(n) bytes, all of which it may
+ * overwrite; no NUL) as attnd_json_print_float's texts joined by ',' (no
+ * brackets). Returns the length (0 for n = 0), or -1 when a value is NaN or
+ * infinite. Eight numbers at a time with AVX2 where the CPU has it. */
+ptrdiff_t attnd_json_print_floats(const float *x, size_t n, char *out);
+
 /* Parses the JSON number (RFC 8259 grammar: no '+', no leading zeros, digits
  * on both sides of '.') starting at s, reading no byte at or past end, and
  * rounds it correctly to the nearest float32 (ties to even), as strtof would.

@@ -2,7 +2,8 @@
  * every printed float reads back to the same bits (via strtof, via
  * attnd_json_parse_float, and via strtod + attnd_json_double_to_float), is no
  * longer than %.9g, and has no more significant digits than the shortest %.Ng
- * that round-trips. The parser against strtof on many kinds of text (shortest,
+ * that round-trips; the batch printer (AVX2 where the CPU has it) gives the
+ * same texts joined by ','. The parser against strtof on many kinds of text (shortest,
  * %.9g, %.17g, random decimals, ties, range edges) and the JSON grammar; the
  * nest parser's layout and refusals; the double -> float range check.
  */
@@ -499,6 +500,21 @@ TEST(nest)
         CHECK(r != NULL || (n.values == NULL && n.size[0] == NULL));
         attnd_float_nest_free(&n);
     }
+    /* Short decimals followed by an exponent, a blank, ']' or another '.', each with
+     * 32 bytes or more after it (the run loop's own paths): the values strtof gives. */
+    t = "[0.5e3,-0.25E-1,1.5e+1,-0.0,0.125 ,-7.5,0.5,0.75]                                ";
+    static const float want[] = {500.0f, -0.025f, 15.0f, -0.0f, 0.125f, -7.5f, 0.5f, 0.75f};
+    memset(&n, 0, sizeof n);
+    end = attnd_json_parse_float_nest(t, t + strlen(t), &n);
+    CHECK(end == strchr(t, ']') + 1);
+    CHECK(end && n.n_values == 8);
+    for (size_t i = 0; end && i < 8; i++)
+        CHECK_MSG(to_bits(n.values[i]) == to_bits(want[i]), "value %zu: %.9g", i, (double)n.values[i]);
+    attnd_float_nest_free(&n);
+    t = "[0.5.5,1]                                        ";
+    memset(&n, 0, sizeof n);
+    CHECK(attnd_json_parse_float_nest(t, t + strlen(t), &n) == NULL);
+    attnd_float_nest_free(&n);
     memset(&n, 0, sizeof n);
     t = "[123456789012345678]"; /* 18 digits: fine */
     CHECK(attnd_json_parse_float_nest(t, t + strlen(t), &n) != NULL);
@@ -609,6 +625,66 @@ TEST_WITH(random, int n_random)
     }
 }
 
+/* A value for the batch test: random bits, attention-like outputs (the
+ * batch printer's "0.0ddd" shuffle), or the edges (zeros, subnormals, powers of
+ * two and ten, exponent notation). Never NaN or infinite. */
+static float batch_value(void)
+{
+    const uint32_t r = rng32();
+    switch (r % 6) {
+    case 0: {
+        const uint32_t b = rng32();
+        return ((b >> 23) & 0xff) == 0xff ? 1.0f : from_bits(b);
+    }
+    case 1:
+    case 2:
+        return ((float)(rng32() >> 8) / 16777216.0f - 0.5f) * 0.4f;
+    case 3:
+        return ldexpf((r & 8) ? -1.0f : 1.0f, (int)(rng32() % 277) - 149);
+    case 4:
+        return from_bits(rng32() & 0x807fffffu); /* zero or subnormal */
+    default: {
+        char t[16];
+        snprintf(t, sizeof t, "%se%d", (r & 8) ? "-1" : "1", (int)(rng32() % 84) - 45);
+        return strtof(t, NULL);
+    }
+    }
+}
+
+/* attnd_json_print_floats against attnd_json_print_float joined by ',', for
+ * arrays of 0..40 values (blocks of eight, mixed or all "0.0ddd", and tails),
+ * in a buffer of exactly ATTND_FLOATS_TEXT_MAX(n) bytes; a NaN or infinity
+ * anywhere gives -1. */
+TEST_WITH(batch, int rounds)
+{
+    for (int round = 0; round < rounds; round++) {
+        float x[40];
+        const size_t n = rng32() % 41;
+        for (size_t i = 0; i < n; i++) /* every third array all attention-like */
+            x[i] = round % 3 ? batch_value() : ((float)(rng32() >> 8) / 16777216.0f - 0.5f) * 0.4f;
+        char *got = malloc(ATTND_FLOATS_TEXT_MAX(n));
+        char want[40 * (ATTND_FLOAT_TEXT_MAX + 1)];
+        size_t want_len = 0;
+        for (size_t i = 0; i < n; i++) {
+            char one[ATTND_FLOAT_TEXT_MAX];
+            const int w = attnd_json_print_float(x[i], one);
+            memcpy(want + want_len, one, (size_t)w);
+            want_len += (size_t)w;
+            want[want_len++] = ',';
+        }
+        want_len -= n > 0;
+        const ptrdiff_t len = attnd_json_print_floats(x, n, got);
+        CHECK_MSG(len == (ptrdiff_t)want_len && memcmp(got, want, want_len) == 0,
+                  "round %d: %zu values, %td bytes, want %zu: \"%.*s\"", round, n, len, want_len,
+                  (int)want_len, want);
+        if (n > 0) {
+            x[rng32() % n] = (round & 1) ? NAN : -INFINITY;
+            CHECK_INT_EQ((int)attnd_json_print_floats(x, n, got), -1);
+        }
+        free(got);
+    }
+}
+
 int main(int argc, char **argv)
 {
     int n_random = argc > 1 ? atoi(argv[1]) : 2000000;
@@ -617,6 +693,7 @@ int main(int argc, char **argv)
     RUN(double_to_float);
     RUN(edges);
     RUN_WITH(random, n_random);
+    RUN_WITH(batch, n_random / 40);
     RUN(parse_known);
     RUN(parse_cut);
     RUN_WITH(parse_random, n_random / 4);
