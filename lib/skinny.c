@@ -6,10 +6,11 @@
  * registers) two weight rows share each pass over x, which halves the x
  * traffic from L2 that bounds the one-row kernel at 16 rows (single thread,
  * 16 rows x 2048 -> 4096: 8.6 -> 6.3 ms); the arithmetic per output is the
- * one-row kernel's, so the bits do not change; and one row runs in 16-lane
- * registers (AVX-512F), the one-row kernel's two accumulators as the halves of
- * one, so its bits do not change either (BF16, 1 x 2048 -> 5120, one thread:
- * 0.77 -> 0.72 ms). F16 / BF16 weights are read as stored
+ * one-row kernel's, so the bits do not change. (One row in 16-lane AVX-512F
+ * registers, the same bits, was 7 % faster alone on L3-resident weights but no
+ * faster in bench_decode's 2-thread projections, whose lone-row step varies
+ * 1.0-1.7 ms run to run on this host: not kept.) F16 / BF16 weights are read
+ * as stored
  * (half the bytes) and widened in registers — BF16: the zero-extended 16-bit
  * words shifted left by 16; F16: vcvtph2ps (F16C) — then summed exactly as
  * float32 weights are, so the results are bit-identical to those of a float32
@@ -28,10 +29,6 @@
  * for two weight rows' accumulators at once (no 512-bit instruction used; the
  * AVX2 helpers inline into it, their target being a subset of this one). */
 #define VL_FN __attribute__((target("avx2,fma,f16c,avx512f,avx512vl")))
-/* One row in 16-lane registers (AVX-512F): lane j of the one accumulator is
- * lane j of DOT1_AVX2's first (j < 8) or second accumulator, so the sums are
- * the same; half the instructions for a lone decode step's projections. */
-#define Z_FN __attribute__((target("avx2,fma,f16c,avx512f")))
 #endif
 
 /* Portable: out[r] = dot(w, x + r * n_in) for r < nr (nr <= 4), eight
@@ -175,40 +172,6 @@ AVX2_FN static inline __m256 load_f16(const void *w, int i)
         }                                                                                                  \
     }
 
-/* Sixteen weights from w + i, widened, in one register. */
-Z_FN static inline __m512 load16_f32(const void *w, int i) { return _mm512_loadu_ps((const float *)w + i); }
-Z_FN static inline __m512 load16_bf16(const void *w, int i)
-{
-    const __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-Z_FN static inline __m512 load16_f16(const void *w, int i)
-{
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i)));
-}
-
-/* DOT1_AVX2 with its two accumulators as the halves of one 16-lane one: the
- * same FMAs on the same lanes, then hsum of the halves' sum, then the tail. */
-#define DOT1_Z(NAME, LOAD16)                                                                               \
-    Z_FN static void NAME(const void *w, int wdtype, const float *x, int n_in, int nr, float out[4])       \
-    {                                                                                                      \
-        (void)nr;                                                                                          \
-        __m512 a = _mm512_setzero_ps();                                                                    \
-        int i = 0;                                                                                         \
-        for (; i + 16 <= n_in; i += 16) a = _mm512_fmadd_ps(LOAD16(w, i), _mm512_loadu_ps(x + i), a);     \
-        const __m256 lo = _mm512_castps512_ps256(a);                                                       \
-        const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));                \
-        float s = hsum(_mm256_add_ps(lo, hi));                                                             \
-        for (int k = i; k < n_in; k++) s += attn__w_get(w, wdtype, (size_t)k) * x[k];                      \
-        out[0] = s;                                                                                        \
-    }
-
-DOT1_Z(dot1_z_f32, load16_f32)
-DOT1_Z(dot1_z_bf16, load16_bf16)
-DOT1_Z(dot1_z_f16, load16_f16)
-
-static int have_avx512f(void) { return __builtin_cpu_supports("avx512f"); }
-
 DOTS2_VL(dots2_vl_f32, load_f32, 4)
 DOTS2_VL(dots2_vl_bf16, load_bf16, 2)
 DOTS2_VL(dots2_vl_f16, load_f16, 2)
@@ -253,9 +216,7 @@ static void pick(int rows, int wdtype, int wide, dots_fn *dots, dots2_fn *dots2)
 #ifdef SKINNY_AVX2
     if (!have_avx2()) return;
     const int bf = wdtype == ATTN_WDTYPE_BF16, hf = wdtype == ATTN_WDTYPE_F16;
-    if (rows == 1 && wide && have_avx512f())
-        *dots = bf ? dot1_z_bf16 : hf ? dot1_z_f16 : dot1_z_f32;
-    else if (rows == 1)
+    if (rows == 1)
         *dots = bf ? dot1_avx2_bf16 : hf ? dot1_avx2_f16 : dot1_avx2_f32;
     else
         *dots = bf ? dots_avx2_bf16 : hf ? dots_avx2_f16 : dots_avx2_f32;
