@@ -227,22 +227,26 @@ static void pick(int rows, int wdtype, int wide, dots_fn *dots, dots2_fn *dots2)
 #endif
 }
 
-void attn__skinny_linear(const float *x, int rows, int n_in, const void *w, int wdtype, const float *b,
-                         int o0, int o1, float *y, int ldy)
+/* The projection on the kernels pick chooses (wide: AVX-512 ones allowed). */
+static void linear_on(int wide, const float *x, int rows, int n_in, const void *w, int wdtype, const float *b,
+                      int o0, int o1, float *y, int ldy)
 {
     dots_fn dots;
     dots2_fn dots2;
-    pick(rows, wdtype, 1, &dots, &dots2);
+    pick(rows, wdtype, wide, &dots, &dots2);
     run(dots, dots2, x, rows, n_in, w, wdtype, b, o0, o1, y, ldy);
+}
+
+void attn__skinny_linear(const float *x, int rows, int n_in, const void *w, int wdtype, const float *b,
+                         int o0, int o1, float *y, int ldy)
+{
+    linear_on(1, x, rows, n_in, w, wdtype, b, o0, o1, y, ldy);
 }
 
 void attn__skinny_linear_avx2(const float *x, int rows, int n_in, const void *w, int wdtype, const float *b,
                               int o0, int o1, float *y, int ldy)
 {
-    dots_fn dots;
-    dots2_fn dots2;
-    pick(rows, wdtype, 0, &dots, &dots2);
-    run(dots, dots2, x, rows, n_in, w, wdtype, b, o0, o1, y, ldy);
+    linear_on(0, x, rows, n_in, w, wdtype, b, o0, o1, y, ldy);
 }
 
 static void run(dots_fn dots, dots2_fn dots2, const float *x, int rows, int n_in, const void *w, int wdtype,
