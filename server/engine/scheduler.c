@@ -232,12 +232,23 @@ static const attn_layer *layer_of(const attnd_scheduler *s, const attnd_request 
     return r->layer ? r->layer : s->layer;
 }
 
-/* The keys and values a one-shot of t rows projects (g KV heads), in bytes:
- * what a chunked one-shot keeps in piece_kv between its pieces. */
+/* The layer's KV heads (g; h without GQA). */
+static size_t kv_heads(const attn_layer_info *in)
+{
+    return (size_t)(in->num_kv_heads > 0 ? in->num_kv_heads : in->num_heads);
+}
+
+/* Bytes of one position's keys and values (g * (d_k + d_v) floats). */
+static size_t kv_row_bytes(const attn_layer_info *in)
+{
+    return kv_heads(in) * (size_t)(in->head_dim_k + in->head_dim_v) * sizeof(float);
+}
+
+/* The keys and values a one-shot of t rows projects, in bytes: what a
+ * chunked one-shot keeps in piece_kv between its pieces. */
 static size_t oneshot_kv_bytes(const attn_layer_info *in, int t)
 {
-    int g = in->num_kv_heads > 0 ? in->num_kv_heads : in->num_heads;
-    return (size_t)t * (size_t)g * (size_t)(in->head_dim_k + in->head_dim_v) * sizeof(float);
+    return (size_t)t * kv_row_bytes(in);
 }
 
 /* What req costs a batch: the positions projected for it (its query rows, and
@@ -248,8 +259,7 @@ static void measure(const attnd_scheduler *s, attnd_request *req)
 {
     attn_layer_info in;
     attn_layer_get_info(layer_of(s, req), &in);
-    int g = in.num_kv_heads > 0 ? in.num_kv_heads : in.num_heads;
-    size_t row_bytes = (size_t)g * (size_t)(in.head_dim_k + in.head_dim_v) * sizeof(float);
+    const size_t row_bytes = kv_row_bytes(&in);
     size_t rows = 0, keys = 0;
     for (int i = 0; i < req->n_seqs; i++) {
         const attn_seq *q = &req->seqs[i];
@@ -337,9 +347,8 @@ static attn_seq piece_view(const attnd_scheduler *s, const attnd_request *r, int
     v.query = q->query + (size_t)c0 * (size_t)in.embed_q;
     v.output = q->output + (size_t)c0 * (size_t)in.embed_out;
     if (r->piece_kv) { /* a one-shot: its own contiguous F32 cache of its rows */
-        int g = in.num_kv_heads > 0 ? in.num_kv_heads : in.num_heads;
         v.cache_k = r->piece_kv;
-        v.cache_v = r->piece_kv + (size_t)q->t * (size_t)g * (size_t)in.head_dim_k;
+        v.cache_v = r->piece_kv + (size_t)q->t * kv_heads(&in) * (size_t)in.head_dim_k;
         v.cache_append = 1;
     }
     v.cache_len = q->cache_len + c0;
