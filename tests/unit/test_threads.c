@@ -148,6 +148,27 @@ TEST(identical)
            "required)\n", runs, worst);
 }
 
+/* b on 2, 3 and 4 threads answers, bit for bit, what it answers on w1 (one
+ * thread), each run using the pool (projections, heads, W_O); what names the
+ * case in a failure. */
+static void threads_equal_one(const attn_layer *l, const attn_layer_info *li, batch *b, attn_workspace *w1,
+                              const char *what)
+{
+    float **ref = snapshot(l, li, b, w1);
+    for (int th = 2; th <= 4; th++) {
+        attn_workspace *wn = ws_threads(th);
+        CHECK(wn != NULL);
+        if (wn == NULL) continue;
+        float **got = snapshot(l, li, b, wn);
+        double worst = 0;
+        CHECK_MSG(same(ref, got, li, b, &worst), "%s, threads %d: max |diff| %.3g", what, th, worst);
+        CHECK(attn__pool_runs(wn->pool) >= 3);
+        free_snap(got, b->n);
+        attn_workspace_free(wn);
+    }
+    free_snap(ref, b->n);
+}
+
 /* Projections 128 wide (16384 multiply-adds a row) split into row chunks of
  * 192 (384 for 1543 rows on 2 threads), with what is left over: 5 rows (389),
  * 100 rows (484), 7 rows (1543). A 5- or 7-row tail alone is a call that
@@ -173,20 +194,9 @@ TEST(tail_chunks)
                 seq_case_init(&b.c[j], &r, &li, t, s, cross, ATTN_WEIGHTS_NONE);
                 b.s[j] = b.c[j].seq;
             }
-            float **ref = snapshot(l, &li, &b, w1);
-            for (int th = 2; th <= 4; th++) {
-                attn_workspace *wn = ws_threads(th);
-                CHECK(wn != NULL);
-                float **got = snapshot(l, &li, &b, wn);
-                double worst = 0;
-                CHECK_MSG(same(ref, got, &li, &b, &worst),
-                          "%d + %d rows, cross %d, threads %d: max |diff| %.3g", rows[i][0], rows[i][1],
-                          cross, th, worst);
-                CHECK(attn__pool_runs(wn->pool) >= 3); /* projections, heads, W_O */
-                free_snap(got, b.n);
-                attn_workspace_free(wn);
-            }
-            free_snap(ref, b.n);
+            char what[64];
+            snprintf(what, sizeof what, "%d + %d rows, cross %d", rows[i][0], rows[i][1], cross);
+            threads_equal_one(l, &li, &b, w1, what);
             batch_free(&b);
         }
     attn_workspace_free(w1);
@@ -214,18 +224,9 @@ TEST(column_chunks)
             batch b = {.n = 1};
             seq_case_init(&b.c[0], &r, &li, rows[si], cross ? 90 : rows[si], cross, ATTN_WEIGHTS_NONE);
             b.s[0] = b.c[0].seq;
-            float **ref = snapshot(l, &li, &b, w1);
-            for (int th = 2; th <= 4; th++) {
-                attn_workspace *wn = ws_threads(th);
-                CHECK(wn != NULL);
-                float **got = snapshot(l, &li, &b, wn);
-                double worst = 0;
-                CHECK_MSG(same(ref, got, &li, &b, &worst), "shape %d, %d rows, cross %d, threads %d: max |diff| %.3g",
-                          si, rows[si], cross, th, worst);
-                free_snap(got, b.n);
-                attn_workspace_free(wn);
-            }
-            free_snap(ref, b.n);
+            char what[64];
+            snprintf(what, sizeof what, "shape %d, %d rows, cross %d", si, rows[si], cross);
+            threads_equal_one(l, &li, &b, w1, what);
             batch_free(&b);
         }
         attn_layer_free(l);
