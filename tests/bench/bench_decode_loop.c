@@ -400,28 +400,39 @@ typedef struct oneshot_prefills {
     double busy_s;
 } oneshot_prefills;
 
+/* One causal v2 binary infer of `rows` rows for l0 into *pool (attnd-load's
+ * request generator: --protocol v2 --binary --causal). 0, or -1 (said why). */
+static int oneshot_request(const char *base, int rows, load_pool *pool)
+{
+    char t[16];
+    snprintf(t, sizeof t, "%d", rows);
+    char *argv[] = {"attnd-load", "--url", (char *)base, "--model", "l0", "--protocol", "v2", "--binary",
+                    "--causal", "--seq-len", t, "--pool", "1", "--embed", "512", NULL};
+    load_opts o;
+    char err[512];
+    int rc = load_opts_parse(&o, (int)(sizeof argv / sizeof *argv) - 1, argv, err, sizeof err);
+    const load_model m = {.embed_q = E, .embed_k = E, .embed_v = E, .embed_out = E, .heads = H};
+    if (rc == 0) rc = load_pool_build(pool, &o, &m, err, sizeof err);
+    load_opts_free(&o); /* the pool owns its bodies */
+    if (rc != 0) fprintf(stderr, "bench_decode_loop: one-shot request: %s\n", err);
+    return rc;
+}
+
 static void *oneshot_prefill_main(void *v)
 {
     oneshot_prefills *a = v;
+    load_pool pool = {0};
+    if (oneshot_request(a->base, a->rows, &pool) != 0) {
+        a->failed++;
+        return NULL;
+    }
+    const load_req *req = &pool.reqs[0];
     client c;
     client_init(&c);
-    unsigned long long brng = 0x0e5407ull;
-    size_t len = 0, header_len = 0;
-    char *raw = load_gen_query_binary(&brng, a->rows, E, &len, &header_len);
-    const char causal[] = ",\"parameters\":{\"is_causal\":true}";
-    char *body = raw ? malloc(len + sizeof causal) : NULL;
-    if (body) { /* the header's closing brace moves after the parameters */
-        memcpy(body, raw, header_len - 1);
-        memcpy(body + header_len - 1, causal, sizeof causal - 1);
-        body[header_len - 1 + sizeof causal - 1] = '}';
-        memcpy(body + header_len + sizeof causal - 1, raw + header_len, len - header_len);
-        header_len += sizeof causal - 1;
-        len += sizeof causal - 1;
-    }
     char url[2048];
     snprintf(url, sizeof url, "%s/v2/models/l0/infer", a->base);
     double next = now_s();
-    for (int i = 0; body && !a->stop && (a->count <= 0 || i < a->count); i++) {
+    for (int i = 0; !a->stop && (a->count <= 0 || i < a->count); i++) {
         while (a->count <= 0 && !a->stop && now_s() < next) {
             struct timespec ts = {0, 2000000};
             nanosleep(&ts, NULL);
@@ -429,13 +440,12 @@ static void *oneshot_prefill_main(void *v)
         if (a->stop) break;
         next += a->every;
         double t0 = now_s();
-        long st = client_post_binary(&c, url, body, len, header_len);
+        long st = client_post_binary(&c, url, req->body, req->len, req->v2.header_len);
         a->busy_s += now_s() - t0;
         if (st == 200) a->ok++;
         else a->failed++;
     }
-    free(body);
-    free(raw);
+    load_pool_free(&pool);
     client_free(&c);
     return NULL;
 }
