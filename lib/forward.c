@@ -411,6 +411,36 @@ static void linear_task(void *arg, int task, int worker)
     linear_rows(op, r0, task == lb->chunks[i] - 1 ? op->rows - r0 : lb->per[i], NULL);
 }
 
+/* Chunks of `total` units (rows, or columns of W) for about `want` tasks:
+ * *per units each, a multiple of align, each chunk over SMALL_GEMM_MNK
+ * multiply-adds at macs per unit, a short last one joining the one before (the
+ * last chunk takes the rest). Returns the number of chunks. */
+static size_t split_units(size_t total, size_t want, size_t align, double macs, size_t *per)
+{
+    size_t p = (total + want - 1) / want;
+    p = (p + align - 1) / align * align;
+    while ((double)p * macs <= SMALL_GEMM_MNK && p < total) p += align;
+    size_t chunks = (total + p - 1) / p;
+    if (chunks > 1 && (double)(total - (chunks - 1) * p) * macs <= SMALL_GEMM_MNK) chunks--;
+    *per = p;
+    return chunks;
+}
+
+/* Op i of lb, float32, whose rows give one chunk (a prefill piece of a few
+ * hundred rows: all on one thread, the others idle): split by columns of W
+ * instead, about `want` chunks starting at multiples of COL_ALIGN (left whole
+ * when that leaves one). */
+static void split_columns(linear_batch *lb, int i, size_t want)
+{
+    const linear_op *op = &lb->op[i];
+    size_t per;
+    const size_t chunks = split_units((size_t)op->n_out, want, COL_ALIGN, (double)op->rows * op->n_in, &per);
+    if (chunks < 2) return;
+    lb->per[i] = per;
+    lb->chunks[i] = (int)chunks;
+    lb->by_cols[i] = 1;
+}
+
 /* Runs the linears: one GEMM each on the calling thread, or each split into
  * about 4 chunks per worker (claimed dynamically, so uneven chunks balance)
  * over the pool, with single-threaded OpenBLAS per chunk. Chunks start at
@@ -419,25 +449,6 @@ static void linear_task(void *arg, int task, int worker)
  * the same micro-kernel, in the same place of its register tile, as one
  * whole-matrix GEMM does, so results are bit-identical to the single-threaded
  * call for any number of workers (test_threads checks it). */
-/* Op i of lb, float32, whose rows give one chunk (a prefill piece of a few
- * hundred rows: all on one thread, the others idle): split by columns of W
- * instead, about `want` chunks starting at multiples of COL_ALIGN, each above
- * SMALL_GEMM_MNK (left whole when that leaves one). */
-static void split_columns(linear_batch *lb, int i, size_t want)
-{
-    const linear_op *op = &lb->op[i];
-    const double per_col = (double)op->rows * op->n_in; /* multiply-adds per column */
-    size_t per = ((size_t)op->n_out + want - 1) / want;
-    per = (per + COL_ALIGN - 1) / COL_ALIGN * COL_ALIGN;
-    while ((double)per * per_col <= SMALL_GEMM_MNK && per < (size_t)op->n_out) per += COL_ALIGN;
-    size_t chunks = ((size_t)op->n_out + per - 1) / per;
-    if (chunks > 1 && (double)((size_t)op->n_out - (chunks - 1) * per) * per_col <= SMALL_GEMM_MNK) chunks--;
-    if (chunks < 2) return;
-    lb->per[i] = per;
-    lb->chunks[i] = (int)chunks;
-    lb->by_cols[i] = 1;
-}
-
 static void run_linears(linear_batch *lb, const attn_workspace *ws, int n_workers)
 {
     if (n_workers == 1) {
@@ -467,12 +478,8 @@ static void run_linears(linear_batch *lb, const attn_workspace *ws, int n_worker
             tasks += lb->chunks[i];
             continue;
         }
-        const double macs = (double)lb->op[i].n_out * lb->op[i].n_in; /* per row */
-        size_t per = (rows + want - 1) / want;
-        per = (per + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
-        while ((double)per * macs <= SMALL_GEMM_MNK && per < rows) per += ROW_ALIGN;
-        size_t chunks = (rows + per - 1) / per; /* <= 4 * n_workers */
-        if (chunks > 1 && (double)(rows - (chunks - 1) * per) * macs <= SMALL_GEMM_MNK) chunks--;
+        size_t per; /* at most 4 * n_workers chunks */
+        const size_t chunks = split_units(rows, want, ROW_ALIGN, (double)lb->op[i].n_out * lb->op[i].n_in, &per);
         lb->per[i] = per;
         lb->chunks[i] = (int)chunks;
         if (chunks == 1 && !lb->op[i].add && !linear_small(&lb->op[i])) split_columns(lb, i, want);
