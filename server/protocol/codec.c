@@ -1214,16 +1214,8 @@ char *attnd_codec_encode_response_with(const attnd_request *req, const char *mod
         attnd_jb_puts(&b, ",\"weights\":");
         put_weights(&b, req, req->num_heads);
     }
-    attnd_jb_puts(&b, ",\"timing\":{\"queue_us\":");
-    attnd_jb_i64(&b, (long long)req->queue_us);
-    attnd_jb_puts(&b, ",\"compute_us\":");
-    attnd_jb_i64(&b, (long long)req->compute_us);
-    attnd_jb_puts(&b, ",\"batch_size\":");
-    attnd_jb_i64(&b, req->batch_size);
-    if (req->iterations > 0) { /* computed in pieces by the decode loop */
-        attnd_jb_puts(&b, ",\"pieces\":");
-        attnd_jb_i64(&b, req->iterations);
-    }
+    attnd_jb_puts(&b, ",\"timing\":{");
+    attnd_codec_put_timing(&b, req);
     attnd_jb_putc(&b, '}');
     if (members && *members) {
         attnd_jb_putc(&b, ',');
@@ -1231,6 +1223,20 @@ char *attnd_codec_encode_response_with(const attnd_request *req, const char *mod
     }
     attnd_jb_putc(&b, '}');
     return attnd_jb_finish(&b, len);
+}
+
+void attnd_codec_put_timing(attnd_jsonbuf *b, const attnd_request *req)
+{
+    attnd_jb_puts(b, "\"queue_us\":");
+    attnd_jb_i64(b, (long long)req->queue_us);
+    attnd_jb_puts(b, ",\"compute_us\":");
+    attnd_jb_i64(b, (long long)req->compute_us);
+    attnd_jb_puts(b, ",\"batch_size\":");
+    attnd_jb_i64(b, req->batch_size);
+    if (req->iterations > 0) { /* computed in pieces by the decode loop */
+        attnd_jb_puts(b, ",\"pieces\":");
+        attnd_jb_i64(b, req->iterations);
+    }
 }
 
 char *attnd_codec_encode_error(const attnd_http_error *err, size_t *len)

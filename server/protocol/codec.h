@@ -10,6 +10,7 @@
 
 #include "attn.h"
 #include "core/request.h"
+#include "protocol/jsonbuf.h"
 
 /* Limits the decoder enforces; 0 means "no limit" for each. */
 typedef struct attnd_decode_limits {
@@ -79,6 +80,11 @@ char *attnd_codec_encode_response_with(const attnd_request *req, const char *mod
 /* Encodes {"error":{"code","message","field"}}. Returns a malloc'd body (caller
  * frees), or NULL on allocation failure. */
 char *attnd_codec_encode_error(const attnd_http_error *err, size_t *len);
+
+/* The server's timing of req as JSON members, both protocols' (/v1 `timing`,
+ * v2 `parameters`): "queue_us":N,"compute_us":N,"batch_size":N, and
+ * ,"pieces":N when the decode loop computed it in pieces. No braces. */
+void attnd_codec_put_timing(attnd_jsonbuf *b, const attnd_request *req);
 
 /* The same with "request_id": request_id as the error's last member (none when
  * NULL or ""). */

@@ -1199,16 +1199,8 @@ char *attnd_codec_v2_encode_response_with(const attnd_request *req, const attnd_
         attnd_jb_puts(&b, ",\"id\":");
         attnd_jb_string(&b, req->id);
     }
-    attnd_jb_puts(&b, ",\"parameters\":{\"queue_us\":");
-    attnd_jb_i64(&b, (long long)req->queue_us);
-    attnd_jb_puts(&b, ",\"compute_us\":");
-    attnd_jb_i64(&b, (long long)req->compute_us);
-    attnd_jb_puts(&b, ",\"batch_size\":");
-    attnd_jb_i64(&b, req->batch_size);
-    if (req->iterations > 0) { /* computed in pieces by the decode loop */
-        attnd_jb_puts(&b, ",\"pieces\":");
-        attnd_jb_i64(&b, req->iterations);
-    }
+    attnd_jb_puts(&b, ",\"parameters\":{");
+    attnd_codec_put_timing(&b, req);
     if (parameters && *parameters) {
         attnd_jb_putc(&b, ',');
         attnd_jb_puts(&b, parameters);
