@@ -703,16 +703,20 @@ static void run_batch(sched_worker *w, sched_job *job)
     int64_t compute_us = us_between(start, end);
     for (attnd_request *r = batch->head; r; r = r->next) r->compute_us = compute_us;
     if (job->piece) job->piece->compute_us += compute_us;
+    /* The hook first: once iteration_ended frees the loop, the next piece of
+     * the same request may compute and be answered on another worker, and this
+     * iteration's report must already be in (the metrics a client reads after
+     * its answer count every piece of it). */
+    if (s->hook) {
+        const size_t tokens = batch->tokens + (job->piece ? (size_t)job->piece_rows : 0);
+        const attnd_batch_report report = {members, tokens, compute_us, job->loop, batch->count,
+                                           job->piece ? job->piece_rows : 0};
+        s->hook(s->hook_ctx, &report);
+    }
     req_list done = { 0 };
     if (job->loop) {
         atomic_store(&s->last_batch_ns, end - start);
         iteration_ended(s, job, &done);
-    }
-    size_t tokens = batch->tokens + (job->piece ? (size_t)job->piece_rows : 0);
-    if (s->hook) {
-        const attnd_batch_report report = {members, tokens, compute_us, job->loop, batch->count,
-                                           job->piece ? job->piece_rows : 0};
-        s->hook(s->hook_ctx, &report);
     }
     finish_all(batch);
     if (done.count) {

@@ -52,7 +52,8 @@ typedef struct attnd_batch_report {
     int piece_rows;     /* rows of the chunked prefill's piece in it, or 0    */
 } attnd_batch_report;
 
-/* Called by a worker after each batch; may be NULL. */
+/* Called by a worker after each batch (for a decode-loop iteration, before
+ * the loop may start its next one); may be NULL. */
 typedef void (*attnd_batch_hook)(void *ctx, const attnd_batch_report *report);
 
 typedef struct attnd_scheduler attnd_scheduler;
