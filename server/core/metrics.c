@@ -7,7 +7,6 @@
 #include <dirent.h>
 #include <pthread.h>
 #include <stdarg.h>
-#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,14 +76,30 @@ static const int statuses[] = {200, 400, 401, 403, 404, 405, 408, 411, 413,
 #define N_STATUS (sizeof statuses / sizeof statuses[0] + 1)
 
 
+/* The decode loop's per-model counters (attnd_metrics_decode_iteration). */
+enum { L_ITERATIONS, L_BUSY_US, L_STEPS, L_PIECES, L_PIECE_ROWS, L_COUNT };
+static const struct {
+    const char *name, *help;
+    double scale; /* the family's unit per count */
+} loop_defs[L_COUNT] = {
+    {"attnd_decode_iterations_total",
+     "Iterations of the model's decode loop (batches of session appends, with at most one prefill piece each).", 1},
+    {"attnd_decode_busy_seconds_total",
+     "Compute time of those iterations: its rate is the share of time the loop computes.", 1e-6},
+    {"attnd_decode_steps_total",
+     "Whole session appends those iterations computed (steps / iterations is the mean iteration's).", 1},
+    {"attnd_prefill_pieces_total",
+     "Pieces of chunked prefills (long appends and long causal one-shots, --prefill-chunk-rows) computed.", 1},
+    {"attnd_prefill_piece_rows_total", "Rows computed in those pieces.", 1},
+};
+
 typedef struct model_slot {
     char name[80];
     _Atomic int named;            /* 0: a reserved slot, not rendered yet        */
     _Atomic int loaded;
     attn_layer_info info;
     hist h[H_COUNT];
-    /* the decode loop (attnd_metrics_decode_iteration) */
-    _Atomic uint64_t iterations, busy_us, steps, pieces, piece_rows;
+    _Atomic uint64_t loop[L_COUNT]; /* the decode loop's counters (loop_defs) */
 } model_slot;
 
 struct attnd_metrics {
@@ -161,11 +176,8 @@ void attnd_metrics_rename_model(attnd_metrics *m, int model, const char *name)
             atomic_store_explicit(&ms->h[h].buckets[k], 0, memory_order_relaxed);
         atomic_store_explicit(&ms->h[h].sum, 0, memory_order_relaxed);
     }
-    atomic_store_explicit(&ms->iterations, 0, memory_order_relaxed);
-    atomic_store_explicit(&ms->busy_us, 0, memory_order_relaxed);
-    atomic_store_explicit(&ms->steps, 0, memory_order_relaxed);
-    atomic_store_explicit(&ms->pieces, 0, memory_order_relaxed);
-    atomic_store_explicit(&ms->piece_rows, 0, memory_order_relaxed);
+    for (int k = 0; k < L_COUNT; k++)
+        atomic_store_explicit(&ms->loop[k], 0, memory_order_relaxed);
     size_t row = (size_t)(model + 1) * (size_t)m->n_routes * N_STATUS;
     for (size_t i = 0; i < (size_t)m->n_routes * N_STATUS; i++)
         atomic_store_explicit(&m->requests[row + i], 0, memory_order_relaxed);
@@ -253,14 +265,14 @@ void attnd_metrics_decode_iteration(attnd_metrics *m, int model, int steps, int 
 {
     if (model < 0 || model >= m->n_models)
         return;
-    model_slot *s = &m->models[model];
-    atomic_fetch_add_explicit(&s->iterations, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&s->busy_us, (uint64_t)(compute_us > 0 ? compute_us : 0),
+    _Atomic uint64_t *c = m->models[model].loop;
+    atomic_fetch_add_explicit(&c[L_ITERATIONS], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c[L_BUSY_US], (uint64_t)(compute_us > 0 ? compute_us : 0),
                               memory_order_relaxed);
-    atomic_fetch_add_explicit(&s->steps, (uint64_t)(steps > 0 ? steps : 0), memory_order_relaxed);
+    atomic_fetch_add_explicit(&c[L_STEPS], (uint64_t)(steps > 0 ? steps : 0), memory_order_relaxed);
     if (piece_rows > 0) {
-        atomic_fetch_add_explicit(&s->pieces, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&s->piece_rows, (uint64_t)piece_rows, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c[L_PIECES], 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c[L_PIECE_ROWS], (uint64_t)piece_rows, memory_order_relaxed);
     }
 }
 
@@ -396,41 +408,17 @@ static void render_requests(buf *b, attnd_metrics *m)
     }
 }
 
-/* One per-model counter family of the decode loop; field picks the counter
- * (scale: what one unit of it is in the family's unit). */
-static void render_loop_counter(buf *b, attnd_metrics *m, const char *name, const char *help,
-                                size_t field, double scale)
-{
-    family(b, name, "counter", help);
-    for (int i = 0; i < m->n_models; i++) {
-        if (!named(m, i))
-            continue;
-        _Atomic uint64_t *c = (_Atomic uint64_t *)((char *)&m->models[i] + field);
-        double v = (double)atomic_load_explicit(c, memory_order_relaxed) * scale;
-        put(b, "%s{model=\"%s\"} %.9g\n", name, m->models[i].name, v);
-    }
-}
-
+/* The decode loop's counter families, per model. */
 static void render_decode_loop(buf *b, attnd_metrics *m)
 {
-    render_loop_counter(b, m, "attnd_decode_iterations_total",
-                        "Iterations of the model's decode loop (batches of session appends, "
-                        "with at most one prefill piece each).",
-                        offsetof(model_slot, iterations), 1);
-    render_loop_counter(b, m, "attnd_decode_busy_seconds_total",
-                        "Compute time of those iterations: its rate is the share of time the "
-                        "loop computes.",
-                        offsetof(model_slot, busy_us), 1e-6);
-    render_loop_counter(b, m, "attnd_decode_steps_total",
-                        "Whole session appends those iterations computed (steps / iterations "
-                        "is the mean iteration's).",
-                        offsetof(model_slot, steps), 1);
-    render_loop_counter(b, m, "attnd_prefill_pieces_total",
-                        "Pieces of chunked prefills (long appends and long causal one-shots, "
-                        "--prefill-chunk-rows) computed.",
-                        offsetof(model_slot, pieces), 1);
-    render_loop_counter(b, m, "attnd_prefill_piece_rows_total",
-                        "Rows computed in those pieces.", offsetof(model_slot, piece_rows), 1);
+    for (int k = 0; k < L_COUNT; k++) {
+        family(b, loop_defs[k].name, "counter", loop_defs[k].help);
+        for (int i = 0; i < m->n_models; i++)
+            if (named(m, i))
+                put(b, "%s{model=\"%s\"} %.9g\n", loop_defs[k].name, m->models[i].name,
+                    (double)atomic_load_explicit(&m->models[i].loop[k], memory_order_relaxed) *
+                        loop_defs[k].scale);
+    }
 }
 
 static void render_models(buf *b, attnd_metrics *m, const int *queue_depths)
