@@ -484,6 +484,36 @@ static int start_one_row_pieces(attnd_proc *p, char id[][64], int k)
     return 0;
 }
 
+/* What one client's steps saw while a prefill ran: each step's decode.
+ * queued_after and decode.first, how many were answered 200, how many ran
+ * later than the iteration after those started when they queued (or in more
+ * than one), and how many were answered while the prefill had no answer yet. */
+typedef struct stepped {
+    long long queued[20000], first[20000];
+    int n, wrong, during;
+} stepped;
+
+/* One client steps sessions id[0..k) round after round, one request at a
+ * time, until the prefill in *pa is answered (or 20000 steps). */
+static void step_until_answered(const attnd_proc *p, char id[][64], int k, const prefill_arg *pa, stepped *st)
+{
+    st->n = st->wrong = st->during = 0;
+    for (int r = 1; !pa->done && st->n < 20000; r++)
+        for (int i = 0; i < k && st->n < 20000; i++) {
+            json_t *j = NULL;
+            long code = append_rows(p, id[i], i, r, 1, E, "", &j);
+            CHECK_INT_EQ(code, 200);
+            if (code == 200) {
+                st->queued[st->n] = member(j, "decode", "queued_after");
+                st->first[st->n] = member(j, "decode", "first");
+                st->wrong += st->first[st->n] != st->queued[st->n] + 1 || member(j, "decode", "iterations") != 1;
+                st->during += !pa->done;
+                st->n++;
+            }
+            json_decref(j);
+        }
+}
+
 /* A 4000-row prefill computed one row per iteration (a slow prefill: 4000
  * iterations) while one client steps three other sessions: every step runs in
  * the iteration after those started when it queued, so a step that queued
@@ -494,7 +524,6 @@ TEST(prefill_never_holds_a_step)
     enum { ROWS = 4000, K = 3 };
     attnd_proc p;
     char id[K][64];
-    json_t *j = NULL;
     if (start_one_row_pieces(&p, id, K) != 0) return;
     static prefill_arg pa;
     memset(&pa, 0, sizeof pa);
@@ -503,35 +532,22 @@ TEST(prefill_never_holds_a_step)
     CHECK_INT_EQ(create_session(&p, "demo", 0, pa.id, sizeof pa.id), 0);
     pthread_t th;
     pthread_create(&th, NULL, run_prefill, &pa);
-    static long long queued[20000], first[20000];
-    int n = 0, wrong = 0;
-    for (int r = 1; !pa.done && n < 20000; r++)
-        for (int k = 0; k < K && n < 20000; k++) {
-            long code = append_rows(&p, id[k], k, r, 1, E, "", &j);
-            if (code == 200) {
-                queued[n] = member(j, "decode", "queued_after");
-                first[n] = member(j, "decode", "first");
-                wrong += first[n] != queued[n] + 1 || member(j, "decode", "iterations") != 1;
-                n++;
-            } else {
-                CHECK_INT_EQ(code, 200);
-            }
-            json_decref(j);
-        }
+    static stepped st;
+    step_until_answered(&p, id, K, &pa, &st);
     pthread_join(th, NULL);
     CHECK_INT_EQ(pa.code, 200);
     CHECK_INT_EQ(pa.iterations, ROWS);
     int during = 0, held = 0;
-    for (int i = 0; i < n; i++)
-        if (queued[i] >= pa.first && queued[i] < pa.last) {
+    for (int i = 0; i < st.n; i++)
+        if (st.queued[i] >= pa.first && st.queued[i] < pa.last) {
             during++;
-            held += first[i] > pa.last;
+            held += st.first[i] > pa.last;
         }
     printf("prefill of %d rows: iterations %lld..%lld; %d steps, %d queued while it ran, %d held\n", ROWS,
-           pa.first, pa.last, n, during, held);
-    CHECK_INT_EQ(wrong, 0);
+           pa.first, pa.last, st.n, during, held);
+    CHECK_INT_EQ(st.wrong, 0);
     CHECK_INT_EQ(held, 0);
-    CHECK_MSG(during > 0, "no step queued while the prefill ran (%d steps)", n);
+    CHECK_MSG(during > 0, "no step queued while the prefill ran (%d steps)", st.n);
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);
 }
 
@@ -545,7 +561,6 @@ TEST(oneshot_prefill_never_holds_a_step)
     enum { ROWS = 4000, K = 3 };
     attnd_proc p;
     char id[K][64];
-    json_t *j = NULL;
     if (start_one_row_pieces(&p, id, K) != 0) return;
     static prefill_arg pa;
     memset(&pa, 0, sizeof pa);
@@ -553,26 +568,15 @@ TEST(oneshot_prefill_never_holds_a_step)
     pa.rows = ROWS;
     pthread_t th;
     pthread_create(&th, NULL, run_oneshot_prefill, &pa);
-    int n = 0, wrong = 0, during = 0;
-    for (int r = 1; !pa.done && n < 20000; r++)
-        for (int k = 0; k < K && n < 20000; k++) {
-            long code = append_rows(&p, id[k], k, r, 1, E, "", &j);
-            CHECK_INT_EQ(code, 200);
-            if (code == 200) {
-                wrong += member(j, "decode", "first") != member(j, "decode", "queued_after") + 1 ||
-                         member(j, "decode", "iterations") != 1;
-                during += !pa.done;
-                n++;
-            }
-            json_decref(j);
-        }
+    static stepped st;
+    step_until_answered(&p, id, K, &pa, &st);
     pthread_join(th, NULL);
     printf("one-shot prefill of %d rows in %lld pieces; %d steps, %d answered while it computed, %d waited "
-           "beyond one iteration\n", ROWS, pa.iterations, n, during, wrong);
+           "beyond one iteration\n", ROWS, pa.iterations, st.n, st.during, st.wrong);
     CHECK_INT_EQ(pa.code, 200);
     CHECK_INT_EQ(pa.iterations, ROWS);
-    CHECK_INT_EQ(wrong, 0);
-    CHECK_MSG(during > 0, "no step was answered while the one-shot computed (%d steps)", n);
+    CHECK_INT_EQ(st.wrong, 0);
+    CHECK_MSG(st.during > 0, "no step was answered while the one-shot computed (%d steps)", st.n);
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);
 }
 
