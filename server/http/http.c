@@ -112,6 +112,7 @@ typedef struct conn {
     attnd_request *req;          /* decoded; in the scheduler while submitted   */
     int submitted;
     int in_suspend;              /* counted in http->suspended                   */
+    int own_timeout;             /* answer_before_reading's timeout is on        */
     _Atomic int done;            /* set by on_done (worker thread)              */
     int responded;
     int status;
@@ -194,6 +195,24 @@ static void log_answer(const conn *c, const attnd_reply *r)
                       r->status, (double)(attnd_now_ns() - c->start_ns) / 1e6);
 }
 
+/* libmicrohttpd 0.9.75 keeps a suspended connection's read interest, so when
+ * it resumes one it reads the socket before it answers, unless the
+ * connection is the oldest on its HTTP thread. A client that half-closed
+ * after sending its request (shutdown(SHUT_WR)) then looks gone: the read
+ * sees the end of the stream and the request is closed unanswered. A
+ * connection with a timeout of its own is on the list libmicrohttpd's epoll
+ * loop visits whole every turn, before any read, so it is answered first.
+ * on: from before the suspension until the answer is queued, when the
+ * default timeout comes back (a keep-alive connection must not stay on that
+ * list). The poll(2) loop (no epoll) reads first regardless. */
+static void answer_before_reading(conn *c, int on)
+{
+    unsigned base = (unsigned)c->http->app->cfg->connection_timeout_s;
+    unsigned own = base ? base + 1 : 86400; /* any other value; 0 means none */
+    MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT, on ? own : base);
+    c->own_timeout = on;
+}
+
 /* Queues r (taking its body). Returns 0, or -1 when MHD refused it now.
  * While draining, and for answers that end the connection (framing errors,
  * 417, connection limit), the response says Connection: close. */
@@ -242,6 +261,8 @@ static int queue_reply(conn *c, attnd_reply *r)
     if (ok != MHD_YES)
         return -1;
     c->responded = 1;
+    if (c->own_timeout)
+        answer_before_reading(c, 0);
     settle(c);
     c->status = r->status;
     c->answered_ns = attnd_now_ns();
@@ -643,6 +664,7 @@ static enum MHD_Result submit(conn *c)
     /* Suspend before submitting: on_done may resume us at any moment after. */
     c->in_suspend = 1;
     atomic_fetch_add(&c->http->suspended, 1);
+    answer_before_reading(c, 1);
     MHD_suspend_connection(c->mc);
     attnd_submit_result sr = attnd_scheduler_submit(m->sched, req);
     if (sr == ATTND_SUBMIT_OK) {
