@@ -60,6 +60,7 @@ struct attnd_http {
      * (the signal + --drain-grace-ms) are served, and so is the next request
      * of every connection owed one: its bytes had reached attnd at the signal
      * (unread in the socket, or the connection still in the listen queue). */
+    _Atomic int64_t drain_began_ns;    /* the signal; 0 = not draining           */
     _Atomic int64_t drain_deadline_ns; /* 0 = not draining                       */
     _Atomic int owed_waiting;    /* owed connections whose request has not begun */
     _Atomic int backlog_owed;    /* queued unaccepted at the signal: owed when accepted */
@@ -854,6 +855,32 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
 
 /* ------------------------------------------------------------ read timeout */
 
+/* While draining, whether a connection just accepted is owed its next
+ * request: accepted in order, the first ones after the signal were in the
+ * listen queue then (attnd_http_drain_begin counted them); past those, one
+ * whose bytes had all arrived by the signal (the kernel's time of the last
+ * data received counts in jiffies: within 10 ms of the signal counts as
+ * before) was accepted by libmicrohttpd while the count was being taken.
+ * Under socks_mu. */
+static int owed_at_accept(attnd_http *h, int fd)
+{
+    int64_t began = atomic_load(&h->drain_began_ns);
+    if (!began)
+        return 0;
+    int left = atomic_load(&h->backlog_owed);
+    while (left > 0 && !atomic_compare_exchange_weak(&h->backlog_owed, &left, left - 1))
+        ;
+    if (left > 0)
+        return 1;
+    int unread = 0;
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    if (ioctl(fd, FIONREAD, &unread) != 0 || unread <= 0 ||
+        getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
+        return 0;
+    return attnd_now_ns() - (int64_t)ti.tcpi_last_data_recv * 1000000 <= began + 10000000;
+}
+
 /* MHD_OPTION_NOTIFY_CONNECTION: tracks every socket for the reaper. MHD calls
  * CLOSED before it closes the socket, so under socks_mu a listed fd is open. */
 static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
@@ -877,15 +904,11 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
         atomic_init(&ss->in_request, 0);
         atomic_init(&ss->owed, 0);
         atomic_init(&ss->served, 0);
-        /* accepted in order: the first ones after the signal were queued then */
-        int left = atomic_load(&h->backlog_owed);
-        while (left > 0 && !atomic_compare_exchange_weak(&h->backlog_owed, &left, left - 1))
-            ;
-        if (left > 0) {
+        pthread_mutex_lock(&h->socks_mu); /* one side of attnd_http_drain_begin's count */
+        if (owed_at_accept(h, ss->fd)) {
             atomic_store(&ss->owed, 1);
             atomic_fetch_add(&h->owed_waiting, 1);
         }
-        pthread_mutex_lock(&h->socks_mu);
         ss->next = h->socks;
         if (h->socks)
             h->socks->prev = ss;
@@ -1293,13 +1316,17 @@ void attnd_http_drain_begin(attnd_http *h, int grace_ms)
 {
     int64_t now = attnd_now_ns();
     int owed = 0, queued = 0;
+    /* Under socks_mu, against on_connection: a connection accepted now is in
+     * h->socks before the scan, or decides after the queue is counted
+     * (owed_at_accept); one libmicrohttpd accepted from the queue before the
+     * count but tracks only after it is owed by its bytes' time. */
+    atomic_store(&h->drain_began_ns, now);
     pthread_mutex_lock(&h->socks_mu);
     for (sock_state *ss = h->socks; ss; ss = ss->next)
         if (!ss->shut && bytes_waiting(ss, now) && !atomic_exchange(&ss->owed, 1)) {
             atomic_fetch_add(&h->owed_waiting, 1);
             owed++;
         }
-    pthread_mutex_unlock(&h->socks_mu);
     /* A listening socket's TCP_INFO holds its accept queue's length (Linux). */
     struct tcp_info ti;
     socklen_t len = sizeof ti;
@@ -1307,6 +1334,7 @@ void attnd_http_drain_begin(attnd_http *h, int grace_ms)
         ti.tcpi_state == 10 /* TCP_LISTEN */)
         queued = (int)ti.tcpi_unacked;
     atomic_store(&h->backlog_owed, queued);
+    pthread_mutex_unlock(&h->socks_mu);
     atomic_store(&h->drain_deadline_ns, now + (int64_t)grace_ms * 1000000 + 1);
     attnd_log(ATTND_LOG_INFO, "draining: %d open connection(s) and %d queued unaccepted hold "
               "requests sent before the signal: they are answered%s", owed, queued,
