@@ -18,6 +18,7 @@
 #include "skinny.h"
 #include "smallgemm.h"
 #include "mask.h"
+#include "pool.h"
 #include "rope.h"
 #include "softmax.h"
 #include "validate.h"
@@ -370,7 +371,11 @@ static void linear_rows(const linear_op *op, size_t r0, size_t nr, float *wide)
  * AVX-512 kernels), so every output falls in the same place of the same tile
  * as in the whole GEMM, and K (n_in) is not split: the same FMA chain. The
  * F16 / BF16 tiles (wide_cols, multiples of 16) rely on this too, and
- * test_weights_dtype checks their bits against float32 layers. */
+ * test_weights_dtype checks their bits against float32 layers. That holds
+ * for OpenBLAS's AVX-512 kernels only: attn__col_split_exact asks the kernel
+ * in use, and where it says no, float32 ops are not split by columns (their
+ * threads then give one thread's bits; a kept-half layer's tiles equal its
+ * float32 twin to rounding only). */
 #define COL_ALIGN ((size_t)64)
 #define SMALL_GEMM_MNK (100.0 * 100.0 * 100.0)
 
@@ -424,6 +429,59 @@ static size_t split_units(size_t total, size_t want, size_t align, double macs, 
     if (chunks > 1 && (double)(total - (chunks - 1) * p) * macs <= SMALL_GEMM_MNK) chunks--;
     *per = p;
     return chunks;
+}
+
+/* A fixed pseudo-random fill in [-1, 1) (the probe's inputs). */
+static void probe_fill(float *v, size_t n, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        v[i] = (float)(seed >> 8) * (1.0f / 8388608.0f) - 1.0f;
+    }
+}
+
+/* One probe: y = x Wᵀ (rows x n_in by n_out x n_in) whole, and again in
+ * column chunks of `per`; 1 when every bit agrees. */
+static int probe_cols(int rows, int n_in, int n_out, int per, float *buf)
+{
+    float *x = buf, *w = x + (size_t)rows * n_in, *whole = w + (size_t)n_out * n_in,
+          *split = whole + (size_t)rows * n_out;
+    probe_fill(x, (size_t)rows * n_in, 1u);
+    probe_fill(w, (size_t)n_out * n_in, 2u);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n_out, n_in, 1.0f, x, n_in, w, n_in, 0.0f, whole,
+                n_out);
+    for (int o0 = 0; o0 < n_out; o0 += per) {
+        const int nc = n_out - o0 < per ? n_out - o0 : per;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nc, n_in, 1.0f, x, n_in, w + (size_t)o0 * n_in,
+                    n_in, 0.0f, split + o0, n_out);
+    }
+    return memcmp(whole, split, (size_t)rows * n_out * sizeof *whole) == 0;
+}
+
+/* Column chunks are exact on OpenBLAS's AVX-512 sgemm kernels (SkylakeX,
+ * Cooperlake: every output in the same place of the same register tile, see
+ * COL_ALIGN), not on its AVX2 ones (Haswell, Zen: the last columns of a chunk
+ * round unlike the same columns of the whole GEMM; seen on an AVX-512 EPYC
+ * that Debian's 0.3.21 runs as Haswell). Two shapes that catch the AVX2
+ * kernels, chunks of 128 columns over the small-matrix bound: the answer
+ * holds for the kernel, not for these shapes alone. */
+int attn__col_split_exact(void)
+{
+    static const int shapes[2][4] = {{32, 256, 256, 128}, {48, 192, 320, 128}}; /* rows, n_in, n_out, per */
+    float *buf = malloc(((size_t)48 * 192 + (size_t)320 * 192 + 2 * (size_t)48 * 320) * sizeof *buf);
+    if (buf == NULL) return 0;
+    int exact = 1;
+    for (int i = 0; i < 2 && exact; i++) exact = probe_cols(shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], buf);
+    free(buf);
+    return exact;
+}
+
+/* attn__col_split_exact, asked once per pool. */
+static int col_split_ok(attn__pool *pool)
+{
+    int *memo = attn__pool_col_split_memo(pool);
+    if (*memo == 0) *memo = attn__col_split_exact() ? 1 : -1;
+    return *memo > 0;
 }
 
 /* Op i of lb, float32, whose rows give one chunk (a prefill piece of a few
@@ -482,7 +540,8 @@ static void run_linears(linear_batch *lb, const attn_workspace *ws, int n_worker
         const size_t chunks = split_units(rows, want, ROW_ALIGN, (double)lb->op[i].n_out * lb->op[i].n_in, &per);
         lb->per[i] = per;
         lb->chunks[i] = (int)chunks;
-        if (chunks == 1 && !lb->op[i].add && !linear_small(&lb->op[i])) split_columns(lb, i, want);
+        if (chunks == 1 && !lb->op[i].add && !linear_small(&lb->op[i]) && col_split_ok(ws->pool))
+            split_columns(lb, i, want);
         tasks += lb->chunks[i];
     }
     attn__pool_run(ws->pool, tasks, linear_task, lb);

@@ -113,4 +113,11 @@ size_t attn__fused_scratch_floats(int r, int block_q, int block_k, int d_k, int 
 attn_status attn__forward_kv_bytes(const attn_layer *layer, const attn_seq *seqs, int n_seqs,
                                    attn_workspace *ws, uint64_t *bytes, attn_error *err);
 
+/* 1 when column chunks of a projection (COL_ALIGN multiples of W's rows,
+ * each over OpenBLAS's small-matrix bound) give the bits of the whole sgemm on
+ * the OpenBLAS kernel in use, measured by two probe GEMMs on the calling
+ * thread (OpenBLAS single-threaded, as the pool's tasks run it); 0 when they
+ * do not, or the probe's memory cannot be had. Pure: no state kept. */
+int attn__col_split_exact(void);
+
 #endif /* ATTN_FORWARD_H */

@@ -27,6 +27,7 @@ struct attn__pool {
     int n_tasks;
     atomic_int next;       /* next unclaimed task */
     unsigned long runs;    /* attn__pool_run calls so far (caller's thread only) */
+    int col_split;         /* attn__pool_col_split_memo's cell (caller's thread only) */
 };
 
 typedef struct worker_arg { attn__pool *pool; int id; } worker_arg;
@@ -147,6 +148,8 @@ void attn__pool_free(attn__pool *p)
 int attn__pool_threads(const attn__pool *p) { return p->n_threads; }
 
 unsigned long attn__pool_runs(const attn__pool *p) { return p->runs; }
+
+int *attn__pool_col_split_memo(attn__pool *p) { return &p->col_split; }
 
 void attn__pool_run(attn__pool *p, int n_tasks, attn__task_fn fn, void *arg)
 {

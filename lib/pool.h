@@ -25,6 +25,11 @@ void attn__pool_free(attn__pool *pool);
 
 int attn__pool_threads(const attn__pool *pool);
 
+/* forward.c's memo, kept per pool: whether column chunks of an sgemm round as
+ * the whole sgemm on this OpenBLAS kernel (attn__col_split_exact); 0 until
+ * first asked, then 1 or -1. The caller's thread only, like attn__pool_run. */
+int *attn__pool_col_split_memo(attn__pool *pool);
+
 /* How many attn__pool_run calls the pool has served (for tests). */
 unsigned long attn__pool_runs(const attn__pool *pool);
 

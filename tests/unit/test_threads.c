@@ -7,12 +7,14 @@
 #include "attn.h"
 #include "check.h"
 #include "core_util.h"
+#include "forward.h"
 #include "workspace.h"
 
 #include <cblas.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define N_SEQS 3
 
@@ -208,7 +210,9 @@ TEST(tail_chunks)
  * projections (8 chunks of 64), a 150-row one on 200-wide projections with
  * 100-wide keys (chunks of 128 and 72 columns: a 64-wide chunk would be under
  * OpenBLAS's small-matrix bound), self- and cross-
- * attention: outputs bit for bit those of one thread. */
+ * attention: outputs bit for bit those of one thread. (Only where
+ * attn__col_split_exact says the OpenBLAS kernel allows it, col_split_probe;
+ * elsewhere those projections run on one thread, which must match too.) */
 TEST(column_chunks)
 {
     test_rng r = {35};
@@ -232,6 +236,41 @@ TEST(column_chunks)
         attn_layer_free(l);
     }
     attn_workspace_free(w1);
+}
+
+/* rows x n_in by n_out x n_in, whole and in column chunks of per: 1 when
+ * every bit agrees (an independent check of the library's probe). */
+static int chunks_exact(test_rng *r, int rows, int n_in, int n_out, int per)
+{
+    float *x = rand_floats(r, (size_t)rows * n_in, 1.0f), *w = rand_floats(r, (size_t)n_out * n_in, 1.0f);
+    float *whole = calloc((size_t)rows * n_out, sizeof *whole), *split = calloc((size_t)rows * n_out, sizeof *split);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n_out, n_in, 1.0f, x, n_in, w, n_in, 0.0f, whole,
+                n_out);
+    for (int o0 = 0; o0 < n_out; o0 += per) {
+        int nc = n_out - o0 < per ? n_out - o0 : per;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nc, n_in, 1.0f, x, n_in, w + (size_t)o0 * n_in,
+                    n_in, 0.0f, split + o0, n_out);
+    }
+    int same = memcmp(whole, split, (size_t)rows * n_out * sizeof *whole) == 0;
+    free(x); free(w); free(whole); free(split);
+    return same;
+}
+
+/* attn__col_split_exact says whether this OpenBLAS kernel's column chunks
+ * round as its whole GEMM (column_chunks splits by columns only then). Its
+ * "exact" must hold for the shapes column_chunks splits; asked twice, it
+ * answers the same. */
+TEST(col_split_probe)
+{
+    const int exact = attn__col_split_exact();
+    CHECK_INT_EQ(attn__col_split_exact(), exact);
+    printf("column chunks on OpenBLAS's %s kernel: %s\n", openblas_get_corename(),
+           exact ? "exact (few-row projections split by columns)" : "not exact (not split by columns)");
+    if (!exact) return;
+    test_rng r = {36};
+    CHECK(chunks_exact(&r, 128, 512, 512, 64));
+    CHECK(chunks_exact(&r, 150, 200, 200, 128));
+    CHECK(chunks_exact(&r, 150, 200, 100, 64));
 }
 
 /* With OpenBLAS threaded the workspace must not add its own threads. */
@@ -360,6 +399,7 @@ int main(void)
     RUN(identical);
     RUN(tail_chunks);
     RUN(column_chunks);
+    RUN(col_split_probe);
     RUN(openblas_threaded);
     RUN(concurrent_workspaces);
     RUN(lifecycle);
