@@ -104,6 +104,8 @@ struct attnd_request {
     int64_t deadline_ns;
     int chunked;               /* computed in pieces over several iterations     */
     int done_rows;             /* rows of seqs[0] computed so far (chunked)      */
+    int keys_done;             /* a non-causal chunked one-shot: rows of seqs[0]
+                                  whose keys and values are in piece_kv          */
     int in_batch;              /* a piece of it is computing now (chunked)       */
     float *piece_kv;           /* a chunked one-shot's keys and values between its
                                   pieces (malloc'd by the scheduler at its first

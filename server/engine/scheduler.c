@@ -34,7 +34,10 @@
  * is a prefill without a session: it joins the steps FIFO and is chunked the
  * same way, its pieces appending to a contiguous F32 cache of its own
  * (piece_kv, allocated at its first piece, freed in finish_all; computed whole
- * when that allocation fails). Only the oldest chunked request advances, so a
+ * when that allocation fails). So is a non-causal one (no window, a layer
+ * without rotary positions): its first pieces project its keys and values
+ * into piece_kv (key_rows rows each, no query row), then each piece's query
+ * rows attend to all of them as a fixed memory (attnd_piece_rows_all_keys). Only the oldest chunked request advances, so a
  * model holds at most one such buffer. Steps that arrive while an iteration computes join
  * the next one, which starts the moment this one ends. So no timer waits for a
  * stream, a lone step on an idle model starts at once, and a decode step waits
@@ -112,6 +115,8 @@ typedef struct sched_job {
     req_list batch;        /* whole requests                                  */
     attnd_request *piece;  /* a chunked append's piece this iteration, or NULL */
     int piece_rows;
+    int piece_keys;        /* the piece projects keys and values of piece_rows
+                              rows only (a non-causal one-shot's first pieces) */
     int loop;              /* an iteration of the decode loop                  */
     int64_t iteration;
     req_list expired;
@@ -273,10 +278,14 @@ static void measure(const attnd_scheduler *s, attnd_request *req)
                 q->key == NULL && q->weights == NULL && q->attn_mask_kind == ATTN_MASK_NONE &&
                 q->key_padding_mask == NULL && q->key_length == 0;
     int append = req->stream != 0 && q->cache_k != NULL && q->cache_append;
-    int prefill = req->stream == 0 && q->cache_k == NULL && q->is_causal &&
-                  oneshot_kv_bytes(&in, q->t) <= ONESHOT_KV_MAX;
-    req->chunked = plain && (append || prefill);
+    /* a one-shot over keys of its own: causal (its pieces append them), or
+     * attending to all of them, projected first (no positions: non-rotary,
+     * no window) */
+    int oneshot = req->stream == 0 && q->cache_k == NULL && oneshot_kv_bytes(&in, q->t) <= ONESHOT_KV_MAX &&
+                  (q->is_causal || (q->window == 0 && in.rope.style == ATTN_ROPE_NONE));
+    req->chunked = plain && (append || oneshot);
     req->done_rows = 0;
+    req->keys_done = 0;
     req->in_batch = 0;
     req->iter_first = req->iter_last = 0;
     req->iterations = 0;
@@ -314,6 +323,35 @@ int attnd_piece_rows(const attn_layer_info *in, int window, long long cached, in
     return lo;
 }
 
+int attnd_piece_rows_all_keys(const attn_layer_info *in, long long keys, int left, int budget)
+{
+    const int hi = left < budget ? left : budget, min_rows = (budget + 3) / 4;
+    const double allowed = piece_cost(in, 0, 0, budget), row = piece_cost(in, 0, 0, 1) - piece_cost(in, 0, 0, 0);
+    const double per_key = (double)in->num_heads * (in->head_dim_k + in->head_dim_v);
+    const double each = row - per_key + per_key * (double)keys; /* projections, then every key */
+    long long n = (long long)(allowed / each);
+    if (n < min_rows) n = min_rows;
+    return n < hi ? (int)n : hi;
+}
+
+/* A chunked one-shot that is not causal: every piece attends to all of its
+ * keys, so its first pieces project keys and values only (key_rows rows
+ * each), then its query pieces follow. */
+static int keys_first(const attnd_request *r) { return r->stream == 0 && !r->seqs[0].is_causal; }
+
+/* Rows of keys and values a piece projects: those costing no more than
+ * `budget` rows at the start of a sequence (all of a row's projections and
+ * attention), at least a quarter of `budget`, at most the `left` rows left. */
+static int key_rows(const attn_layer_info *in, int left, int budget)
+{
+    const double kv = (double)in->embed_k * kv_heads(in) * in->head_dim_k +
+                      (double)in->embed_v * kv_heads(in) * in->head_dim_v;
+    long long n = (long long)(piece_cost(in, 0, 0, budget) / (kv > 0 ? kv : 1));
+    const int min_rows = (budget + 3) / 4;
+    if (n < min_rows) n = min_rows;
+    return n < left ? (int)n : left;
+}
+
 /* The rows of r's next piece (attnd_piece_rows), and for an INT8 paged cache
  * ending on a block boundary unless it is the last (each block then quantised
  * once, as by the whole append; a piece may so exceed its cost by a block). */
@@ -323,7 +361,10 @@ static int piece_rows(const attnd_scheduler *s, const attnd_request *r, int budg
     attn_layer_info in;
     attn_layer_get_info(layer_of(s, r), &in);
     const long long start = (long long)q->cache_len + r->done_rows;
-    const int left = q->t - r->done_rows, n = attnd_piece_rows(&in, q->window, start, left, budget);
+    const int left = q->t - r->done_rows;
+    if (keys_first(r) && r->keys_done < q->t) return key_rows(&in, q->t - r->keys_done, budget);
+    if (keys_first(r)) return attnd_piece_rows_all_keys(&in, q->t, left, budget);
+    const int n = attnd_piece_rows(&in, q->window, start, left, budget);
     int b = q->cache_block_rows;
     if (n == left || b <= 0 || q->cache_dtype != ATTN_KV_INT8) return n;
     long long end = start + n;
@@ -350,6 +391,11 @@ static attn_seq piece_view(const attnd_scheduler *s, const attnd_request *r, int
         v.cache_k = r->piece_kv;
         v.cache_v = r->piece_kv + (size_t)q->t * kv_heads(&in) * (size_t)in.head_dim_k;
         v.cache_append = 1;
+    }
+    if (r->piece_kv && keys_first(r)) { /* every key there already: a fixed memory */
+        v.cache_append = 0;
+        v.cache_len = v.s = q->t;
+        return v;
     }
     v.cache_len = q->cache_len + c0;
     v.s = v.cache_len + n;
@@ -494,6 +540,7 @@ static void cut_iteration(attnd_scheduler *s, int64_t now, sched_job *job)
             if (job->piece == NULL) {
                 job->piece = r;
                 job->piece_rows = piece_rows(s, r, s->cfg.prefill_chunk_rows);
+                job->piece_keys = keys_first(r) && r->keys_done < r->seqs[0].t;
                 r->in_batch = 1;
             }
         } else if (count == 0 || (count < s->cfg.max_batch_requests &&
@@ -584,14 +631,14 @@ static void set_result(attnd_request *r, attn_status st)
     r->outcome = st == ATTN_OK ? ATTND_DONE_OK : ATTND_DONE_ERROR;
 }
 
-/* Runs every request of the batch (and the piece) alone: the fallback when
+/* Runs every request of the batch (and piece, when not NULL) alone: the fallback when
  * the joint forward failed, so one bad request cannot fail the others, and
  * each error names a sequence index of its own request. */
 static void run_each_alone(sched_worker *w, attn_workspace *ws, sched_job *job, const attn_seq *piece)
 {
     for (attnd_request *r = job->batch.head; r; r = r->next)
         set_result(r, attn_forward(layer_of(w->s, r), r->seqs, r->n_seqs, ws, NULL, &r->lib_error));
-    if (job->piece)
+    if (piece)
         set_result(job->piece, attn_forward(layer_of(w->s, job->piece), piece, 1, ws, NULL,
                                             &job->piece->lib_error));
 }
@@ -606,7 +653,8 @@ static void iteration_ended(attnd_scheduler *s, sched_job *job, req_list *done)
     attnd_request *p = job->piece;
     if (p) {
         p->in_batch = 0;
-        if (p->outcome == ATTND_DONE_OK) p->done_rows += job->piece_rows;
+        if (p->outcome == ATTND_DONE_OK && job->piece_keys) p->keys_done += job->piece_rows;
+        else if (p->outcome == ATTND_DONE_OK) p->done_rows += job->piece_rows;
         int end = p->outcome != ATTND_DONE_OK || p->done_rows >= p->seqs[0].t;
         if (!end && expired_at(p, attnd_now_ns())) {
             p->outcome = ATTND_DONE_TIMEOUT;
@@ -624,9 +672,12 @@ static void iteration_ended(attnd_scheduler *s, sched_job *job, req_list *done)
     pthread_mutex_unlock(&s->mu);
 }
 
+static void computed_whole(attnd_request *r, sched_job *job);
+
 /* Before a chunked one-shot's first piece: its keys and values get a buffer
- * of their own (piece_kv), which its pieces append to as a session's append
- * does to the session's cache. Returns 1, or 0 when that buffer cannot be had:
+ * of their own (piece_kv), which a causal one's pieces append to as a
+ * session's append does to the session's cache, and a non-causal one's first
+ * pieces fill (project_keys). Returns 1, or 0 when that buffer cannot be had:
  * the request is then computed whole in this iteration. */
 static int first_piece_ready(const attnd_scheduler *s, sched_job *job)
 {
@@ -636,8 +687,35 @@ static int first_piece_ready(const attnd_scheduler *s, sched_job *job)
     attn_layer_get_info(layer_of(s, r), &in);
     r->piece_kv = malloc(oneshot_kv_bytes(&in, r->seqs[0].t));
     if (r->piece_kv) return 1;
-    job->piece_rows = r->seqs[0].t - r->done_rows; /* done_rows is 0: the whole request */
+    computed_whole(r, job);
     return 0;
+}
+
+/* The piece is the whole of r after all (no buffer for its keys, or they
+ * could not be projected). */
+static void computed_whole(attnd_request *r, sched_job *job)
+{
+    free(r->piece_kv);
+    r->piece_kv = NULL;
+    job->piece_keys = 0;
+    job->piece_rows = r->seqs[0].t - r->done_rows; /* done_rows is 0: the whole request */
+}
+
+/* A keys piece: rows [keys_done, keys_done + piece_rows) of r's keys and
+ * values into piece_kv (on this thread). 0, or -1 (then computed whole). */
+static int project_keys(const attnd_scheduler *s, sched_job *job)
+{
+    attnd_request *r = job->piece;
+    const attn_seq *q = &r->seqs[0];
+    attn_layer_info in;
+    attn_layer_get_info(layer_of(s, r), &in);
+    const size_t kw = kv_heads(&in) * (size_t)in.head_dim_k, vw = kv_heads(&in) * (size_t)in.head_dim_v;
+    const size_t r0 = (size_t)r->keys_done;
+    const float *x = q->query + r0 * (size_t)in.embed_q;
+    float *k = r->piece_kv + r0 * kw, *v = r->piece_kv + (size_t)q->t * kw + r0 * vw;
+    if (attn_project_kv(layer_of(s, r), x, x, job->piece_rows, k, v, NULL) == ATTN_OK) return 0;
+    computed_whole(r, job);
+    return -1;
 }
 
 /* Runs one job's batch: concatenates the sequences, one attn_forward, fills
@@ -648,10 +726,16 @@ static void run_batch(sched_worker *w, sched_job *job)
     req_list *batch = &job->batch;
     int64_t start = attnd_now_ns();
     int members = batch->count + (job->piece != NULL);
-    long n_seqs = job->piece != NULL;
     attn_seq piece = { 0 };
-    if (job->piece) piece = first_piece_ready(s, job) ? piece_view(s, job->piece, job->piece_rows)
-                                                      : job->piece->seqs[0];
+    if (job->piece) {
+        int ready = first_piece_ready(s, job) && (!job->piece_keys || project_keys(s, job) == 0);
+        if (ready && job->piece_keys)
+            set_result(job->piece, ATTN_OK); /* its keys: no query rows in this forward */
+        else
+            piece = ready ? piece_view(s, job->piece, job->piece_rows) : job->piece->seqs[0];
+    }
+    const int piece_seq = job->piece != NULL && !job->piece_keys; /* in this forward */
+    long n_seqs = piece_seq;
     for (attnd_request *r = batch->head; r; r = r->next) n_seqs += r->n_seqs;
     for (attnd_request *r = batch->head; r; r = r->next) {
         r->queue_us = us_between(r->enqueued_ns, start);
@@ -676,25 +760,28 @@ static void run_batch(sched_worker *w, sched_job *job)
     /* The loop: every core; stateless alone: every core; else this worker's thread. */
     int others = atomic_fetch_add(&s->computing, 1);
     attn_workspace *ws = (job->loop || others == 0) && w->ws_wide ? w->ws_wide : w->ws;
-    if (members == 1 && !job->piece) {
+    const attn_seq *own = piece_seq ? &piece : NULL;
+    if (n_seqs == 0) {
+        /* a keys piece alone: projected above */
+    } else if (members == 1 && !job->piece) {
         run_each_alone(w, ws, job, NULL);
     } else if (reserve_seqs(w, n_seqs) != 0) {
-        run_each_alone(w, ws, job, &piece); /* no memory to pack: still answer correctly */
+        run_each_alone(w, ws, job, own); /* no memory to pack: still answer correctly */
     } else {
         int k = 0;
         for (attnd_request *r = batch->head; r; r = r->next) {
             memcpy(w->seqs + k, r->seqs, (size_t)r->n_seqs * sizeof *r->seqs);
             k += r->n_seqs;
         }
-        if (job->piece) w->seqs[k++] = piece;
+        if (piece_seq) w->seqs[k++] = piece;
         const attn_layer *layer = layer_of(s, batch->head ? batch->head : job->piece);
         attn_error err;
         attn_status st = attn_forward(layer, w->seqs, k, ws, NULL, &err);
         if (st == ATTN_OK) {
             for (attnd_request *r = batch->head; r; r = r->next) set_result(r, ATTN_OK);
-            if (job->piece) set_result(job->piece, ATTN_OK);
+            if (piece_seq) set_result(job->piece, ATTN_OK);
         } else {
-            run_each_alone(w, ws, job, &piece);
+            run_each_alone(w, ws, job, own);
         }
     }
     atomic_fetch_sub(&s->computing, 1);

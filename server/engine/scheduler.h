@@ -102,4 +102,10 @@ void attnd_scheduler_free(attnd_scheduler *s);
  * its blocks.) */
 int attnd_piece_rows(const attn_layer_info *layer, int window, long long cached, int left, int budget);
 
+/* The same for a piece whose every row attends to all `keys` keys (a
+ * non-causal one-shot over its own keys): the most rows, at most `budget`,
+ * costing no more than `budget` rows at the start of a sequence, never fewer
+ * than a quarter of `budget` (nor than the `left` rows left). */
+int attnd_piece_rows_all_keys(const attn_layer_info *layer, long long keys, int left, int budget);
+
 #endif

@@ -396,8 +396,10 @@ static long oneshot_rows(const attnd_proc *p, const char *model, int seed, int n
 /* A causal one-shot of 40 rows on the daemon computing 3 rows per iteration
  * and on the one computing whole: the same answer (1e-6; the demo layer and a
  * RoPE + GQA Llama layer, no window and a 7-row window), in several pieces
- * (timing.pieces) on the first and whole (no pieces) on the second; a
- * non-causal one-shot is not chunked. */
+ * (timing.pieces) on the first and whole (no pieces) on the second. A
+ * non-causal one on the demo layer is chunked too (its keys projected first,
+ * every piece attending to all 40): the same answer; one on the rotary Llama
+ * layer, or with a window, is computed whole (no pieces), also the same. */
 TEST(chunked_oneshot_equals_whole)
 {
     attnd_proc ch, wh;
@@ -421,13 +423,24 @@ TEST(chunked_oneshot_equals_whole)
             json_decref(ja);
             json_decref(jb);
         }
-    json_t *ja = NULL, *jb = NULL;
-    CHECK_INT_EQ(oneshot_rows(&ch, "demo", 6, 40, E, "", &ja), 200);
-    CHECK_INT_EQ(oneshot_rows(&wh, "demo", 6, 40, E, "", &jb), 200);
-    CHECK(json_object_get(json_object_get(ja, "timing"), "pieces") == NULL);
-    CHECK(max_diff(json_object_get(ja, "output"), json_object_get(jb, "output")) <= 1e-6);
-    json_decref(ja);
-    json_decref(jb);
+    const struct { const char *model, *extra; int chunked; } full[] = {
+        {"demo", "", 1}, {"llama", "", 0}, {"demo", "\"window\":7,", 0}};
+    for (int i = 0; i < 3; i++) {
+        json_t *ja = NULL, *jb = NULL;
+        CHECK_INT_EQ(oneshot_rows(&ch, full[i].model, 6, 40, E, full[i].extra, &ja), 200);
+        CHECK_INT_EQ(oneshot_rows(&wh, full[i].model, 6, 40, E, full[i].extra, &jb), 200);
+        double worst = max_diff(json_object_get(ja, "output"), json_object_get(jb, "output"));
+        long long pieces = member(ja, "timing", "pieces");
+        printf("non-causal one-shot %-5s %s: 40 rows in %lld pieces: max diff vs whole %.3g\n", full[i].model,
+               full[i].extra, pieces, worst);
+        CHECK_MSG(worst <= 1e-6, "non-causal %s %s: differs by %g", full[i].model, full[i].extra, worst);
+        if (full[i].chunked)
+            CHECK_MSG(pieces > 1, "non-causal %s: the 40-row one-shot took %lld pieces", full[i].model, pieces);
+        else
+            CHECK(json_object_get(json_object_get(ja, "timing"), "pieces") == NULL);
+        json_decref(ja);
+        json_decref(jb);
+    }
     CHECK_INT_EQ(attnd_proc_stop(&ch), 0);
     CHECK_INT_EQ(attnd_proc_stop(&wh), 0);
 }
@@ -436,6 +449,7 @@ typedef struct prefill_arg {
     const attnd_proc *p;
     char id[64];
     int rows;
+    const char *extra; /* a one-shot's extra fields (NULL: causal) */
     long code;
     long long first, last, iterations;
     volatile int done;
@@ -458,7 +472,7 @@ static void *run_oneshot_prefill(void *v)
 {
     prefill_arg *a = v;
     json_t *j = NULL;
-    a->code = oneshot_rows(a->p, "demo", 7, a->rows, E, "\"is_causal\":true,", &j);
+    a->code = oneshot_rows(a->p, "demo", 7, a->rows, E, a->extra ? a->extra : "\"is_causal\":true,", &j);
     a->iterations = member(j, "timing", "pieces");
     json_decref(j);
     a->done = 1;
@@ -514,6 +528,16 @@ static void step_until_answered(const attnd_proc *p, char id[][64], int k, const
         }
 }
 
+/* start_one_row_pieces, and *pa set for a prefill of `rows` rows on it. */
+static int start_prefill_beside_steps(attnd_proc *p, char id[][64], int k, prefill_arg *pa, int rows)
+{
+    if (start_one_row_pieces(p, id, k) != 0) return -1;
+    memset(pa, 0, sizeof *pa);
+    pa->p = p;
+    pa->rows = rows;
+    return 0;
+}
+
 /* A 4000-row prefill computed one row per iteration (a slow prefill: 4000
  * iterations) while one client steps three other sessions: every step runs in
  * the iteration after those started when it queued, so a step that queued
@@ -524,11 +548,8 @@ TEST(prefill_never_holds_a_step)
     enum { ROWS = 4000, K = 3 };
     attnd_proc p;
     char id[K][64];
-    if (start_one_row_pieces(&p, id, K) != 0) return;
     static prefill_arg pa;
-    memset(&pa, 0, sizeof pa);
-    pa.p = &p;
-    pa.rows = ROWS;
+    if (start_prefill_beside_steps(&p, id, K, &pa, ROWS) != 0) return;
     CHECK_INT_EQ(create_session(&p, "demo", 0, pa.id, sizeof pa.id), 0);
     pthread_t th;
     pthread_create(&th, NULL, run_prefill, &pa);
@@ -551,33 +572,39 @@ TEST(prefill_never_holds_a_step)
     CHECK_INT_EQ(attnd_proc_stop(&p), 0);
 }
 
-/* The same with a causal one-shot of 4000 rows (no session: its keys and
- * values live with the request between pieces): it runs in the decode loop
- * one row per iteration, every step of the client's sessions still runs in
- * the iteration after those started when it queued, and steps are answered
- * while the one-shot is still computing. */
+/* The same with a one-shot of 4000 rows (no session: its keys and values
+ * live with the request between pieces): it runs in the decode loop one piece
+ * per iteration, every step of the client's sessions still runs in the
+ * iteration after those started when it queued, and steps are answered while
+ * the one-shot is still computing. Causal: one row per piece. Non-causal: a
+ * few rows of keys and values per piece first, then one query row per piece
+ * over all 4000 keys. */
 TEST(oneshot_prefill_never_holds_a_step)
 {
     enum { ROWS = 4000, K = 3 };
-    attnd_proc p;
-    char id[K][64];
-    if (start_one_row_pieces(&p, id, K) != 0) return;
-    static prefill_arg pa;
-    memset(&pa, 0, sizeof pa);
-    pa.p = &p;
-    pa.rows = ROWS;
-    pthread_t th;
-    pthread_create(&th, NULL, run_oneshot_prefill, &pa);
-    static stepped st;
-    step_until_answered(&p, id, K, &pa, &st);
-    pthread_join(th, NULL);
-    printf("one-shot prefill of %d rows in %lld pieces; %d steps, %d answered while it computed, %d waited "
-           "beyond one iteration\n", ROWS, pa.iterations, st.n, st.during, st.wrong);
-    CHECK_INT_EQ(pa.code, 200);
-    CHECK_INT_EQ(pa.iterations, ROWS);
-    CHECK_INT_EQ(st.wrong, 0);
-    CHECK_MSG(st.during > 0, "no step was answered while the one-shot computed (%d steps)", st.n);
-    CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+    for (int causal = 1; causal >= 0; causal--) {
+        attnd_proc p;
+        char id[K][64];
+        static prefill_arg pa;
+        if (start_prefill_beside_steps(&p, id, K, &pa, ROWS) != 0) return;
+        pa.extra = causal ? NULL : "";
+        pthread_t th;
+        pthread_create(&th, NULL, run_oneshot_prefill, &pa);
+        static stepped st;
+        step_until_answered(&p, id, K, &pa, &st);
+        pthread_join(th, NULL);
+        printf("%s one-shot of %d rows in %lld pieces; %d steps, %d answered while it computed, %d waited "
+               "beyond one iteration\n", causal ? "causal" : "non-causal", ROWS, pa.iterations, st.n,
+               st.during, st.wrong);
+        CHECK_INT_EQ(pa.code, 200);
+        if (causal)
+            CHECK_INT_EQ(pa.iterations, ROWS);
+        else /* its key pieces, then a piece per row */
+            CHECK_MSG(pa.iterations > ROWS && pa.iterations < 2 * ROWS, "%lld pieces", pa.iterations);
+        CHECK_INT_EQ(st.wrong, 0);
+        CHECK_MSG(st.during > 0, "no step was answered while the one-shot computed (%d steps)", st.n);
+        CHECK_INT_EQ(attnd_proc_stop(&p), 0);
+    }
 }
 
 typedef struct big_arg {

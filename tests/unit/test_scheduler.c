@@ -964,7 +964,9 @@ static int planned_pieces(const attn_layer *layer, int window, int cached, int t
  * 10, 23n + n(n + 1): 1 row (25; 2 would be 52), never 0. Window 3 (budget
  * 12 + 2 x (1 + 2 + 3 + 3) = 30): after 10 rows each row sees 3, 9n: 3 rows.
  * Never under a quarter of the budget: budget 8 deep in a long cache, 2 rows.
- * And on the test layer: the rows never grow as the cache does, never exceed
+ * Rows that each attend to all k keys (attnd_piece_rows_all_keys) cost
+ * 3 + 2k: k = 2, 4 rows (28 of 32); k = 5, 2 (26); k = 10, 1 (23); budget 8
+ * over a million keys, 2. And on the test layer: the rows never grow as the cache does, never exceed
  * the rows left, and an empty cache gets the whole budget. */
 TEST_WITH(piece_rows_cost, const attn_layer *layer)
 {
@@ -978,6 +980,11 @@ TEST_WITH(piece_rows_cost, const attn_layer *layer)
     CHECK_INT_EQ(attnd_piece_rows(&one, 0, 0, 3, 4), 3);
     CHECK_INT_EQ(attnd_piece_rows(&one, 0, 1000000, 100, 8), 2);
     CHECK_INT_EQ(attnd_piece_rows(&one, 0, 1000000, 1, 8), 1);
+    CHECK_INT_EQ(attnd_piece_rows_all_keys(&one, 2, 100, 4), 4);
+    CHECK_INT_EQ(attnd_piece_rows_all_keys(&one, 5, 100, 4), 2);
+    CHECK_INT_EQ(attnd_piece_rows_all_keys(&one, 10, 100, 4), 1);
+    CHECK_INT_EQ(attnd_piece_rows_all_keys(&one, 1000000, 100, 8), 2);
+    CHECK_INT_EQ(attnd_piece_rows_all_keys(&one, 2, 3, 4), 3);
     attn_layer_info in;
     attn_layer_get_info(layer, &in);
     int prev = 64;
