@@ -393,6 +393,7 @@ static int sharing(const char *base, double seconds)
  * to back); their rows/s over the time they took. */
 typedef struct oneshot_prefills {
     const char *base;
+    const load_req *req; /* the v2 binary infer each prefill posts (oneshot_request) */
     int rows, count;
     double every;
     volatile int stop;
@@ -421,12 +422,7 @@ static int oneshot_request(const char *base, int rows, load_pool *pool)
 static void *oneshot_prefill_main(void *v)
 {
     oneshot_prefills *a = v;
-    load_pool pool = {0};
-    if (oneshot_request(a->base, a->rows, &pool) != 0) {
-        a->failed++;
-        return NULL;
-    }
-    const load_req *req = &pool.reqs[0];
+    const load_req *req = a->req;
     client c;
     client_init(&c);
     char url[2048];
@@ -445,7 +441,6 @@ static void *oneshot_prefill_main(void *v)
         if (st == 200) a->ok++;
         else a->failed++;
     }
-    load_pool_free(&pool);
     client_free(&c);
     return NULL;
 }
@@ -460,8 +455,13 @@ static double oneshot_rows_per_s(const oneshot_prefills *a)
  * Returns the number of failed runs. */
 static int oneshot_targets(const char *base, const char *chunk, double seconds)
 {
+    /* built here, before any thread: attnd-load's option parser is getopt's,
+     * whose state is global (decode_mix parses beside the prefill thread) */
+    static load_pool pool;
+    memset(&pool, 0, sizeof pool);
+    if (oneshot_request(base, 2048, &pool) != 0) return 1;
     static oneshot_prefills alone;
-    alone = (oneshot_prefills){.base = base, .rows = 2048, .count = 6};
+    alone = (oneshot_prefills){.base = base, .req = &pool.reqs[0], .rows = 2048, .count = 6};
     oneshot_prefill_main(&alone);
     const double alone_rps = oneshot_rows_per_s(&alone);
     printf("causal one-shots of 2048 rows (v2 binary) alone: %.0f rows/s\n", alone_rps);
@@ -469,7 +469,7 @@ static int oneshot_targets(const char *base, const char *chunk, double seconds)
     for (int n = 4; n <= 16; n *= 4) {
         mix_result a = {0}, b = {0};
         static oneshot_prefills mix;
-        mix = (oneshot_prefills){.base = base, .rows = 2048, .every = 0.5};
+        mix = (oneshot_prefills){.base = base, .req = &pool.reqs[0], .rows = 2048, .every = 0.5};
         if (decode_mix(base, n, 512, seconds, 0, 0, 1, &a) != 0 || a.errors) {
             failures++;
             continue;
@@ -501,6 +501,7 @@ static int oneshot_targets(const char *base, const char *chunk, double seconds)
         snprintf(m, sizeof m, "%.2fx (%.0f / %.0f rows/s)", tr, rps, alone_rps);
         bench_target(t, m, tr >= 0.8);
     }
+    load_pool_free(&pool);
     return failures;
 }
 

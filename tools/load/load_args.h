@@ -57,7 +57,8 @@ typedef struct load_opts {
 } load_opts;
 
 /* Parses argv into *o (defaults first). Returns 0, or -1 with a one-line reason in err.
- * On --help prints the usage to stdout and sets o->help. Free with load_opts_free either way. */
+ * On --help prints the usage to stdout and sets o->help. Free with load_opts_free either way.
+ * Not thread-safe: getopt_long keeps its state in globals (optind); parse on one thread. */
 int load_opts_parse(load_opts *o, int argc, char **argv, char *err, size_t errlen);
 void load_opts_free(load_opts *o);
 void load_usage(FILE *f);
