@@ -292,14 +292,20 @@ static void measure(const attnd_scheduler *s, attnd_request *req)
     req->compute_us = 0;
 }
 
+/* Multiply-adds of one row's key and value projections. */
+static double kv_proj_macs(const attn_layer_info *in)
+{
+    const double g = (double)kv_heads(in);
+    return in->embed_k * g * in->head_dim_k + in->embed_v * g * in->head_dim_v;
+}
+
 /* Multiply-adds of n causal rows of a layer appended after `cached` rows (the
  * projections of each row, and each row's attention over the positions it
  * sees: all before it and itself, at most `window` when windowed). */
 static double piece_cost(const attn_layer_info *in, int window, long long cached, long long n)
 {
-    const double hd = (double)in->num_heads, g = (double)in->num_kv_heads;
-    const double proj = in->embed_q * hd * in->head_dim_k + in->embed_k * g * in->head_dim_k +
-                        in->embed_v * g * in->head_dim_v +
+    const double hd = (double)in->num_heads;
+    const double proj = in->embed_q * hd * in->head_dim_k + kv_proj_macs(in) +
                         (in->has_out_proj ? hd * in->head_dim_v * in->embed_out : 0);
     const double per_key = hd * (in->head_dim_k + in->head_dim_v);
     /* rows i in [0, n) see cached + i + 1 positions, capped at window */
@@ -326,10 +332,8 @@ int attnd_piece_rows(const attn_layer_info *in, int window, long long cached, in
 int attnd_piece_rows_all_keys(const attn_layer_info *in, long long keys, int left, int budget)
 {
     const int hi = left < budget ? left : budget, min_rows = (budget + 3) / 4;
-    const double allowed = piece_cost(in, 0, 0, budget), row = piece_cost(in, 0, 0, 1) - piece_cost(in, 0, 0, 0);
-    const double per_key = (double)in->num_heads * (in->head_dim_k + in->head_dim_v);
-    const double each = row - per_key + per_key * (double)keys; /* projections, then every key */
-    long long n = (long long)(allowed / each);
+    /* a row that sees all `keys` costs what one causal row after keys - 1 does */
+    long long n = (long long)(piece_cost(in, 0, 0, budget) / piece_cost(in, 0, keys - 1, 1));
     if (n < min_rows) n = min_rows;
     return n < hi ? (int)n : hi;
 }
@@ -339,13 +343,22 @@ int attnd_piece_rows_all_keys(const attn_layer_info *in, long long keys, int lef
  * each), then its query pieces follow. */
 static int keys_first(const attnd_request *r) { return r->stream == 0 && !r->seqs[0].is_causal; }
 
+/* keys_first, with keys still to project: its next piece is a keys piece. */
+static int keys_pending(const attnd_request *r) { return keys_first(r) && r->keys_done < r->seqs[0].t; }
+
+/* Where the values start in a chunked one-shot's piece_kv: after its t rows
+ * of keys. */
+static float *piece_values(const attnd_request *r, const attn_layer_info *in)
+{
+    return r->piece_kv + (size_t)r->seqs[0].t * kv_heads(in) * (size_t)in->head_dim_k;
+}
+
 /* Rows of keys and values a piece projects: those costing no more than
  * `budget` rows at the start of a sequence (all of a row's projections and
  * attention), at least a quarter of `budget`, at most the `left` rows left. */
 static int key_rows(const attn_layer_info *in, int left, int budget)
 {
-    const double kv = (double)in->embed_k * kv_heads(in) * in->head_dim_k +
-                      (double)in->embed_v * kv_heads(in) * in->head_dim_v;
+    const double kv = kv_proj_macs(in);
     long long n = (long long)(piece_cost(in, 0, 0, budget) / (kv > 0 ? kv : 1));
     const int min_rows = (budget + 3) / 4;
     if (n < min_rows) n = min_rows;
@@ -362,7 +375,7 @@ static int piece_rows(const attnd_scheduler *s, const attnd_request *r, int budg
     attn_layer_get_info(layer_of(s, r), &in);
     const long long start = (long long)q->cache_len + r->done_rows;
     const int left = q->t - r->done_rows;
-    if (keys_first(r) && r->keys_done < q->t) return key_rows(&in, q->t - r->keys_done, budget);
+    if (keys_pending(r)) return key_rows(&in, q->t - r->keys_done, budget);
     if (keys_first(r)) return attnd_piece_rows_all_keys(&in, q->t, left, budget);
     const int n = attnd_piece_rows(&in, q->window, start, left, budget);
     int b = q->cache_block_rows;
@@ -389,7 +402,7 @@ static attn_seq piece_view(const attnd_scheduler *s, const attnd_request *r, int
     v.output = q->output + (size_t)c0 * (size_t)in.embed_out;
     if (r->piece_kv) { /* a one-shot: its own contiguous F32 cache of its rows */
         v.cache_k = r->piece_kv;
-        v.cache_v = r->piece_kv + (size_t)q->t * kv_heads(&in) * (size_t)in.head_dim_k;
+        v.cache_v = piece_values(r, &in);
         v.cache_append = 1;
     }
     if (r->piece_kv && keys_first(r)) { /* every key there already: a fixed memory */
@@ -540,7 +553,7 @@ static void cut_iteration(attnd_scheduler *s, int64_t now, sched_job *job)
             if (job->piece == NULL) {
                 job->piece = r;
                 job->piece_rows = piece_rows(s, r, s->cfg.prefill_chunk_rows);
-                job->piece_keys = keys_first(r) && r->keys_done < r->seqs[0].t;
+                job->piece_keys = keys_pending(r);
                 r->in_batch = 1;
             }
         } else if (count == 0 || (count < s->cfg.max_batch_requests &&
@@ -712,7 +725,7 @@ static int project_keys(const attnd_scheduler *s, sched_job *job)
     const size_t kw = kv_heads(&in) * (size_t)in.head_dim_k, vw = kv_heads(&in) * (size_t)in.head_dim_v;
     const size_t r0 = (size_t)r->keys_done;
     const float *x = q->query + r0 * (size_t)in.embed_q;
-    float *k = r->piece_kv + r0 * kw, *v = r->piece_kv + (size_t)q->t * kw + r0 * vw;
+    float *k = r->piece_kv + r0 * kw, *v = piece_values(r, &in) + r0 * vw;
     if (attn_project_kv(layer_of(s, r), x, x, job->piece_rows, k, v, NULL) == ATTN_OK) return 0;
     computed_whole(r, job);
     return -1;
