@@ -855,6 +855,18 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
 
 /* ------------------------------------------------------------ read timeout */
 
+/* When fd last received data, by the kernel's count (in jiffies: a few ms
+ * coarse), on attnd_now_ns's clock; 0 when TCP_INFO cannot be read. *ti
+ * gets the rest of TCP_INFO. */
+static int64_t last_data_ns(int fd, int64_t now, struct tcp_info *ti, socklen_t *len)
+{
+    *len = sizeof *ti;
+    memset(ti, 0, sizeof *ti);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, ti, len) != 0)
+        return 0;
+    return now - (int64_t)ti->tcpi_last_data_recv * 1000000;
+}
+
 /* While draining, whether a connection just accepted is owed its next
  * request: accepted in order, the first ones after the signal were in the
  * listen queue then (attnd_http_drain_begin counted them); past those, one
@@ -873,12 +885,12 @@ static int owed_at_accept(attnd_http *h, int fd)
     if (left > 0)
         return 1;
     int unread = 0;
-    struct tcp_info ti;
-    socklen_t len = sizeof ti;
-    if (ioctl(fd, FIONREAD, &unread) != 0 || unread <= 0 ||
-        getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
+    if (ioctl(fd, FIONREAD, &unread) != 0 || unread <= 0)
         return 0;
-    return attnd_now_ns() - (int64_t)ti.tcpi_last_data_recv * 1000000 <= began + 10000000;
+    struct tcp_info ti;
+    socklen_t len;
+    const int64_t last = last_data_ns(fd, attnd_now_ns(), &ti, &len);
+    return last != 0 && last <= began + 10000000;
 }
 
 /* MHD_OPTION_NOTIFY_CONNECTION: tracks every socket for the reaper. MHD calls
@@ -1301,14 +1313,13 @@ static int bytes_waiting(const sock_state *ss, int64_t now)
     if (ioctl(ss->fd, FIONREAD, &unread) == 0 && unread > 0)
         return 1;
     struct tcp_info ti;
-    socklen_t len = sizeof ti;
-    memset(&ti, 0, sizeof ti);
-    if (getsockopt(ss->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
+    socklen_t len;
+    const int64_t last_ns = last_data_ns(ss->fd, now, &ti, &len);
+    if (last_ns == 0)
         return 0;
     if (!atomic_load(&ss->served) &&
         len >= offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
         return ti.tcpi_bytes_received > 0;
-    int64_t last_ns = now - (int64_t)ti.tcpi_last_data_recv * 1000000;
     return last_ns > atomic_load_explicit(&ss->phase_ns, memory_order_relaxed) + 10000000;
 }
 
