@@ -75,7 +75,8 @@ static const option options[] = {
      "active lately waits up to this long for the others, in microseconds; 0 = never (a client "
      "interleaving its own sessions would wait for itself)"},
     {"prefill-chunk-rows", NULL, NULL, OPT_INT, F(prefill_chunk_rows), "128", 0, 1 << 20, "N",
-     "a session append (or a causal one-shot of one sequence) of more rows is computed in pieces, "
+     "a session append (or a one-shot self-attention of one sequence: causal, or non-causal "
+     "without rotary positions or a window) of more rows is computed in pieces, "
      "one per iteration of the decode loop, each costing what this many rows at the start of a "
      "sequence cost (later pieces, whose rows see more positions, are fewer rows), so decode steps "
      "never wait for a whole prefill; 0 = whole appends and one-shots"},
