@@ -308,8 +308,98 @@ AVX2_INLINE void dot1(const float *q, int d, const void *k, size_t kj, int dt, f
     *out = s * sk;
 }
 
+/* Accumulators of 4 query rows x 2 keys over d (a multiple of 8), reduced
+ * to one vector of the 4 rows' scores per key: the very FMAs and hsum4 of
+ * dot4x2, lane by lane in the same order. */
+AVX2_INLINE void dot4x2_sums(const float *q0, int d, const void *k, size_t kj, size_t kj2, int dt, __m128 *s,
+                             __m128 *t)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    for (int c = 0; c < d; c += 8) {
+        const __m256 ka = load8(k, kj + (size_t)c, dt), kb = load8(k, kj2 + (size_t)c, dt);
+        __m256 q = _mm256_loadu_ps(q0 + c);
+        a0 = _mm256_fmadd_ps(q, ka, a0);
+        b0 = _mm256_fmadd_ps(q, kb, b0);
+        q = _mm256_loadu_ps(q0 + d + c);
+        a1 = _mm256_fmadd_ps(q, ka, a1);
+        b1 = _mm256_fmadd_ps(q, kb, b1);
+        q = _mm256_loadu_ps(q0 + 2 * d + c);
+        a2 = _mm256_fmadd_ps(q, ka, a2);
+        b2 = _mm256_fmadd_ps(q, kb, b2);
+        q = _mm256_loadu_ps(q0 + 3 * d + c);
+        a3 = _mm256_fmadd_ps(q, ka, a3);
+        b3 = _mm256_fmadd_ps(q, kb, b3);
+    }
+    *s = hsum4(a0, a1, a2, a3);
+    *t = hsum4(b0, b1, b2, b3);
+}
+
+/* Scores of 4 query rows against 4 keys (kj, kj + stride, ...), d a
+ * multiple of 8: two dot4x2_sums, the product by s_k in a vector and a 4x4
+ * transpose so each row's four scores are one store, where dot4x2 stores
+ * 16 scalars a call. Each score is the bits dot4x2 gives it. */
+AVX2_INLINE void dot4x4_avx2(const float *q0, int d, const void *k, size_t kj, size_t stride, int dt, float sk,
+                             float *out, int ldo)
+{
+    __m128 r0, r1, r2, r3;
+    dot4x2_sums(q0, d, k, kj, kj + stride, dt, &r0, &r1);
+    dot4x2_sums(q0, d, k, kj + 2 * stride, kj + 3 * stride, dt, &r2, &r3);
+    const __m128 s = _mm_set1_ps(sk);
+    r0 = _mm_mul_ps(r0, s);
+    r1 = _mm_mul_ps(r1, s);
+    r2 = _mm_mul_ps(r2, s);
+    r3 = _mm_mul_ps(r3, s);
+    _MM_TRANSPOSE4_PS(r0, r1, r2, r3); /* now r_i = row i's four keys */
+    _mm_storeu_ps(out, r0);
+    _mm_storeu_ps(out + ldo, r1);
+    _mm_storeu_ps(out + 2 * (size_t)ldo, r2);
+    _mm_storeu_ps(out + 3 * (size_t)ldo, r3);
+}
+
+AVX2_INLINE void qk_pairs_t(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo,
+                            const int dt);
+
+/* Keys in fours by dot4x4_avx2 (rows in fours, d = dc, a constant 64 or 128
+ * the compiler unrolls, or x->d when dc is 0; d a multiple of 8), the rest
+ * by qk_pairs_t. The prefetches are qk_pairs_t's, four keys at a time. */
 AVX2_INLINE void qk_avx2_t(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo,
-                           const int dt)
+                           const int dc, const int dt)
+{
+    const int rh = x->rh, d = dc ? dc : x->d;
+    const size_t row_elems = (size_t)x->nh * (size_t)d;
+    const int ahead = attn__decode_k_ahead > 0 ? attn__decode_k_ahead : DECODE_K_AHEAD;
+    int j = 0;
+    for (; d % 8 == 0 && j + 4 <= x->m; j += 4) {
+        for (int i = 0; x->own && i < 4; i++) prefetch(k, (size_t)(j + ahead + i) * x->stride, row_elems, dt);
+        for (int i = 0; x->own && i < 4; i++) prefetch_other(x, j + i);
+        pf_walk w;
+        pf_walk_init(&w, x, j, 4, x->nh, !x->own);
+        for (int jh = 0; jh < x->nh; jh++) {
+            pf_walk_step(&w);
+            const size_t kj = (size_t)j * x->stride + (size_t)jh * d;
+            const float s = sk ? sk[jh] : 1.0f;
+            const float *qh = q + (size_t)jh * rh * d;
+            float *oh = out + (size_t)jh * rh * ldo + j;
+            int r = 0;
+            for (; r + 4 <= rh; r += 4)
+                dot4x4_avx2(qh + (size_t)r * d, d, k, kj, x->stride, dt, s, oh + (size_t)r * ldo, ldo);
+            for (; r < rh; r++)
+                for (int i = 0; i < 4; i++)
+                    dot1(qh + (size_t)r * d, d, k, kj + (size_t)i * x->stride, dt, s, oh + (size_t)r * ldo + i);
+        }
+    }
+    if (j < x->m) {
+        dims rest = *x;
+        rest.m = x->m - j;
+        rest.pf = x->pf == NULL || j >= x->pf_m ? NULL : (const char *)x->pf + (size_t)j * x->pf_stride * elem_bytes(dt);
+        rest.pf_m = x->pf_m - j;
+        qk_pairs_t(q, &rest, (const char *)k + (size_t)j * x->stride * elem_bytes(dt), sk, out + j, ldo, dt);
+    }
+}
+
+/* Keys in pairs by dot4x2 (any d). */
+AVX2_INLINE void qk_pairs_t(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo,
+                            const int dt)
 {
     const int rh = x->rh, d = x->d;
     const size_t row_elems = (size_t)x->nh * (size_t)d;
@@ -607,7 +697,7 @@ AVX512VL_INLINE void qk_avx512_t(const float *q, const dims *x, const void *k, c
         rest.m = x->m - j;
         rest.pf = x->pf == NULL || j >= x->pf_m ? NULL : (const char *)x->pf + (size_t)j * x->pf_stride * elem_bytes(dt);
         rest.pf_m = x->pf_m - j;
-        qk_avx2_t(q, &rest, (const char *)k + (size_t)j * x->stride * elem_bytes(dt), sk, out + j, ldo, dt);
+        qk_pairs_t(q, &rest, (const char *)k + (size_t)j * x->stride * elem_bytes(dt), sk, out + j, ldo, dt);
     }
 }
 
@@ -620,9 +710,15 @@ AVX512VL_INLINE void qk_avx512_t(const float *q, const dims *x, const void *k, c
     default: fn(__VA_ARGS__, ATTN_KV_INT8); break;                                                                   \
     }
 
+/* qk_avx2_t per head size and dtype: 64 and 128 (Llama's, most models')
+ * as constants, any other at run time. */
 AVX2_FN static void qk_avx2(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo)
 {
-    DTYPE_SWITCH(qk_avx2_t, x->dt, q, x, k, sk, out, ldo)
+    switch (x->d) {
+    case 64: DTYPE_SWITCH(qk_avx2_t, x->dt, q, x, k, sk, out, ldo, 64) break;
+    case 128: DTYPE_SWITCH(qk_avx2_t, x->dt, q, x, k, sk, out, ldo, 128) break;
+    default: DTYPE_SWITCH(qk_avx2_t, x->dt, q, x, k, sk, out, ldo, 0) break;
+    }
 }
 
 AVX2_FN static void pv_avx2(const float *p, int ldp, const dims *x, const void *v, float *acc)
