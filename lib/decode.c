@@ -256,34 +256,48 @@ AVX2_INLINE __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
     return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
 }
 
-/* Scores of 4 query rows (q0, q0 + d, ...) against the d elements at kj and
- * (two = 1) at kj2, into out[i*ldo] and out[i*ldo + 1]: two keys at once
- * give twice the independent FMA chains and load each q vector once for
- * both. A key's arithmetic is the same whether it comes first, second or
- * alone (two = 0: kj2 must be kj, its result is not stored). */
-AVX2_INLINE void dot4x2(const float *q0, int d, const void *k, size_t kj, size_t kj2, int two, int dt, float sk,
-                        float *out, int ldo)
+/* Accumulators of 4 query rows (q0, q0 + ld, ...) x 2 keys (at kj, kj2)
+ * over their first n elements (n a multiple of 8), reduced to one vector
+ * of the 4 rows' sums per key. Two keys at once give twice the independent
+ * FMA chains and load each q vector once for both; a key's arithmetic is
+ * the same whichever of the two it is. */
+AVX2_INLINE void dot4x2_sums(const float *q0, int ld, int n, const void *k, size_t kj, size_t kj2, int dt, __m128 *s,
+                             __m128 *t)
 {
-    const int d8 = d & ~7;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-    for (int c = 0; c < d8; c += 8) {
+    for (int c = 0; c < n; c += 8) {
         const __m256 ka = load8(k, kj + (size_t)c, dt), kb = load8(k, kj2 + (size_t)c, dt);
         __m256 q = _mm256_loadu_ps(q0 + c);
         a0 = _mm256_fmadd_ps(q, ka, a0);
         b0 = _mm256_fmadd_ps(q, kb, b0);
-        q = _mm256_loadu_ps(q0 + d + c);
+        q = _mm256_loadu_ps(q0 + ld + c);
         a1 = _mm256_fmadd_ps(q, ka, a1);
         b1 = _mm256_fmadd_ps(q, kb, b1);
-        q = _mm256_loadu_ps(q0 + 2 * d + c);
+        q = _mm256_loadu_ps(q0 + 2 * ld + c);
         a2 = _mm256_fmadd_ps(q, ka, a2);
         b2 = _mm256_fmadd_ps(q, kb, b2);
-        q = _mm256_loadu_ps(q0 + 3 * d + c);
+        q = _mm256_loadu_ps(q0 + 3 * ld + c);
         a3 = _mm256_fmadd_ps(q, ka, a3);
         b3 = _mm256_fmadd_ps(q, kb, b3);
     }
+    *s = hsum4(a0, a1, a2, a3);
+    *t = hsum4(b0, b1, b2, b3);
+}
+
+/* Scores of 4 query rows (q0, q0 + d, ...) against the d elements at kj and
+ * (two = 1) at kj2, into out[i*ldo] and out[i*ldo + 1]: dot4x2_sums over
+ * the multiple of 8, the tail in scalars. A key's arithmetic is the same
+ * whether it comes first, second or alone (two = 0: kj2 must be kj, its
+ * result is not stored). */
+AVX2_INLINE void dot4x2(const float *q0, int d, const void *k, size_t kj, size_t kj2, int two, int dt, float sk,
+                        float *out, int ldo)
+{
+    const int d8 = d & ~7;
+    __m128 sv, tv;
+    dot4x2_sums(q0, d, d8, k, kj, kj2, dt, &sv, &tv);
     float s[4], t[4];
-    _mm_storeu_ps(s, hsum4(a0, a1, a2, a3));
-    _mm_storeu_ps(t, hsum4(b0, b1, b2, b3));
+    _mm_storeu_ps(s, sv);
+    _mm_storeu_ps(t, tv);
     for (int c = d8; c < d; c++) {
         const float kc = load1(k, kj + (size_t)c, dt), kc2 = load1(k, kj2 + (size_t)c, dt);
         for (int i = 0; i < 4; i++) {
@@ -308,32 +322,6 @@ AVX2_INLINE void dot1(const float *q, int d, const void *k, size_t kj, int dt, f
     *out = s * sk;
 }
 
-/* Accumulators of 4 query rows x 2 keys over d (a multiple of 8), reduced
- * to one vector of the 4 rows' scores per key: the very FMAs and hsum4 of
- * dot4x2, lane by lane in the same order. */
-AVX2_INLINE void dot4x2_sums(const float *q0, int d, const void *k, size_t kj, size_t kj2, int dt, __m128 *s,
-                             __m128 *t)
-{
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-    for (int c = 0; c < d; c += 8) {
-        const __m256 ka = load8(k, kj + (size_t)c, dt), kb = load8(k, kj2 + (size_t)c, dt);
-        __m256 q = _mm256_loadu_ps(q0 + c);
-        a0 = _mm256_fmadd_ps(q, ka, a0);
-        b0 = _mm256_fmadd_ps(q, kb, b0);
-        q = _mm256_loadu_ps(q0 + d + c);
-        a1 = _mm256_fmadd_ps(q, ka, a1);
-        b1 = _mm256_fmadd_ps(q, kb, b1);
-        q = _mm256_loadu_ps(q0 + 2 * d + c);
-        a2 = _mm256_fmadd_ps(q, ka, a2);
-        b2 = _mm256_fmadd_ps(q, kb, b2);
-        q = _mm256_loadu_ps(q0 + 3 * d + c);
-        a3 = _mm256_fmadd_ps(q, ka, a3);
-        b3 = _mm256_fmadd_ps(q, kb, b3);
-    }
-    *s = hsum4(a0, a1, a2, a3);
-    *t = hsum4(b0, b1, b2, b3);
-}
-
 /* Scores of 4 query rows against 4 keys (kj, kj + stride, ...), d a
  * multiple of 8: two dot4x2_sums, the product by s_k in a vector and a 4x4
  * transpose so each row's four scores are one store, where dot4x2 stores
@@ -342,8 +330,8 @@ AVX2_INLINE void dot4x4_avx2(const float *q0, int d, const void *k, size_t kj, s
                              float *out, int ldo)
 {
     __m128 r0, r1, r2, r3;
-    dot4x2_sums(q0, d, k, kj, kj + stride, dt, &r0, &r1);
-    dot4x2_sums(q0, d, k, kj + 2 * stride, kj + 3 * stride, dt, &r2, &r3);
+    dot4x2_sums(q0, d, d, k, kj, kj + stride, dt, &r0, &r1);
+    dot4x2_sums(q0, d, d, k, kj + 2 * stride, kj + 3 * stride, dt, &r2, &r3);
     const __m128 s = _mm_set1_ps(sk);
     r0 = _mm_mul_ps(r0, s);
     r1 = _mm_mul_ps(r1, s);
