@@ -377,6 +377,215 @@ FLASH_FN static void mixture(const flash_scratch *f, int n, int kt, int cp, int 
     }
 }
 
+/* ---- AVX-512F: the same three phases, one panel a register ---------------- */
+
+/* On CPUs with AVX-512F (unless attn__flash_no_avx512, the test hook) the
+ * scores, the online softmax and the mixture run sixteen lanes a register,
+ * twice the AVX2 blocks' work per instruction. Every lane gets the very
+ * operations of the AVX2 kernels, in the same order — a score's FMAs over
+ * d, a mixture's over the keys, the same exp — so the outputs are the same
+ * bits (test_fused's avx512_equals_avx2). Masks, packing and the last 8
+ * values of a d_v that is 8 mod 16 stay AVX2. */
+int attn__flash_no_avx512 = 0;
+
+static int use_avx512(void) { return !attn__flash_no_avx512 && __builtin_cpu_supports("avx512f"); }
+
+#define FLASH512_FN __attribute__((target("avx2,fma,avx512f")))
+#define FLASH512_INLINE __attribute__((target("avx2,fma,avx512f"), always_inline)) static inline
+
+enum {
+    KEY_BLOCK_512 = 12, /* keys per score register block, by one or two panels */
+    PV_ROWS_512 = 8     /* query columns per mixture register block */
+};
+
+#define S2_ROW(i)                                                                     \
+    a = _mm512_set1_ps(k[(size_t)(i) * ldk + d]);                                     \
+    c##i##0 = _mm512_fmadd_ps(a, b0, c##i##0);                                        \
+    c##i##1 = _mm512_fmadd_ps(a, b1, c##i##1)
+#define S2_STORE(i)                                                                   \
+    _mm512_storeu_ps(st + (size_t)(i) * PANEL, c##i##0);                              \
+    _mm512_storeu_ps(st + ldp + (size_t)(i) * PANEL, c##i##1)
+#define S2_MAX(x)                                                                     \
+    _mm512_max_ps(_mm512_max_ps(_mm512_max_ps(c0##x, c1##x), _mm512_max_ps(c2##x, c3##x)), \
+                  _mm512_max_ps(_mm512_max_ps(c4##x, c5##x), _mm512_max_ps(c6##x, c7##x)))
+#define S2_MAX_HI(x)                                                                  \
+    _mm512_max_ps(_mm512_max_ps(c8##x, c9##x), _mm512_max_ps(c10##x, c11##x))
+
+/* cmax[0..16) = max(cmax, a). */
+FLASH512_INLINE void fold_max_512(float *cmax, __m512 a)
+{
+    _mm512_storeu_ps(cmax, _mm512_max_ps(_mm512_loadu_ps(cmax), a));
+}
+
+/* Twelve keys x two panels (32 query columns; the second panel ldp floats
+ * after the first in qt as in st), all d_k in registers: 24 accumulators. */
+FLASH512_INLINE void score_12x32(const float *panel, int ldq, const float *k, int ldk, int dk, float *st, int ldp,
+                                 float *cmax)
+{
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+    __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+    __m512 c80 = c00, c81 = c00, c90 = c00, c91 = c00, c100 = c00, c101 = c00, c110 = c00, c111 = c00, a;
+    for (int d = 0; d < dk; d++) {
+        const __m512 b0 = _mm512_loadu_ps(panel + (size_t)d * PANEL);
+        const __m512 b1 = _mm512_loadu_ps(panel + ldq + (size_t)d * PANEL);
+        S2_ROW(0); S2_ROW(1); S2_ROW(2); S2_ROW(3); S2_ROW(4); S2_ROW(5);
+        S2_ROW(6); S2_ROW(7); S2_ROW(8); S2_ROW(9); S2_ROW(10); S2_ROW(11);
+    }
+    S2_STORE(0); S2_STORE(1); S2_STORE(2); S2_STORE(3); S2_STORE(4); S2_STORE(5);
+    S2_STORE(6); S2_STORE(7); S2_STORE(8); S2_STORE(9); S2_STORE(10); S2_STORE(11);
+    if (cmax) {
+        fold_max_512(cmax, _mm512_max_ps(S2_MAX(0), S2_MAX_HI(0)));
+        fold_max_512(cmax + PANEL, _mm512_max_ps(S2_MAX(1), S2_MAX_HI(1)));
+    }
+}
+
+#define S1_ROW(i) c##i = _mm512_fmadd_ps(_mm512_set1_ps(k[(size_t)(i) * ldk + d]), b, c##i)
+#define S1_STORE(i) _mm512_storeu_ps(st + (size_t)(i) * PANEL, c##i)
+
+/* Twelve keys x one panel (a job's last panel when it has an odd count). */
+FLASH512_INLINE void score_12x16(const float *panel, const float *k, int ldk, int dk, float *st, float *cmax)
+{
+    __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
+    __m512 c6 = c0, c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+    for (int d = 0; d < dk; d++) {
+        const __m512 b = _mm512_loadu_ps(panel + (size_t)d * PANEL);
+        S1_ROW(0); S1_ROW(1); S1_ROW(2); S1_ROW(3); S1_ROW(4); S1_ROW(5);
+        S1_ROW(6); S1_ROW(7); S1_ROW(8); S1_ROW(9); S1_ROW(10); S1_ROW(11);
+    }
+    S1_STORE(0); S1_STORE(1); S1_STORE(2); S1_STORE(3); S1_STORE(4); S1_STORE(5);
+    S1_STORE(6); S1_STORE(7); S1_STORE(8); S1_STORE(9); S1_STORE(10); S1_STORE(11);
+    if (cmax)
+        fold_max_512(cmax, _mm512_max_ps(_mm512_max_ps(_mm512_max_ps(_mm512_max_ps(c0, c1), _mm512_max_ps(c2, c3)),
+                                                       _mm512_max_ps(_mm512_max_ps(c4, c5), _mm512_max_ps(c6, c7))),
+                                         _mm512_max_ps(_mm512_max_ps(c8, c9), _mm512_max_ps(c10, c11))));
+}
+
+/* One key x one panel (the sub-tile's last n % 12 keys). */
+FLASH512_INLINE void score_1x16_512(const float *panel, const float *k, int dk, float *st, float *cmax)
+{
+    __m512 c = _mm512_setzero_ps();
+    for (int d = 0; d < dk; d++) c = _mm512_fmadd_ps(_mm512_set1_ps(k[d]), _mm512_loadu_ps(panel + (size_t)d * PANEL), c);
+    _mm512_storeu_ps(st, c);
+    if (cmax) fold_max_512(cmax, c);
+}
+
+/* scores() sixteen lanes a register: panels in pairs, keys in twelves. */
+FLASH512_FN static void scores_512(const float *qt, const float *k, int ldk, int n, int kt, int cp, int dk, float *st,
+                                   float *cmax)
+{
+    const int panels = cp / PANEL;
+    const size_t ldq = (size_t)PANEL * dk, ldp = (size_t)kt * PANEL;
+    for (int p = 0; p < panels;) {
+        const int two = p + 1 < panels;
+        const float *panel = qt + (size_t)p * ldq;
+        float *sp = st + (size_t)p * ldp, *pm = cmax ? cmax + (size_t)p * PANEL : NULL;
+        int j = 0;
+        for (; j + KEY_BLOCK_512 <= n; j += KEY_BLOCK_512) {
+            const float *kj = k + (size_t)j * ldk;
+            float *sj = sp + (size_t)j * PANEL;
+            if (two) score_12x32(panel, (int)ldq, kj, ldk, dk, sj, (int)ldp, pm);
+            else score_12x16(panel, kj, ldk, dk, sj, pm);
+        }
+        for (; j < n; j++)
+            for (int i = 0; i <= two; i++)
+                score_1x16_512(panel + i * ldq, k + (size_t)j * ldk, dk, sp + i * ldp + (size_t)j * PANEL,
+                               pm ? pm + i * PANEL : NULL);
+        p += 1 + two;
+    }
+}
+
+/* new_max for the sixteen columns from c. */
+FLASH512_INLINE void new_max_512(const flash_scratch *f, int c, __m512 m)
+{
+    const __m512 old = _mm512_loadu_ps(f->mx + c);
+    const __mmask16 unseen = _mm512_cmp_ps_mask(m, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
+    const __m512 shift = _mm512_mask_mov_ps(m, unseen, _mm512_setzero_ps());
+    _mm512_storeu_ps(f->mx + c, m);
+    _mm512_storeu_ps(f->shift + c, shift);
+    _mm512_storeu_ps(f->corr + c, attn__exp16_fma(_mm512_sub_ps(old, shift)));
+}
+
+/* tile_softmax() a panel a register. */
+FLASH512_FN static void tile_softmax_512(const flash_scratch *f, int n, int kt, int cp, int have_max)
+{
+    for (int p = 0; p < cp / PANEL; p++) {
+        const int c0 = p * PANEL;
+        float *panel = f->st + (size_t)p * kt * PANEL;
+        __m512 m = _mm512_loadu_ps((have_max ? f->shift : f->mx) + c0);
+        for (int j = 0; j < n && !have_max; j++) m = _mm512_max_ps(m, _mm512_loadu_ps(panel + (size_t)j * PANEL));
+        new_max_512(f, c0, m);
+        const __m512 sh = _mm512_loadu_ps(f->shift + c0);
+        __m512 s = _mm512_setzero_ps();
+        for (int j = 0; j < n; j++) {
+            float *row = panel + (size_t)j * PANEL;
+            const __m512 e = attn__exp16_fma(_mm512_sub_ps(_mm512_loadu_ps(row), sh));
+            _mm512_storeu_ps(row, e);
+            s = _mm512_add_ps(s, e);
+        }
+        _mm512_storeu_ps(f->sum + c0, _mm512_fmadd_ps(_mm512_loadu_ps(f->sum + c0), _mm512_loadu_ps(f->corr + c0), s));
+    }
+}
+
+#define PV2_ROW(i)                                                                    \
+    a = _mm512_set1_ps(p[(size_t)j * PANEL + (i)]);                                   \
+    x##i##0 = _mm512_fmadd_ps(a, v0, x##i##0);                                        \
+    x##i##1 = _mm512_fmadd_ps(a, v1, x##i##1)
+#define PV2_STORE(i)                                                                  \
+    a = _mm512_set1_ps(corr[i]);                                                      \
+    _mm512_storeu_ps(o + (size_t)(i) * ldo, _mm512_fmadd_ps(_mm512_loadu_ps(o + (size_t)(i) * ldo), a, x##i##0)); \
+    _mm512_storeu_ps(o + (size_t)(i) * ldo + PANEL,                                   \
+                     _mm512_fmadd_ps(_mm512_loadu_ps(o + (size_t)(i) * ldo + PANEL), a, x##i##1))
+
+/* Eight query columns x two strips (32 values; the second strip lds floats
+ * after the first), over the tile's n keys: 16 accumulators. */
+FLASH512_INLINE void pv_8x32(const float *p, const float *v, size_t lds, int n, const float *corr, float *o, int ldo)
+{
+    __m512 x00 = _mm512_setzero_ps(), x01 = x00, x10 = x00, x11 = x00, x20 = x00, x21 = x00, x30 = x00, x31 = x00;
+    __m512 x40 = x00, x41 = x00, x50 = x00, x51 = x00, x60 = x00, x61 = x00, x70 = x00, x71 = x00, a;
+    for (int j = 0; j < n; j++) {
+        const __m512 v0 = _mm512_loadu_ps(v + (size_t)j * PANEL), v1 = _mm512_loadu_ps(v + lds + (size_t)j * PANEL);
+        PV2_ROW(0); PV2_ROW(1); PV2_ROW(2); PV2_ROW(3); PV2_ROW(4); PV2_ROW(5); PV2_ROW(6); PV2_ROW(7);
+    }
+    PV2_STORE(0); PV2_STORE(1); PV2_STORE(2); PV2_STORE(3); PV2_STORE(4); PV2_STORE(5); PV2_STORE(6); PV2_STORE(7);
+}
+
+#define PV1_ROW(i) x##i = _mm512_fmadd_ps(_mm512_set1_ps(p[(size_t)j * PANEL + (i)]), v0, x##i)
+#define PV1_STORE(i)                                                                  \
+    _mm512_storeu_ps(o + (size_t)(i) * ldo,                                           \
+                     _mm512_fmadd_ps(_mm512_loadu_ps(o + (size_t)(i) * ldo), _mm512_set1_ps(corr[i]), x##i))
+
+/* Eight query columns x one strip of 16 values. */
+FLASH512_INLINE void pv_8x16(const float *p, const float *v, int n, const float *corr, float *o, int ldo)
+{
+    __m512 x0 = _mm512_setzero_ps(), x1 = x0, x2 = x0, x3 = x0, x4 = x0, x5 = x0, x6 = x0, x7 = x0;
+    for (int j = 0; j < n; j++) {
+        const __m512 v0 = _mm512_loadu_ps(v + (size_t)j * PANEL);
+        PV1_ROW(0); PV1_ROW(1); PV1_ROW(2); PV1_ROW(3); PV1_ROW(4); PV1_ROW(5); PV1_ROW(6); PV1_ROW(7);
+    }
+    PV1_STORE(0); PV1_STORE(1); PV1_STORE(2); PV1_STORE(3); PV1_STORE(4); PV1_STORE(5); PV1_STORE(6); PV1_STORE(7);
+}
+
+/* mixture() with strips in pairs and eight query columns a block; the last
+ * 8 values of a d_v that is 8 mod 16 by the AVX2 block. */
+FLASH512_FN static void mixture_512(const flash_scratch *f, int n, int kt, int cp, int dv)
+{
+    const size_t lds = (size_t)kt * PANEL;
+    for (int c0 = 0; c0 < dv;) {
+        const float *strip = f->vp + (size_t)(c0 / PANEL) * lds;
+        const int left = dv - c0, width = left >= 2 * PANEL ? 2 * PANEL : left >= PANEL ? PANEL : left;
+        for (int i0 = 0; i0 < cp; i0 += PV_ROWS_512) {
+            const float *p = f->st + (size_t)(i0 / PANEL) * lds + i0 % PANEL;
+            float *o = f->o + (size_t)i0 * dv + c0;
+            if (width == 2 * PANEL) pv_8x32(p, strip, lds, n, f->corr + i0, o, dv);
+            else if (width == PANEL) pv_8x16(p, strip, n, f->corr + i0, o, dv);
+            else
+                for (int i = 0; i < PV_ROWS_512; i += PV_ROWS)
+                    pv_4xw(p + i, strip, n, f->corr + i0 + i, o + (size_t)i * dv, dv, 1);
+        }
+        c0 += width;
+    }
+}
+
 /* ---- the job --------------------------------------------------------------- */
 
 /* Each column's visible keys (padded columns see none) and the keys any row
@@ -442,7 +651,7 @@ void attn__flash_job(const attn__fwd_ctx *ctx, const attn__head_job *job, float 
     const attn_seq *s = &ctx->seqs[job->seq];
     const int r = l->h / l->g, kvh = job->kv_head, h0 = kvh * r, dk = l->d_k, dv = l->d_v;
     const int cp = (int)round_up((size_t)r * (size_t)job->nt, PANEL), kt = tile_keys(cp, ctx->block_k);
-    const int plain = attn__kv_is_plain(s);
+    const int plain = attn__kv_is_plain(s), wide = use_avx512();
     flash_scratch f;
     layout(scratch, r, ctx->block_q, ctx->block_k, dk, dv, plain ? 0 : attn__kv_tile_ld(l, 0),
            plain ? 0 : attn__kv_tile_ld(l, 1), &f);
@@ -473,13 +682,16 @@ void attn__flash_job(const attn__fwd_ctx *ctx, const attn__head_job *job, float 
             prefetch_rows(k + (size_t)kt * ldk, ldk, n2, dk);
             prefetch_rows(job->v + (size_t)kvh * dv + (size_t)(s0 + kt) * ctx->ldv, ctx->ldv, n2, dv);
         }
-        scores(f.qt, f.kp, dk, n, kt, cp, dk, f.st, masked ? NULL : f.shift);
+        if (wide) scores_512(f.qt, f.kp, dk, n, kt, cp, dk, f.st, masked ? NULL : f.shift);
+        else scores(f.qt, f.kp, dk, n, kt, cp, dk, f.st, masked ? NULL : f.shift);
         if (masked) mask_tile(s, &f, s0, n, kt, cp, by_column);
-        tile_softmax(&f, n, kt, cp, !masked);
+        if (wide) tile_softmax_512(&f, n, kt, cp, !masked);
+        else tile_softmax(&f, n, kt, cp, !masked);
         const float *v = plain ? job->v + (size_t)kvh * dv + (size_t)s0 * ctx->ldv
                                : attn__kv_rows(l, &kv, 1, kvh, s0, n, f.vbuf, &ldv);
         pack_values(v, ldv, n, kt, dv, f.vp);
-        mixture(&f, n, kt, cp, dv);
+        if (wide) mixture_512(&f, n, kt, cp, dv);
+        else mixture(&f, n, kt, cp, dv);
     }
     finish(&f, job, h0, r, dv, z0);
 }

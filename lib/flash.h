@@ -12,6 +12,10 @@
 
 #include "forward.h"
 
+/* Test hook: nonzero keeps the AVX2 micro-kernels on a CPU with AVX-512F
+ * (whose own kernels give the same bits). */
+extern int attn__flash_no_avx512;
+
 /* 1 when attn__flash_job can run a job of sequence s on this CPU. */
 int attn__flash_applies(const attn_layer *l, const attn_seq *s);
 

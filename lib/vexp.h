@@ -1,4 +1,4 @@
-/* vexp.h — exp(x) eight float lanes at a time with AVX2: the Cephes
+/* vexp.h — exp(x) eight float lanes at a time with AVX2 (sixteen with AVX-512F): the Cephes
  * single-precision polynomial (x = n ln2 + r, |r| <= ln2/2, exp(r) by degree 6,
  * times 2^n through the exponent bits), plain mul/add so every lane rounds as
  * softmax.c's SSE2 exp4 does. Shared by softmax.c and the fused kernel's AVX2
@@ -52,6 +52,28 @@ __attribute__((target("avx2,fma"), always_inline)) static inline __m256 attn__ex
     p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23);
     return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+/* attn__exp8_fma sixteen lanes at a time (AVX-512F): the same operations in
+ * the same order lane by lane, so each lane is the bits attn__exp8_fma gives
+ * it (the underflow lanes zeroed by mask instead of andnot: +0 either way). */
+__attribute__((target("avx2,fma,avx512f"), always_inline)) static inline __m512 attn__exp16_fma(__m512 x)
+{
+    const __m512 lo = _mm512_set1_ps(-87.33654f);
+    const __mmask16 underflow = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.37626f));
+    __m512i n = _mm512_cvtps_epi32(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)));
+    __m512 nf = _mm512_cvtepi32_ps(n);
+    __m512 r = _mm512_fnmadd_ps(nf, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fmadd_ps(nf, _mm512_set1_ps(2.12194440e-4f), r);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(n, _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mov_ps((__mmask16)~underflow, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
 }
 
 #endif /* ATTN_VEXP_H */

@@ -7,10 +7,12 @@
 #include "attn.h"
 #include "check.h"
 #include "core_util.h"
+#include "flash.h"
 #include "reference.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define MAX_SEQS 3
 
@@ -293,6 +295,59 @@ TEST(flash_shapes)
     CHECK(ty.cases == 48);
 }
 
+/* On a CPU with AVX-512F: its score, softmax and mixture kernels against the
+ * AVX2 ones (attn__flash_no_avx512, the test hook), the same bits on the
+ * shapes their blocks cut unevenly: odd and even panel counts (query blocks
+ * of 1 to 128 rows), tiles whose keys are not a multiple of 12 or 6, d_v 8 /
+ * 16 / 24 mod 32, d_k from 1 up, per-key masks (padding, key_length, causal,
+ * window) and a long causal sequence. Elsewhere both runs take the AVX2 path
+ * (still checked: the same bits twice). */
+TEST(flash_avx512_equals_avx2)
+{
+    test_rng r = {20261202};
+    static const int dvs[] = {8, 16, 24, 40, 64, 72, 128}, bqs[] = {1, 5, 16, 24, 32, 64, 128},
+                     bks[] = {8, 13, 64, 256};
+    int compared = 0;
+    for (int k = 0; k < 40; k++) {
+        layer_shape sh = random_shape(&r);
+        sh.d_v = dvs[rng_int(&r, 0, 6)];
+        sh.d_k = rng_int(&r, 0, 2) ? sh.d_v : rng_int(&r, 1, 80);
+        if (!sh.out_proj) sh.e_out = sh.h * sh.d_v;
+        attn_layer *l = make_layer(&r, &sh);
+        CHECK(l != NULL);
+        if (!l) return;
+        attn_layer_info li;
+        attn_layer_get_info(l, &li);
+        const int square = li.embed_k == li.embed_q && li.embed_v == li.embed_q;
+        const int t = k == 39 ? 700 : rng_int(&r, 1, 150), cross = !square || (k != 39 && rng_int(&r, 0, 1));
+        seq_case c;
+        seq_case_init(&c, &r, &li, t, cross ? rng_int(&r, 1, 400) : t, cross, ATTN_WEIGHTS_NONE);
+        combo_masks(&r, &c, li.num_heads, k == 39 ? 4 : k % 16);
+        const size_t on = (size_t)t * li.embed_out;
+        float *o2 = malloc(on * sizeof *o2);
+        attn_seq wide = c.seq;
+        wide.output = o2;
+        attn_workspace *ws = make_ws(ATTN_KERNEL_FUSED, bqs[rng_int(&r, 0, 6)], bks[rng_int(&r, 0, 3)]);
+        attn_error err = {0};
+        attn__flash_no_avx512 = 1;
+        const attn_status a = attn_forward(l, &c.seq, 1, ws, NULL, &err);
+        attn__flash_no_avx512 = 0;
+        const attn_status b = attn_forward(l, &wide, 1, ws, NULL, &err);
+        CHECK_MSG(a == ATTN_OK && b == ATTN_OK, "%s", err.message);
+        CHECK_MSG(memcmp(c.output, o2, on * sizeof *o2) == 0,
+                  "case %d h=%d d_k=%d d_v=%d T=%d S=%d: AVX-512 vs AVX2 outputs differ", k, li.num_heads,
+                  li.head_dim_k, li.head_dim_v, c.seq.t, c.seq.s);
+        compared++;
+        attn_workspace_free(ws);
+        free(o2);
+        seq_case_free(&c);
+        attn_layer_free(l);
+    }
+    printf("%d cases: AVX-512 (%s on this CPU) and AVX2 fused kernels bit-identical\n", compared,
+           __builtin_cpu_supports("avx512f") ? "run" : "absent");
+    CHECK(compared == 40);
+}
+
 /* Over 4096 keys a default workspace doubles block_q for an MHA layer
  * (forward.c, query_block): a cross-attention of 300 queries over 4500 keys
  * (two query blocks of 256 and 44) on default and on explicit options equals
@@ -334,6 +389,7 @@ int main(void)
 {
     RUN(mask_combinations);
     RUN(flash_shapes);
+    RUN(flash_avx512_equals_avx2);
     RUN(long_keys_default_block);
     RUN(long_causal_window);
     RUN(fully_masked);
