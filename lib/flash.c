@@ -40,6 +40,7 @@
 enum {
     PANEL = 16,         /* query columns per packed panel and per register block */
     KEY_BLOCK = 6,      /* keys per score register block */
+    KEY_BLOCK_512 = 12, /* the same with AVX-512F, by one or two panels */
     PV_ROWS = 4,        /* query columns per mixture register block */
     TILE_FLOATS = FLASH_TILE_FLOATS /* target size of the score tile, floats */
 };
@@ -97,7 +98,7 @@ static size_t layout(float *p, int r, int block_q, int block_k, int d_k, int d_v
     at[0] = take(&off, cmax * (size_t)d_k);                   /* qt */
     at[1] = take(&off, st);                                   /* st */
     at[2] = take(&off, kt * round_up((size_t)d_v, PANEL));    /* vp */
-    at[3] = take(&off, kt * (size_t)d_k);                     /* kp */
+    at[3] = take(&off, round_up(kt, KEY_BLOCK_512) * (size_t)d_k); /* kp, padded to whole 12-key blocks */
     at[4] = take(&off, cmax * (size_t)d_v);                   /* o */
     for (int i = 5; i < 12; i++) at[i] = take(&off, cmax);    /* mx sum corr shift tsum lo hi */
     at[12] = off;
@@ -145,11 +146,15 @@ static void pack_queries(const attn__fwd_ctx *ctx, const attn__head_job *job, in
         }
 }
 
-/* The n rows of a K tile (stride ldk) into kp, d_k floats apart. */
+/* The n rows of a K tile (stride ldk) into kp, d_k floats apart, then
+ * copies of the last up to a multiple of KEY_BLOCK_512 rows: the AVX-512
+ * scores run their last block whole and store only its real keys (a copy's
+ * score folded into a column's max changes nothing). */
 FLASH_FN static void pack_keys(const float *k, int ldk, int n, int dk, float *kp)
 {
-    for (int j = 0; j < n; j++) {
-        const float *src = k + (size_t)j * ldk;
+    const int padded = (int)round_up((size_t)n, KEY_BLOCK_512);
+    for (int j = 0; j < padded; j++) {
+        const float *src = k + (size_t)(j < n ? j : n - 1) * ldk;
         float *dst = kp + (size_t)j * dk;
         int d = 0;
         for (; d + 8 <= dk; d += 8) _mm256_storeu_ps(dst + d, _mm256_loadu_ps(src + d));
@@ -393,18 +398,17 @@ static int use_avx512(void) { return !attn__flash_no_avx512 && __builtin_cpu_sup
 #define FLASH512_FN __attribute__((target("avx2,fma,avx512f")))
 #define FLASH512_INLINE __attribute__((target("avx2,fma,avx512f"), always_inline)) static inline
 
-enum {
-    KEY_BLOCK_512 = 12, /* keys per score register block, by one or two panels */
-    PV_ROWS_512 = 8     /* query columns per mixture register block */
-};
+enum { PV_ROWS_512 = 8 /* query columns per mixture register block */ };
 
 #define S2_ROW(i)                                                                     \
-    a = _mm512_set1_ps(k[(size_t)(i) * ldk + d]);                                     \
+    a = _mm512_set1_ps(k[(size_t)(i) * dk + d]);                                      \
     c##i##0 = _mm512_fmadd_ps(a, b0, c##i##0);                                        \
     c##i##1 = _mm512_fmadd_ps(a, b1, c##i##1)
 #define S2_STORE(i)                                                                   \
-    _mm512_storeu_ps(st + (size_t)(i) * PANEL, c##i##0);                              \
-    _mm512_storeu_ps(st + ldp + (size_t)(i) * PANEL, c##i##1)
+    if ((i) < nk) {                                                                   \
+        _mm512_storeu_ps(st + (size_t)(i) * PANEL, c##i##0);                          \
+        _mm512_storeu_ps(st + ldp + (size_t)(i) * PANEL, c##i##1);                    \
+    }
 #define S2_MAX(x)                                                                     \
     _mm512_max_ps(_mm512_max_ps(_mm512_max_ps(c0##x, c1##x), _mm512_max_ps(c2##x, c3##x)), \
                   _mm512_max_ps(_mm512_max_ps(c4##x, c5##x), _mm512_max_ps(c6##x, c7##x)))
@@ -417,10 +421,13 @@ FLASH512_INLINE void fold_max_512(float *cmax, __m512 a)
     _mm512_storeu_ps(cmax, _mm512_max_ps(_mm512_loadu_ps(cmax), a));
 }
 
-/* Twelve keys x two panels (32 query columns; the second panel ldp floats
- * after the first in qt as in st), all d_k in registers: 24 accumulators. */
-FLASH512_INLINE void score_12x32(const float *panel, int ldq, const float *k, int ldk, int dk, float *st, int ldp,
-                                 float *cmax)
+/* Twelve keys (rows of kp, d_k apart; the first nk are stored) x two
+ * panels (32 query columns; the second panel ldq floats after the first in
+ * qt, ldp in st), all d_k in registers: 24 accumulators. d_k a constant
+ * (64, 128) makes every key's broadcast one base register plus a fixed
+ * displacement: no index registers, no spills. */
+FLASH512_INLINE void score_12x32(const float *panel, int ldq, const float *k, const int dk, float *st, int ldp,
+                                 float *cmax, int nk)
 {
     __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
     __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
@@ -439,11 +446,12 @@ FLASH512_INLINE void score_12x32(const float *panel, int ldq, const float *k, in
     }
 }
 
-#define S1_ROW(i) c##i = _mm512_fmadd_ps(_mm512_set1_ps(k[(size_t)(i) * ldk + d]), b, c##i)
-#define S1_STORE(i) _mm512_storeu_ps(st + (size_t)(i) * PANEL, c##i)
+#define S1_ROW(i) c##i = _mm512_fmadd_ps(_mm512_set1_ps(k[(size_t)(i) * dk + d]), b, c##i)
+#define S1_STORE(i)                                                                   \
+    if ((i) < nk) _mm512_storeu_ps(st + (size_t)(i) * PANEL, c##i)
 
 /* Twelve keys x one panel (a job's last panel when it has an odd count). */
-FLASH512_INLINE void score_12x16(const float *panel, const float *k, int ldk, int dk, float *st, float *cmax)
+FLASH512_INLINE void score_12x16(const float *panel, const float *k, const int dk, float *st, float *cmax, int nk)
 {
     __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
     __m512 c6 = c0, c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
@@ -460,37 +468,36 @@ FLASH512_INLINE void score_12x16(const float *panel, const float *k, int ldk, in
                                          _mm512_max_ps(_mm512_max_ps(c8, c9), _mm512_max_ps(c10, c11))));
 }
 
-/* One key x one panel (the sub-tile's last n % 12 keys). */
-FLASH512_INLINE void score_1x16_512(const float *panel, const float *k, int dk, float *st, float *cmax)
+/* scores() sixteen lanes a register: panels in pairs, keys in twelves, the
+ * last block whole over pack_keys' copies; k is kp (rows d_k apart), d_k is
+ * dkc when that is not 0. */
+FLASH512_INLINE void scores_512_t(const float *qt, const float *k, int n, int kt, int cp, int dk, float *st,
+                                  float *cmax, const int dkc)
 {
-    __m512 c = _mm512_setzero_ps();
-    for (int d = 0; d < dk; d++) c = _mm512_fmadd_ps(_mm512_set1_ps(k[d]), _mm512_loadu_ps(panel + (size_t)d * PANEL), c);
-    _mm512_storeu_ps(st, c);
-    if (cmax) fold_max_512(cmax, c);
-}
-
-/* scores() sixteen lanes a register: panels in pairs, keys in twelves. */
-FLASH512_FN static void scores_512(const float *qt, const float *k, int ldk, int n, int kt, int cp, int dk, float *st,
-                                   float *cmax)
-{
-    const int panels = cp / PANEL;
-    const size_t ldq = (size_t)PANEL * dk, ldp = (size_t)kt * PANEL;
+    const int panels = cp / PANEL, d = dkc ? dkc : dk;
+    const size_t ldq = (size_t)PANEL * d, ldp = (size_t)kt * PANEL;
     for (int p = 0; p < panels;) {
         const int two = p + 1 < panels;
         const float *panel = qt + (size_t)p * ldq;
         float *sp = st + (size_t)p * ldp, *pm = cmax ? cmax + (size_t)p * PANEL : NULL;
-        int j = 0;
-        for (; j + KEY_BLOCK_512 <= n; j += KEY_BLOCK_512) {
-            const float *kj = k + (size_t)j * ldk;
+        for (int j = 0; j < n; j += KEY_BLOCK_512) {
+            const float *kj = k + (size_t)j * d;
             float *sj = sp + (size_t)j * PANEL;
-            if (two) score_12x32(panel, (int)ldq, kj, ldk, dk, sj, (int)ldp, pm);
-            else score_12x16(panel, kj, ldk, dk, sj, pm);
+            const int nk = n - j < KEY_BLOCK_512 ? n - j : KEY_BLOCK_512;
+            if (two) score_12x32(panel, (int)ldq, kj, d, sj, (int)ldp, pm, nk);
+            else score_12x16(panel, kj, d, sj, pm, nk);
         }
-        for (; j < n; j++)
-            for (int i = 0; i <= two; i++)
-                score_1x16_512(panel + i * ldq, k + (size_t)j * ldk, dk, sp + i * ldp + (size_t)j * PANEL,
-                               pm ? pm + i * PANEL : NULL);
         p += 1 + two;
+    }
+}
+
+FLASH512_FN static void scores_512(const float *qt, const float *kp, int n, int kt, int cp, int dk, float *st,
+                                   float *cmax)
+{
+    switch (dk) {
+    case 64: scores_512_t(qt, kp, n, kt, cp, dk, st, cmax, 64); break;
+    case 128: scores_512_t(qt, kp, n, kt, cp, dk, st, cmax, 128); break;
+    default: scores_512_t(qt, kp, n, kt, cp, dk, st, cmax, 0); break;
     }
 }
 
@@ -682,7 +689,7 @@ void attn__flash_job(const attn__fwd_ctx *ctx, const attn__head_job *job, float 
             prefetch_rows(k + (size_t)kt * ldk, ldk, n2, dk);
             prefetch_rows(job->v + (size_t)kvh * dv + (size_t)(s0 + kt) * ctx->ldv, ctx->ldv, n2, dv);
         }
-        if (wide) scores_512(f.qt, f.kp, dk, n, kt, cp, dk, f.st, masked ? NULL : f.shift);
+        if (wide) scores_512(f.qt, f.kp, n, kt, cp, dk, f.st, masked ? NULL : f.shift);
         else scores(f.qt, f.kp, dk, n, kt, cp, dk, f.st, masked ? NULL : f.shift);
         if (masked) mask_tile(s, &f, s0, n, kt, cp, by_column);
         if (wide) tile_softmax_512(&f, n, kt, cp, !masked);
