@@ -3,10 +3,12 @@
  * when the CPU has them, checked at run time; a portable loop otherwise). The
  * weight row is read from memory once and from L1 for the next group of four;
  * x (at most 16 rows) stays in L1/L2. On CPUs with AVX-512VL (32 vector
- * registers) two weight rows share each pass over x, which halves the x
- * traffic from L2 that bounds the one-row kernel at 16 rows (single thread,
- * 16 rows x 2048 -> 4096: 8.6 -> 6.3 ms); the arithmetic per output is the
- * one-row kernel's, so the bits do not change. (One row in 16-lane AVX-512F
+ * registers) four weight rows share each pass over x, in sixteen-lane
+ * registers whose two halves are the eight-lane kernel's two accumulators
+ * (DOTS4_ZMM: half the instructions and a quarter of the x traffic from L2
+ * that bounds the one-weight-row kernel at 16 rows; the two-weight-row
+ * DOTS2_VL takes the last rows of W); the arithmetic per output is the
+ * one-row kernel's, so the bits do not change (test_skinny). (One row in 16-lane AVX-512F
  * registers, the same bits, was 7 % faster alone on L3-resident weights but no
  * faster in bench_decode's 2-thread projections, whose lone-row step varies
  * 1.0-1.7 ms run to run on this host: not kept.) F16 / BF16 weights are read
@@ -29,6 +31,9 @@
  * for two weight rows' accumulators at once (no 512-bit instruction used; the
  * AVX2 helpers inline into it, their target being a subset of this one). */
 #define VL_FN __attribute__((target("avx2,fma,f16c,avx512f,avx512vl")))
+/* Sixteen-lane registers (AVX-512F): four weight rows a pass, each pair's
+ * two eight-lane accumulators the halves of one register. */
+#define ZMM_FN __attribute__((target("avx2,fma,f16c,avx512f")))
 #endif
 
 /* Portable: out[r] = dot(w, x + r * n_in) for r < nr (nr <= 4), eight
@@ -176,6 +181,76 @@ DOTS2_VL(dots2_vl_f32, load_f32, 4)
 DOTS2_VL(dots2_vl_bf16, load_bf16, 2)
 DOTS2_VL(dots2_vl_f16, load_f16, 2)
 
+/* Sixteen weights from w + i, widened, in one zmm register. */
+ZMM_FN static inline __m512 load16_f32(const void *w, int i) { return _mm512_loadu_ps((const float *)w + i); }
+ZMM_FN static inline __m512 load16_bf16(const void *w, int i)
+{
+    const __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+ZMM_FN static inline __m512 load16_f16(const void *w, int i)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i)));
+}
+
+/* hsum(a0 + a1) of DOTS_AVX2, for the zmm register whose low and high
+ * halves are its two accumulators a0 and a1. */
+ZMM_FN static inline float hsum_halves(__m512 a)
+{
+    const __m256 lo = _mm512_castps512_ps256(a);
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+    return hsum(_mm256_add_ps(lo, hi));
+}
+
+/* Four weight rows (w + k * wstride elements) against up to four rows of
+ * x: out[k][r]. DOTS_AVX2's two eight-lane accumulators of a (weight row,
+ * x row) pair are the low and high halves of one zmm register here, fed
+ * the same FMAs in the same order, and reduced as DOTS_AVX2 reduces them,
+ * so the bits are those of DOTS_AVX2; but one instruction does the work of
+ * two, and x is read once for four weight rows (16 accumulators). */
+#define DOTS4_ROW(r, xr)                                                                                  \
+    p = _mm512_loadu_ps((xr) + i);                                                                         \
+    a0##r = _mm512_fmadd_ps(w0, p, a0##r);                                                                 \
+    a1##r = _mm512_fmadd_ps(w1, p, a1##r);                                                                 \
+    a2##r = _mm512_fmadd_ps(w2, p, a2##r);                                                                 \
+    a3##r = _mm512_fmadd_ps(w3, p, a3##r)
+#define DOTS4_ZMM(NAME, LOAD16, WSIZE)                                                                     \
+    ZMM_FN static void NAME(const void *w, size_t wstride, int wdtype, const float *x, int n_in, int nr,   \
+                            float out[4][4])                                                               \
+    {                                                                                                      \
+        const char *wb = (const char *)w;                                                                  \
+        const void *v[4] = {wb, wb + wstride * (WSIZE), wb + 2 * wstride * (WSIZE), wb + 3 * wstride * (WSIZE)}; \
+        const float *x0 = x, *x1 = x + (nr > 1) * (size_t)n_in, *x2 = x + (nr > 2) * 2 * (size_t)n_in,     \
+                    *x3 = x + (nr > 3) * 3 * (size_t)n_in; /* rows past nr alias row 0: computed, unused */ \
+        __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00; \
+        __m512 a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00;     \
+        __m512 a33 = a00, p;                                                                               \
+        int i = 0;                                                                                         \
+        for (; i + 16 <= n_in; i += 16) {                                                                  \
+            const __m512 w0 = LOAD16(v[0], i), w1 = LOAD16(v[1], i), w2 = LOAD16(v[2], i),                 \
+                         w3 = LOAD16(v[3], i);                                                             \
+            DOTS4_ROW(0, x0);                                                                              \
+            DOTS4_ROW(1, x1);                                                                              \
+            DOTS4_ROW(2, x2);                                                                              \
+            DOTS4_ROW(3, x3);                                                                              \
+        }                                                                                                  \
+        const float sums[4][4] = {                                                                         \
+            {hsum_halves(a00), hsum_halves(a01), hsum_halves(a02), hsum_halves(a03)},                      \
+            {hsum_halves(a10), hsum_halves(a11), hsum_halves(a12), hsum_halves(a13)},                      \
+            {hsum_halves(a20), hsum_halves(a21), hsum_halves(a22), hsum_halves(a23)},                      \
+            {hsum_halves(a30), hsum_halves(a31), hsum_halves(a32), hsum_halves(a33)}};                     \
+        for (int k = 0; k < 4; k++)                                                                        \
+            for (int r = 0; r < nr; r++) {                                                                 \
+                float s = sums[k][r];                                                                      \
+                for (int j = i; j < n_in; j++) s += attn__w_get(v[k], wdtype, (size_t)j) * x[(size_t)r * n_in + j]; \
+                out[k][r] = s;                                                                             \
+            }                                                                                              \
+    }
+
+DOTS4_ZMM(dots4_zmm_f32, load16_f32, 4)
+DOTS4_ZMM(dots4_zmm_bf16, load16_bf16, 2)
+DOTS4_ZMM(dots4_zmm_f16, load16_f16, 2)
+
 static int have_avx512vl(void)
 {
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
@@ -198,21 +273,25 @@ typedef void (*dots_fn)(const void *w, int wdtype, const float *x, int n_in, int
 /* Two weight rows at once (DOTS2_VL), or NULL. */
 typedef void (*dots2_fn)(const void *w, size_t wstride, int wdtype, const float *x, int n_in, int nr,
                          float out[2][4]);
+/* Four weight rows at once (DOTS4_ZMM), or NULL. */
+typedef void (*dots4_fn)(const void *w, size_t wstride, int wdtype, const float *x, int n_in, int nr,
+                         float out[4][4]);
 
-static void run(dots_fn dots, dots2_fn dots2, const float *x, int rows, int n_in, const void *w, int wdtype,
-                const float *b, int o0, int o1, float *y, int ldy);
+static void run(dots_fn dots, dots2_fn dots2, dots4_fn dots4, const float *x, int rows, int n_in, const void *w,
+                int wdtype, const float *b, int o0, int o1, float *y, int ldy);
 
 void attn__skinny_linear_portable(const float *x, int rows, int n_in, const void *w, int wdtype,
                                   const float *b, int o0, int o1, float *y, int ldy)
 {
-    run(dots_portable, NULL, x, rows, n_in, w, wdtype, b, o0, o1, y, ldy);
+    run(dots_portable, NULL, NULL, x, rows, n_in, w, wdtype, b, o0, o1, y, ldy);
 }
 
 /* The kernels for rows on this CPU; wide = 0 keeps to AVX2 (tests). */
-static void pick(int rows, int wdtype, int wide, dots_fn *dots, dots2_fn *dots2)
+static void pick(int rows, int wdtype, int wide, dots_fn *dots, dots2_fn *dots2, dots4_fn *dots4)
 {
     *dots = dots_portable;
     *dots2 = NULL;
+    *dots4 = NULL;
 #ifdef SKINNY_AVX2
     if (!have_avx2()) return;
     const int bf = wdtype == ATTN_WDTYPE_BF16, hf = wdtype == ATTN_WDTYPE_F16;
@@ -222,6 +301,8 @@ static void pick(int rows, int wdtype, int wide, dots_fn *dots, dots2_fn *dots2)
         *dots = bf ? dots_avx2_bf16 : hf ? dots_avx2_f16 : dots_avx2_f32;
     if (rows > 1 && wide && have_avx512vl()) /* one row: weight traffic bounds it, not x */
         *dots2 = bf ? dots2_vl_bf16 : hf ? dots2_vl_f16 : dots2_vl_f32;
+    if (rows > 1 && wide && have_avx512vl())
+        *dots4 = bf ? dots4_zmm_bf16 : hf ? dots4_zmm_f16 : dots4_zmm_f32;
 #else
     (void)rows, (void)wdtype, (void)wide;
 #endif
@@ -233,8 +314,9 @@ static void linear_on(int wide, const float *x, int rows, int n_in, const void *
 {
     dots_fn dots;
     dots2_fn dots2;
-    pick(rows, wdtype, wide, &dots, &dots2);
-    run(dots, dots2, x, rows, n_in, w, wdtype, b, o0, o1, y, ldy);
+    dots4_fn dots4;
+    pick(rows, wdtype, wide, &dots, &dots2, &dots4);
+    run(dots, dots2, dots4, x, rows, n_in, w, wdtype, b, o0, o1, y, ldy);
 }
 
 void attn__skinny_linear(const float *x, int rows, int n_in, const void *w, int wdtype, const float *b,
@@ -249,11 +331,21 @@ void attn__skinny_linear_avx2(const float *x, int rows, int n_in, const void *w,
     linear_on(0, x, rows, n_in, w, wdtype, b, o0, o1, y, ldy);
 }
 
-static void run(dots_fn dots, dots2_fn dots2, const float *x, int rows, int n_in, const void *w, int wdtype,
-                const float *b, int o0, int o1, float *y, int ldy)
+static void run(dots_fn dots, dots2_fn dots2, dots4_fn dots4, const float *x, int rows, int n_in, const void *w,
+                int wdtype, const float *b, int o0, int o1, float *y, int ldy)
 {
     const size_t wsize = wdtype == ATTN_WDTYPE_F16 || wdtype == ATTN_WDTYPE_BF16 ? 2 : 4;
     int o = o0;
+    for (; dots4 && o + 3 < o1; o += 4) { /* four weight rows per pass over x */
+        const void *wo = (const char *)w + (size_t)o * n_in * wsize;
+        for (int r0 = 0; r0 < rows; r0 += 4) {
+            const int nr = rows - r0 < 4 ? rows - r0 : 4;
+            float d[4][4];
+            dots4(wo, (size_t)n_in, wdtype, x + (size_t)r0 * n_in, n_in, nr, d);
+            for (int k = 0; k < 4; k++)
+                for (int r = 0; r < nr; r++) y[(size_t)(r0 + r) * ldy + o + k] = d[k][r] + (b ? b[o + k] : 0.0f);
+        }
+    }
     for (; dots2 && o + 1 < o1; o += 2) { /* two weight rows per pass over x */
         const void *wo = (const char *)w + (size_t)o * n_in * wsize;
         const float b0 = b ? b[o] : 0.0f, b1 = b ? b[o + 1] : 0.0f;
