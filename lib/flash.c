@@ -1,4 +1,5 @@
-/* flash.c — the fused kernel's AVX2+FMA path (see flash.h).
+/* flash.c — the fused kernel's AVX2+FMA path (see flash.h), and its three
+ * hot phases again sixteen lanes a register for AVX-512F CPUs (same bits).
  *
  * One job: the C = r*nt stacked query rows (column hh*nt + t is query row
  * t0 + t of head h0 + hh) are the columns, padded to cp = a multiple of 16.

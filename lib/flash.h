@@ -1,4 +1,5 @@
-/* flash.h — the fused kernel's AVX2+FMA path: one fused job (sequence, KV head,
+/* flash.h — the fused kernel's AVX2+FMA path (AVX-512F where the CPU has it,
+ * the same bits): one fused job (sequence, KV head,
  * block of query rows; forward.h) computed with its own register-blocked
  * micro-kernels instead of one OpenBLAS call per tile. The r query heads' rows
  * become the columns of a transposed score tile (keys x queries), so the online
