@@ -8,11 +8,12 @@
  * (DOTS4_ZMM: half the instructions and a quarter of the x traffic from L2
  * that bounds the one-weight-row kernel at 16 rows; the two-weight-row
  * DOTS2_VL takes the last rows of W); the arithmetic per output is the
- * one-row kernel's, so the bits do not change (test_skinny). (One row in 16-lane AVX-512F
- * registers, the same bits, was 7 % faster alone on L3-resident weights but no
- * faster in bench_decode's 2-thread projections, whose lone-row step varies
- * 1.0-1.7 ms run to run on this host: not kept.) F16 / BF16 weights are read
- * as stored
+ * one-row kernel's, so the bits do not change (test_skinny). A lone row
+ * (a single decode step) goes four weight rows a pass the same way on those
+ * CPUs (DOT1X4_ZMM: four weight streams and four independent FMA chains),
+ * which made bench_decode's 16-layer step 10 % (F32) to 17 % (BF16 weights)
+ * faster where its weights come from DRAM; one layer's weights in L3
+ * measured the same. F16 / BF16 weights are read as stored
  * (half the bytes) and widened in registers — BF16: the zero-extended 16-bit
  * words shifted left by 16; F16: vcvtph2ps (F16C) — then summed exactly as
  * float32 weights are, so the results are bit-identical to those of a float32
@@ -251,6 +252,38 @@ DOTS4_ZMM(dots4_zmm_f32, load16_f32, 4)
 DOTS4_ZMM(dots4_zmm_bf16, load16_bf16, 2)
 DOTS4_ZMM(dots4_zmm_f16, load16_f16, 2)
 
+/* Four weight rows against one row of x (a lone decode step): DOT1_AVX2's
+ * two accumulators of each row the halves of one zmm register, the same
+ * FMAs in the same order, the same reduction and tail, so the bits of four
+ * DOT1_AVX2 calls; four independent chains of sixteen lanes where DOT1_AVX2
+ * has two of eight, and the widening of F16 / BF16 weights sixteen at a
+ * time. out[k] for weight row k. */
+#define DOT1X4_ZMM(NAME, LOAD16, WSIZE)                                                                    \
+    ZMM_FN static void NAME(const void *w, size_t wstride, int wdtype, const float *x, int n_in, float out[4]) \
+    {                                                                                                      \
+        const char *wb = (const char *)w;                                                                  \
+        const void *v[4] = {wb, wb + wstride * (WSIZE), wb + 2 * wstride * (WSIZE), wb + 3 * wstride * (WSIZE)}; \
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                        \
+        int i = 0;                                                                                         \
+        for (; i + 16 <= n_in; i += 16) {                                                                  \
+            const __m512 p = _mm512_loadu_ps(x + i);                                                       \
+            a0 = _mm512_fmadd_ps(LOAD16(v[0], i), p, a0);                                                  \
+            a1 = _mm512_fmadd_ps(LOAD16(v[1], i), p, a1);                                                  \
+            a2 = _mm512_fmadd_ps(LOAD16(v[2], i), p, a2);                                                  \
+            a3 = _mm512_fmadd_ps(LOAD16(v[3], i), p, a3);                                                  \
+        }                                                                                                  \
+        const float sums[4] = {hsum_halves(a0), hsum_halves(a1), hsum_halves(a2), hsum_halves(a3)};        \
+        for (int k = 0; k < 4; k++) {                                                                      \
+            float s = sums[k];                                                                             \
+            for (int j = i; j < n_in; j++) s += attn__w_get(v[k], wdtype, (size_t)j) * x[j];               \
+            out[k] = s;                                                                                    \
+        }                                                                                                  \
+    }
+
+DOT1X4_ZMM(dot1x4_zmm_f32, load16_f32, 4)
+DOT1X4_ZMM(dot1x4_zmm_bf16, load16_bf16, 2)
+DOT1X4_ZMM(dot1x4_zmm_f16, load16_f16, 2)
+
 static int have_avx512vl(void)
 {
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
@@ -276,33 +309,45 @@ typedef void (*dots2_fn)(const void *w, size_t wstride, int wdtype, const float 
 /* Four weight rows at once (DOTS4_ZMM), or NULL. */
 typedef void (*dots4_fn)(const void *w, size_t wstride, int wdtype, const float *x, int n_in, int nr,
                          float out[4][4]);
+/* Four weight rows against one row of x (DOT1X4_ZMM), or NULL. */
+typedef void (*dot1x4_fn)(const void *w, size_t wstride, int wdtype, const float *x, int n_in, float out[4]);
 
-static void run(dots_fn dots, dots2_fn dots2, dots4_fn dots4, const float *x, int rows, int n_in, const void *w,
-                int wdtype, const float *b, int o0, int o1, float *y, int ldy);
+/* The kernels run uses for one call. */
+typedef struct kernels {
+    dots_fn dots;
+    dots2_fn dots2;
+    dots4_fn dots4;
+    dot1x4_fn dot1x4;
+} kernels;
+
+static void run(const kernels *k, const float *x, int rows, int n_in, const void *w, int wdtype, const float *b,
+                int o0, int o1, float *y, int ldy);
 
 void attn__skinny_linear_portable(const float *x, int rows, int n_in, const void *w, int wdtype,
                                   const float *b, int o0, int o1, float *y, int ldy)
 {
-    run(dots_portable, NULL, NULL, x, rows, n_in, w, wdtype, b, o0, o1, y, ldy);
+    const kernels k = {dots_portable, NULL, NULL, NULL};
+    run(&k, x, rows, n_in, w, wdtype, b, o0, o1, y, ldy);
 }
 
 /* The kernels for rows on this CPU; wide = 0 keeps to AVX2 (tests). */
-static void pick(int rows, int wdtype, int wide, dots_fn *dots, dots2_fn *dots2, dots4_fn *dots4)
+static void pick(int rows, int wdtype, int wide, kernels *k)
 {
-    *dots = dots_portable;
-    *dots2 = NULL;
-    *dots4 = NULL;
+    *k = (kernels){dots_portable, NULL, NULL, NULL};
 #ifdef SKINNY_AVX2
     if (!have_avx2()) return;
     const int bf = wdtype == ATTN_WDTYPE_BF16, hf = wdtype == ATTN_WDTYPE_F16;
     if (rows == 1)
-        *dots = bf ? dot1_avx2_bf16 : hf ? dot1_avx2_f16 : dot1_avx2_f32;
+        k->dots = bf ? dot1_avx2_bf16 : hf ? dot1_avx2_f16 : dot1_avx2_f32;
     else
-        *dots = bf ? dots_avx2_bf16 : hf ? dots_avx2_f16 : dots_avx2_f32;
-    if (rows > 1 && wide && have_avx512vl()) /* one row: weight traffic bounds it, not x */
-        *dots2 = bf ? dots2_vl_bf16 : hf ? dots2_vl_f16 : dots2_vl_f32;
-    if (rows > 1 && wide && have_avx512vl())
-        *dots4 = bf ? dots4_zmm_bf16 : hf ? dots4_zmm_f16 : dots4_zmm_f32;
+        k->dots = bf ? dots_avx2_bf16 : hf ? dots_avx2_f16 : dots_avx2_f32;
+    if (!wide || !have_avx512vl()) return;
+    if (rows == 1) {
+        k->dot1x4 = bf ? dot1x4_zmm_bf16 : hf ? dot1x4_zmm_f16 : dot1x4_zmm_f32;
+    } else {
+        k->dots2 = bf ? dots2_vl_bf16 : hf ? dots2_vl_f16 : dots2_vl_f32;
+        k->dots4 = bf ? dots4_zmm_bf16 : hf ? dots4_zmm_f16 : dots4_zmm_f32;
+    }
 #else
     (void)rows, (void)wdtype, (void)wide;
 #endif
@@ -312,11 +357,9 @@ static void pick(int rows, int wdtype, int wide, dots_fn *dots, dots2_fn *dots2,
 static void linear_on(int wide, const float *x, int rows, int n_in, const void *w, int wdtype, const float *b,
                       int o0, int o1, float *y, int ldy)
 {
-    dots_fn dots;
-    dots2_fn dots2;
-    dots4_fn dots4;
-    pick(rows, wdtype, wide, &dots, &dots2, &dots4);
-    run(dots, dots2, dots4, x, rows, n_in, w, wdtype, b, o0, o1, y, ldy);
+    kernels k;
+    pick(rows, wdtype, wide, &k);
+    run(&k, x, rows, n_in, w, wdtype, b, o0, o1, y, ldy);
 }
 
 void attn__skinny_linear(const float *x, int rows, int n_in, const void *w, int wdtype, const float *b,
@@ -331,17 +374,23 @@ void attn__skinny_linear_avx2(const float *x, int rows, int n_in, const void *w,
     linear_on(0, x, rows, n_in, w, wdtype, b, o0, o1, y, ldy);
 }
 
-static void run(dots_fn dots, dots2_fn dots2, dots4_fn dots4, const float *x, int rows, int n_in, const void *w,
-                int wdtype, const float *b, int o0, int o1, float *y, int ldy)
+static void run(const kernels *k, const float *x, int rows, int n_in, const void *w, int wdtype, const float *b,
+                int o0, int o1, float *y, int ldy)
 {
     const size_t wsize = wdtype == ATTN_WDTYPE_F16 || wdtype == ATTN_WDTYPE_BF16 ? 2 : 4;
+    dots2_fn dots2 = k->dots2;
     int o = o0;
-    for (; dots4 && o + 3 < o1; o += 4) { /* four weight rows per pass over x */
+    for (; k->dot1x4 && o + 3 < o1; o += 4) { /* one row of x: four weight rows a pass */
+        float d[4];
+        k->dot1x4((const char *)w + (size_t)o * n_in * wsize, (size_t)n_in, wdtype, x, n_in, d);
+        for (int j = 0; j < 4; j++) y[o + j] = d[j] + (b ? b[o + j] : 0.0f);
+    }
+    for (; k->dots4 && o + 3 < o1; o += 4) { /* four weight rows per pass over x */
         const void *wo = (const char *)w + (size_t)o * n_in * wsize;
         for (int r0 = 0; r0 < rows; r0 += 4) {
             const int nr = rows - r0 < 4 ? rows - r0 : 4;
             float d[4][4];
-            dots4(wo, (size_t)n_in, wdtype, x + (size_t)r0 * n_in, n_in, nr, d);
+            k->dots4(wo, (size_t)n_in, wdtype, x + (size_t)r0 * n_in, n_in, nr, d);
             for (int k = 0; k < 4; k++)
                 for (int r = 0; r < nr; r++) y[(size_t)(r0 + r) * ldy + o + k] = d[k][r] + (b ? b[o + k] : 0.0f);
         }
@@ -365,7 +414,7 @@ static void run(dots_fn dots, dots2_fn dots2, dots4_fn dots4, const float *x, in
         for (int r0 = 0; r0 < rows; r0 += 4) {
             const int nr = rows - r0 < 4 ? rows - r0 : 4;
             float d[4];
-            dots(wo, wdtype, x + (size_t)r0 * n_in, n_in, nr, d);
+            k->dots(wo, wdtype, x + (size_t)r0 * n_in, n_in, nr, d);
             for (int r = 0; r < nr; r++) y[(size_t)(r0 + r) * ldy + o] = d[r] + bias;
         }
     }
