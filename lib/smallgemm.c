@@ -2,8 +2,9 @@
  * output columns, W's rows are transposed into a (n_in, 64) panel on the
  * stack (8 x 8 blocks in AVX registers), then every row of x runs against it
  * with 8 accumulators of 8 lanes: one broadcast of x[r][k] and eight FMAs
- * (the panel read as their memory operands) per k; with AVX-512VL (32
- * vector registers) two rows at a time share each panel load. Each lane's
+ * (the panel read as their memory operands) per k; with AVX-512 four rows
+ * at a time share each panel load, sixteen columns a register (then two
+ * rows in AVX-512VL's 32 eight-lane registers). Each lane's
  * sum is the FMA chain over k in order, so tiles, tails, padding and the ISA
  * change no bit; the bias is added last. */
 #include "smallgemm.h"
@@ -167,6 +168,58 @@ VL_FN static void two_rows_vl(const float *x0, const float *x1, const float *pan
     store_row(c, bias, nc, y1);
 }
 
+#define ZMM_FN __attribute__((target("avx2,fma,avx512f")))
+
+/* 64 columns of a + bias (or not) into y, nc of them. */
+ZMM_FN __attribute__((always_inline)) static inline void store_row_zmm(__m512 a0, __m512 a1, __m512 a2, __m512 a3,
+                                                                      const float *bias, int nc, float *y)
+{
+    float tmp[PANEL];
+    float *d = nc == PANEL ? y : tmp;
+    const __m512 a[4] = {a0, a1, a2, a3};
+    for (int v = 0; v < 4; v++)
+        _mm512_storeu_ps(d + 16 * v, bias ? _mm512_add_ps(_mm512_loadu_ps(bias + 16 * v), a[v]) : a[v]);
+    if (d == tmp) memcpy(y, tmp, (size_t)nc * sizeof *y);
+}
+
+/* Four rows against a panel sixteen columns a register (AVX-512F): sixteen
+ * accumulators, each panel vector loaded once for the four rows. A lane is
+ * one output column, summed as one_row sums it (the FMA chain over k in
+ * order) and the bias added last the same way, so the bits are the same;
+ * the panel loads per row and k drop from four (two_rows_vl) to one, the
+ * FMAs from eight to four. */
+ZMM_FN static void four_rows_zmm(const float *x, int n_in, const float *panel, const float *bias, int nc, float *y,
+                                 int ldy)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    __m512 c0 = a0, c1 = a0, c2 = a0, c3 = a0, d0 = a0, d1 = a0, d2 = a0, d3 = a0;
+    const float *x0 = x, *x1 = x + n_in, *x2 = x1 + n_in, *x3 = x2 + n_in;
+#define ZMM_COL(i)                                                                                         \
+    do {                                                                                                   \
+        const __m512 w_ = _mm512_loadu_ps(p + 16 * (i));                                                   \
+        a##i = _mm512_fmadd_ps(xa, w_, a##i);                                                              \
+        b##i = _mm512_fmadd_ps(xb, w_, b##i);                                                              \
+        c##i = _mm512_fmadd_ps(xc, w_, c##i);                                                              \
+        d##i = _mm512_fmadd_ps(xd, w_, d##i);                                                              \
+    } while (0)
+    for (int k = 0; k < n_in; k++) {
+        const float *p = panel + (size_t)k * PANEL;
+        const __m512 xa = _mm512_set1_ps(x0[k]), xb = _mm512_set1_ps(x1[k]), xc = _mm512_set1_ps(x2[k]),
+                     xd = _mm512_set1_ps(x3[k]);
+        ZMM_COL(0);
+        ZMM_COL(1);
+        ZMM_COL(2);
+        ZMM_COL(3);
+    }
+#undef ZMM_COL
+    store_row_zmm(a0, a1, a2, a3, bias, nc, y);
+    store_row_zmm(b0, b1, b2, b3, bias, nc, y + ldy);
+    store_row_zmm(c0, c1, c2, c3, bias, nc, y + 2 * (size_t)ldy);
+    store_row_zmm(d0, d1, d2, d3, bias, nc, y + 3 * (size_t)ldy);
+}
+
+/* vl: AVX-512 kernels allowed (AVX-512F and VL: four rows in zmm, then two
+ * in ymm pairs). */
 AVX2_FN static void small_avx2(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
                                float *y, int ldy, int vl)
 {
@@ -180,6 +233,8 @@ AVX2_FN static void small_avx2(const float *x, int rows, int n_in, const float *
             memcpy(bias, b + o0, (size_t)nc * sizeof *b);
         }
         int r = 0;
+        for (; vl && r + 4 <= rows; r += 4)
+            four_rows_zmm(x + (size_t)r * n_in, n_in, panel, b ? bias : NULL, nc, y + (size_t)r * ldy + o0, ldy);
         for (; vl && r + 2 <= rows; r += 2)
             two_rows_vl(x + (size_t)r * n_in, x + (size_t)(r + 1) * n_in, panel, n_in, b ? bias : NULL, nc,
                         y + (size_t)r * ldy + o0, y + (size_t)(r + 1) * ldy + o0);
