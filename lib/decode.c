@@ -347,43 +347,49 @@ AVX2_INLINE void dot4x4_avx2(const float *q0, int d, const void *k, size_t kj, s
 AVX2_INLINE void qk_pairs_t(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo,
                             const int dt);
 
-/* Keys in fours by dot4x4_avx2 (rows in fours, d = dc, a constant 64 or 128
- * the compiler unrolls, or x->d when dc is 0; d a multiple of 8), the rest
- * by qk_pairs_t. The prefetches are qk_pairs_t's, four keys at a time. */
-AVX2_INLINE void qk_avx2_t(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo,
-                           const int dc, const int dt)
-{
-    const int rh = x->rh, d = dc ? dc : x->d;
-    const size_t row_elems = (size_t)x->nh * (size_t)d;
-    const int ahead = attn__decode_k_ahead > 0 ? attn__decode_k_ahead : DECODE_K_AHEAD;
-    int j = 0;
-    for (; d % 8 == 0 && j + 4 <= x->m; j += 4) {
-        for (int i = 0; x->own && i < 4; i++) prefetch(k, (size_t)(j + ahead + i) * x->stride, row_elems, dt);
-        for (int i = 0; x->own && i < 4; i++) prefetch_other(x, j + i);
-        pf_walk w;
-        pf_walk_init(&w, x, j, 4, x->nh, !x->own);
-        for (int jh = 0; jh < x->nh; jh++) {
-            pf_walk_step(&w);
-            const size_t kj = (size_t)j * x->stride + (size_t)jh * d;
-            const float s = sk ? sk[jh] : 1.0f;
-            const float *qh = q + (size_t)jh * rh * d;
-            float *oh = out + (size_t)jh * rh * ldo + j;
-            int r = 0;
-            for (; r + 4 <= rh; r += 4)
-                dot4x4_avx2(qh + (size_t)r * d, d, k, kj, x->stride, dt, s, oh + (size_t)r * ldo, ldo);
-            for (; r < rh; r++)
-                for (int i = 0; i < 4; i++)
-                    dot1(qh + (size_t)r * d, d, k, kj + (size_t)i * x->stride, dt, s, oh + (size_t)r * ldo + i);
-        }
+/* Keys in fours by DOT4X4 (dot4x4_avx2, or AVX-512VL's dot4x4: rows in
+ * fours, d = dc, a constant 64 or 128 the compiler unrolls, or x->d when dc
+ * is 0; d a multiple of 8), the rest by qk_pairs_t. The prefetches are
+ * qk_pairs_t's, four keys at a time. One body for both ISAs: an AVX2
+ * function cannot inline an AVX-512 kernel, so each gets its own copy. */
+#define QK_FOURS(NAME, FN_ATTR, DOT4X4)                                                                          \
+    FN_ATTR void NAME(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo,        \
+                      const int dc, const int dt)                                                                \
+    {                                                                                                            \
+        const int rh = x->rh, d = dc ? dc : x->d;                                                                \
+        const size_t row_elems = (size_t)x->nh * (size_t)d;                                                      \
+        const int ahead = attn__decode_k_ahead > 0 ? attn__decode_k_ahead : DECODE_K_AHEAD;                      \
+        int j = 0;                                                                                               \
+        for (; d % 8 == 0 && j + 4 <= x->m; j += 4) {                                                            \
+            for (int i = 0; x->own && i < 4; i++) prefetch(k, (size_t)(j + ahead + i) * x->stride, row_elems, dt); \
+            for (int i = 0; x->own && i < 4; i++) prefetch_other(x, j + i);                                      \
+            pf_walk w;                                                                                           \
+            pf_walk_init(&w, x, j, 4, x->nh, !x->own);                                                           \
+            for (int jh = 0; jh < x->nh; jh++) {                                                                 \
+                pf_walk_step(&w);                                                                                \
+                const size_t kj = (size_t)j * x->stride + (size_t)jh * d;                                        \
+                const float s = sk ? sk[jh] : 1.0f;                                                              \
+                const float *qh = q + (size_t)jh * rh * d;                                                       \
+                float *oh = out + (size_t)jh * rh * ldo + j;                                                     \
+                int r = 0;                                                                                       \
+                for (; r + 4 <= rh; r += 4)                                                                      \
+                    DOT4X4(qh + (size_t)r * d, d, k, kj, x->stride, dt, s, oh + (size_t)r * ldo, ldo);           \
+                for (; r < rh; r++)                                                                              \
+                    for (int i = 0; i < 4; i++)                                                                  \
+                        dot1(qh + (size_t)r * d, d, k, kj + (size_t)i * x->stride, dt, s, oh + (size_t)r * ldo + i); \
+            }                                                                                                    \
+        }                                                                                                        \
+        if (j < x->m) {                                                                                          \
+            dims rest = *x;                                                                                      \
+            rest.m = x->m - j;                                                                                   \
+            rest.pf = x->pf == NULL || j >= x->pf_m ? NULL                                                       \
+                                                    : (const char *)x->pf + (size_t)j * x->pf_stride * elem_bytes(dt); \
+            rest.pf_m = x->pf_m - j;                                                                             \
+            qk_pairs_t(q, &rest, (const char *)k + (size_t)j * x->stride * elem_bytes(dt), sk, out + j, ldo, dt); \
+        }                                                                                                        \
     }
-    if (j < x->m) {
-        dims rest = *x;
-        rest.m = x->m - j;
-        rest.pf = x->pf == NULL || j >= x->pf_m ? NULL : (const char *)x->pf + (size_t)j * x->pf_stride * elem_bytes(dt);
-        rest.pf_m = x->pf_m - j;
-        qk_pairs_t(q, &rest, (const char *)k + (size_t)j * x->stride * elem_bytes(dt), sk, out + j, ldo, dt);
-    }
-}
+
+QK_FOURS(qk_avx2_t, AVX2_INLINE, dot4x4_avx2)
 
 /* Keys in pairs by dot4x2 (any d). */
 AVX2_INLINE void qk_pairs_t(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo,
@@ -653,41 +659,8 @@ AVX512VL_INLINE void dot4x4(const float *q0, int d, const void *k, size_t kj, si
     _mm_storeu_ps(out + 3 * (size_t)ldo, r3);
 }
 
-/* Keys in fours by dot4x4 (rows in fours, d a multiple of 8); the rest
- * as qk_avx2_t does them. */
-AVX512VL_INLINE void qk_avx512_t(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo,
-                                 const int dt)
-{
-    const int rh = x->rh, d = x->d;
-    const size_t row_elems = (size_t)x->nh * (size_t)d;
-    const int ahead = attn__decode_k_ahead > 0 ? attn__decode_k_ahead : DECODE_K_AHEAD;
-    int j = 0;
-    for (; j + 4 <= x->m; j += 4) {
-        for (int i = 0; x->own && i < 4; i++) prefetch(k, (size_t)(j + ahead + i) * x->stride, row_elems, dt);
-        for (int i = 0; x->own && i < 4; i++) prefetch_other(x, j + i);
-        pf_walk w;
-        pf_walk_init(&w, x, j, 4, x->nh, !x->own);
-        for (int jh = 0; jh < x->nh; jh++) {
-            pf_walk_step(&w);
-            const size_t kj = (size_t)j * x->stride + (size_t)jh * d;
-            const float s = sk ? sk[jh] : 1.0f;
-            const float *qh = q + (size_t)jh * rh * d;
-            float *oh = out + (size_t)jh * rh * ldo + j;
-            int r = 0;
-            for (; r + 4 <= rh; r += 4) dot4x4(qh + (size_t)r * d, d, k, kj, x->stride, dt, s, oh + (size_t)r * ldo, ldo);
-            for (; r < rh; r++)
-                for (int i = 0; i < 4; i++)
-                    dot1(qh + (size_t)r * d, d, k, kj + (size_t)i * x->stride, dt, s, oh + (size_t)r * ldo + i);
-        }
-    }
-    if (j < x->m) {
-        dims rest = *x;
-        rest.m = x->m - j;
-        rest.pf = x->pf == NULL || j >= x->pf_m ? NULL : (const char *)x->pf + (size_t)j * x->pf_stride * elem_bytes(dt);
-        rest.pf_m = x->pf_m - j;
-        qk_pairs_t(q, &rest, (const char *)k + (size_t)j * x->stride * elem_bytes(dt), sk, out + j, ldo, dt);
-    }
-}
+/* qk_avx2_t with dot4x4 (head size at run time). */
+QK_FOURS(qk_avx512_t, AVX512VL_INLINE, dot4x4)
 
 /* One instance per dtype (dt a constant inside), chosen per run. */
 #define DTYPE_SWITCH(fn, dt, ...)                                                                                   \
@@ -721,7 +694,7 @@ AVX512_FN static void pv_avx512(const float *p, int ldp, const dims *x, const vo
 
 AVX512VL_FN static void qk_avx512(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo)
 {
-    DTYPE_SWITCH(qk_avx512_t, x->dt, q, x, k, sk, out, ldo)
+    DTYPE_SWITCH(qk_avx512_t, x->dt, q, x, k, sk, out, ldo, 0)
 }
 
 /* F16C by CPUID (leaf 1, ECX bit 29): clang's __builtin_cpu_supports knows no
