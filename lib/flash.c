@@ -148,12 +148,13 @@ static void pack_queries(const attn__fwd_ctx *ctx, const attn__head_job *job, in
 }
 
 /* The n rows of a K tile (stride ldk) into kp, d_k floats apart, then
- * copies of the last up to a multiple of KEY_BLOCK_512 rows: the AVX-512
- * scores run their last block whole and store only its real keys (a copy's
- * score folded into a column's max changes nothing). */
-FLASH_FN static void pack_keys(const float *k, int ldk, int n, int dk, float *kp)
+ * copies of the last up to a multiple of `block` rows: KEY_BLOCK_512 for the
+ * AVX-512 scores, which run their last block whole and store only its real
+ * keys (a copy's score folded into a column's max changes nothing); 1 for
+ * the AVX2 ones, which need no copies. */
+FLASH_FN static void pack_keys(const float *k, int ldk, int n, int dk, int block, float *kp)
 {
-    const int padded = (int)round_up((size_t)n, KEY_BLOCK_512);
+    const int padded = (int)round_up((size_t)n, (size_t)block);
     for (int j = 0; j < padded; j++) {
         const float *src = k + (size_t)(j < n ? j : n - 1) * ldk;
         float *dst = kp + (size_t)j * dk;
@@ -684,7 +685,7 @@ void attn__flash_job(const attn__fwd_ctx *ctx, const attn__head_job *job, float 
                                : attn__kv_rows(l, &kv, 0, kvh, s0, n, f.kbuf, &ldk);
         const int masked = by_column || s->key_padding_mask != NULL;
         if (!masked) memcpy(f.shift, f.mx, (size_t)cp * sizeof *f.shift);
-        pack_keys(k, ldk, n, dk, f.kp);
+        pack_keys(k, ldk, n, dk, wide ? KEY_BLOCK_512 : 1, f.kp);
         if (plain && s0 + kt < khi) { /* the next tile's rows, while this one computes */
             const int n2 = khi - s0 - kt < kt ? khi - s0 - kt : kt;
             prefetch_rows(k + (size_t)kt * ldk, ldk, n2, dk);
