@@ -22,8 +22,9 @@
 void attn__skinny_linear(const float *x, int rows, int n_in, const void *w, int wdtype, const float *b,
                          int o0, int o1, float *y, int ldy);
 
-/* The same on the AVX2 kernels even where AVX-512 ones exist (for tests: the
- * AVX-512 kernels must give these bits); the portable kernel without AVX2. */
+/* The same on the one-weight-row AVX2 kernels even where kernels taking two
+ * or four weight rows a pass exist (for tests: those must give these bits);
+ * the portable kernel without AVX2. */
 void attn__skinny_linear_avx2(const float *x, int rows, int n_in, const void *w, int wdtype, const float *b,
                               int o0, int o1, float *y, int ldy);
 
