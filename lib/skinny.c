@@ -185,6 +185,11 @@ AVX2_FN static inline __m256 load_f16(const void *w, int i)
  * of float32) and two weight rows of it (2 KiB) stay in L1 together. */
 #define PAIRS_KBLOCK 256
 
+/* Keeps two loaded vectors in registers: without it GCC folds the x (or
+ * the weight) loads into both FMAs that use each, 12 loads an iteration
+ * where 8 do. */
+#define IN_REGISTERS(p, q) __asm__("" : "+x"(p), "+x"(q))
+
 /* Columns [o, o1) of y, two weight rows at a time, for 2..16 rows of x on
  * AVX2; returns the first column not done (o1 - 1 when their number is
  * odd). Each (weight row, x row) pair is summed exactly as DOTS_AVX2 sums it
@@ -197,10 +202,6 @@ AVX2_FN static inline __m256 load_f16(const void *w, int i)
  * k range goes in blocks of PAIRS_KBLOCK elements, the accumulators of
  * every row pair kept in memory between blocks, so the two weight rows'
  * block stays in L1 for all the row pairs and only x comes from L2. */
-/* Keeps two loaded vectors in registers: without it GCC folds the x (or
- * the weight) loads into both FMAs that use each, 12 loads an iteration
- * where 8 do. */
-#define IN_REGISTERS(p, q) __asm__("" : "+x"(p), "+x"(q))
 #define PAIRS_AVX2(NAME, LOAD, WSIZE)                                                                      \
     AVX2_FN static void NAME##_block(const void *w, const void *v, const float *x0, const float *x1, int i,  \
                                      int end, __m256 acc[8])                                               \
