@@ -190,8 +190,8 @@ AVX2_FN static inline __m256 load_f16(const void *w, int i)
  * where 8 do. */
 #define IN_REGISTERS(p, q) __asm__("" : "+x"(p), "+x"(q))
 
-/* Columns [o, o1) of y, two weight rows at a time, for 2..16 rows of x on
- * AVX2; returns the first column not done (o1 - 1 when their number is
+/* Columns [o, o1) of y, two weight rows at a time, for 1..16 rows of x on
+ * AVX2 (pick uses it for 5..16); returns the first column not done (o1 - 1 when their number is
  * odd). Each (weight row, x row) pair is summed exactly as DOTS_AVX2 sums it
  * — the same two accumulators, the same FMAs in the same order, the same
  * reduction and tail — so the bits are DOTS_AVX2's. What changes is the

@@ -95,11 +95,11 @@ static void *weights(int wdtype, size_t n, unsigned long long *s)
     return h;
 }
 
-/* The kernels that take two or four weight rows a pass (AVX2's two-by-two
- * for 2..16 rows; with AVX-512 the zmm ones, also for one row) give the
+/* The kernels that take two or four weight rows a pass (AVX2's pairs for
+ * 5..16 rows; with AVX-512 the zmm ones, also for one row) give the
  * one-weight-row AVX2 kernels' bits: every row count 1..16, widths with and
- * without tails, every weight dtype, with a bias. (Only the one-row call on a
- * CPU without AVX-512 runs the same kernel on both sides.) */
+ * without tails, every weight dtype, with a bias. (On a CPU without AVX-512
+ * the calls of 1..4 rows run the same kernel on both sides.) */
 TEST(multirow_kernels_equal_avx2)
 {
     static const int widths[] = {7, 16, 17, 100, 528, 2048};
