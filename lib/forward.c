@@ -271,15 +271,15 @@ static int linear_skinny(const linear_op *op)
     return op->rows >= 1 && op->rows <= ATTN__SKINNY_MAX && op->ldw == 0 && !op->add;
 }
 
-/* 1 when op is small (one short request: rows above the skinny bound, up to
- * ATTN__SMALL_ROWS, inputs up to ATTN__SMALL_IN wide) and the CPU runs
+/* 1 when op is narrow (rows above the skinny bound, inputs up to
+ * ATTN__SMALL_IN wide: short requests alone or batched) and the CPU runs
  * smallgemm.c, which computes it without sgemm's packing: float32 weights
  * directly, F16 / BF16 ones after widening (linear_wide), so both give the
  * same bits. Whole, overwriting ops only. */
 static int linear_small(const linear_op *op)
 {
-    return op->rows > ATTN__SKINNY_MAX && op->rows <= ATTN__SMALL_ROWS && op->n_in <= ATTN__SMALL_IN &&
-           op->ldw == 0 && !op->add && attn__small_available();
+    return op->rows > ATTN__SKINNY_MAX && op->n_in <= ATTN__SMALL_IN && op->ldw == 0 && !op->add &&
+           attn__small_available();
 }
 
 /* Columns [o0, o1) of a skinny op. */
@@ -327,8 +327,8 @@ static void linear_rows(const linear_op *op, size_t r0, size_t nr, float *wide)
         linear_cols(op, 0, op->n_out);
         return;
     }
-    if (r0 == 0 && nr == op->rows && !op_half(op) && linear_small(op)) { /* half: in linear_wide */
-        attn__small_linear(op->x, (int)op->rows, op->n_in, op->w, op->b, op->n_out, op->y, op->ldy);
+    if (!op_half(op) && linear_small(op)) { /* half: in linear_wide */
+        attn__small_linear(op->x + r0 * (size_t)op->n_in, (int)nr, op->n_in, op->w, op->b, op->n_out, y, op->ldy);
         return;
     }
     if (op_half(op)) { /* whole ops only, tile by tile as run_linears splits them */

@@ -1,5 +1,6 @@
-/* smallgemm.h — the projections of small calls (a few dozen rows: one short
- * request): y = x Wᵀ (+ b) with W packed 64 columns at a time on the stack
+/* smallgemm.h — the projections of narrow layers (inputs up to 128 wide: one
+ * short request, or a batch of them): y = x Wᵀ (+ b) with W packed 64
+ * columns at a time on the stack, each panel reused by every row,
  * and a register-blocked kernel, instead of OpenBLAS's sgemm, whose packing
  * and call overhead are most of the cost at such shapes (T = 32, E = 64: 48k
  * instructions per projection under callgrind, against ~25k here). Each output is
@@ -11,8 +12,9 @@
 
 #include <stddef.h>
 
-/* Calls with more rows than this, or a wider input, go to sgemm. */
-#define ATTN__SMALL_ROWS 32
+/* Wider inputs go to sgemm (a panel of 64 columns must stay in L1). Any
+ * number of rows: callers split the rows of a batch over threads, and a
+ * row's bits do not depend on which rows share the call. */
 #define ATTN__SMALL_IN 128
 
 /* 1 when this CPU runs the small kernel (AVX2 + FMA); otherwise the caller
@@ -20,7 +22,7 @@
 int attn__small_available(void);
 
 /* y (rows, ldy) = x (rows, n_in) Wᵀ + b, W: (n_out, n_in) float32 row-major,
- * b: (n_out) or NULL; rows 1..ATTN__SMALL_ROWS, n_in 1..ATTN__SMALL_IN.
+ * b: (n_out) or NULL; rows >= 1, n_in 1..ATTN__SMALL_IN.
  * Needs attn__small_available(). */
 void attn__small_linear(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
                         float *y, int ldy);

@@ -1,7 +1,7 @@
 /* test_smallgemm.c — the small-call projection kernel (lib/smallgemm.c)
  * alone (the dispatched kernel, AVX-512VL's two-row one where the CPU has
  * it, and the AVX2 one): bit for bit the scalar fmaf chain
- * (attn__small_linear_ref) for rows 1..32, odd widths (n_in and n_out not multiples of 8, one panel and more),
+ * (attn__small_linear_ref) for rows 1..32 and batches of hundreds, odd widths (n_in and n_out not multiples of 8, one panel and more),
  * with and without a bias, into a strided y whose padding stays untouched;
  * and within float rounding of the path it replaced (cblas_sgemm with the
  * bias copied into y and beta 1), which it matches bit for bit where
@@ -27,7 +27,7 @@ typedef struct shape { int rows, n_in, n_out; } shape;
 
 static const shape SHAPES[] = {{32, 64, 64}, {17, 64, 64}, {32, 64, 192}, {1, 1, 1},   {2, 7, 5},
                                {31, 37, 53}, {25, 8, 8},   {32, 128, 65}, {19, 65, 63}, {32, 9, 129},
-                               {20, 100, 8}, {3, 128, 200}};
+                               {20, 100, 8}, {3, 128, 200}, {100, 64, 64}, {515, 128, 96}, {200, 33, 70}};
 
 /* y = x Wᵀ + b as the forward ran it before: the bias copied in, sgemm with beta 1. */
 static void old_path(const float *x, const shape *sh, const float *w, const float *b, float *y, int ldy)
