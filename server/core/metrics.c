@@ -260,13 +260,14 @@ void attnd_metrics_batch(attnd_metrics *m, int model, int n_requests, size_t n_t
             (int64_t)n_tokens);
 }
 
-void attnd_metrics_decode_iteration(attnd_metrics *m, int model, int steps, int piece_rows,
-                                    int64_t compute_us)
+void attnd_metrics_decode_iteration(attnd_metrics *m, int model, int iterations, int steps,
+                                    int piece_rows, int64_t compute_us)
 {
     if (model < 0 || model >= m->n_models)
         return;
     _Atomic uint64_t *c = m->models[model].loop;
-    atomic_fetch_add_explicit(&c[L_ITERATIONS], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c[L_ITERATIONS], (uint64_t)(iterations > 0 ? iterations : 0),
+                              memory_order_relaxed);
     atomic_fetch_add_explicit(&c[L_BUSY_US], (uint64_t)(compute_us > 0 ? compute_us : 0),
                               memory_order_relaxed);
     atomic_fetch_add_explicit(&c[L_STEPS], (uint64_t)(steps > 0 ? steps : 0), memory_order_relaxed);

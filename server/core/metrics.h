@@ -52,13 +52,14 @@ void attnd_metrics_request_timing(attnd_metrics *m, int model, int64_t queue_us,
 /* Per batch (from the scheduler's hook, on a worker thread). */
 void attnd_metrics_batch(attnd_metrics *m, int model, int n_requests, size_t n_tokens);
 
-/* One iteration of model i's decode loop (from the scheduler's hook): `steps`
- * whole stream steps and a piece of piece_rows rows of a chunked prefill (0:
- * none), computed in compute_us: attnd_decode_iterations_total,
- * attnd_decode_busy_seconds_total, attnd_decode_steps_total,
- * attnd_prefill_pieces_total and attnd_prefill_piece_rows_total. */
-void attnd_metrics_decode_iteration(attnd_metrics *m, int model, int steps, int piece_rows,
-                                    int64_t compute_us);
+/* Model i's decode loop computed `iterations` (1, or 0 for the second part
+ * of an iteration reported in two) with `steps` whole stream steps and a
+ * piece of piece_rows rows of a chunked prefill (0: none) in compute_us:
+ * attnd_decode_iterations_total, attnd_decode_busy_seconds_total,
+ * attnd_decode_steps_total, attnd_prefill_pieces_total and
+ * attnd_prefill_piece_rows_total. */
+void attnd_metrics_decode_iteration(attnd_metrics *m, int model, int iterations, int steps,
+                                    int piece_rows, int64_t compute_us);
 
 /* A SIGHUP reload finished: attnd_reloads_total{result="ok"|"error"}++. */
 void attnd_metrics_reload(attnd_metrics *m, int ok);

@@ -23,10 +23,11 @@ static void on_batch(void *ctx, const attnd_batch_report *r)
 {
     attnd_model_slot *slot = ctx;
     if (!slot->metrics) return;
-    attnd_metrics_batch(slot->metrics, slot->index, r->n_requests, r->n_tokens);
+    if (r->part != ATTND_REPORT_PIECE) /* a piece's report: its iteration's second */
+        attnd_metrics_batch(slot->metrics, slot->index, r->n_requests, r->n_tokens);
     if (r->loop)
-        attnd_metrics_decode_iteration(slot->metrics, slot->index, r->steps, r->piece_rows,
-                                       r->compute_us);
+        attnd_metrics_decode_iteration(slot->metrics, slot->index, r->part != ATTND_REPORT_PIECE,
+                                       r->steps, r->piece_rows, r->compute_us);
 }
 
 /* Frees a version: its layer (the last request on it has finished: each holds

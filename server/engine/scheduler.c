@@ -39,9 +39,13 @@
  * into piece_kv (key_rows rows each, no query row), then each piece's query
  * rows attend to all of them as a fixed memory (attnd_piece_rows_all_keys). Only the oldest chunked request advances, so a
  * model holds at most one such buffer. Steps that arrive while an iteration computes join
- * the next one, which starts the moment this one ends. So no timer waits for a
+ * the next one, which starts the moment this one ends. An iteration with both
+ * steps and a piece computes its steps first and answers them (while the loop
+ * stays busy), then its piece: a closed-loop stream's next step then arrives
+ * while the piece computes and joins the very next iteration, instead of
+ * missing it and waiting through two pieces. So no timer waits for a
  * stream, a lone step on an idle model starts at once, and a decode step waits
- * behind at most one iteration: its steps and one piece, never a whole
+ * behind at most the piece of the iteration in flight, never a whole
  * prefill. Waits are opt-in only: max_queue_delay_us (0 by default) holds an
  * iteration as it holds a stateless batch, until its oldest step has waited
  * that long or max_batch_requests steps are queued; max_stream_wait_us (0 by
@@ -731,94 +735,143 @@ static int project_keys(const attnd_scheduler *s, sched_job *job)
     return -1;
 }
 
-/* Runs one job's batch: concatenates the sequences, one attn_forward, fills
+/* Stamps what the job's requests report: queue time (a piece's at its first
+ * iteration), batch size, and for an iteration its number. */
+static void stamp_job(sched_job *job, int64_t start, int members)
+{
+    for (attnd_request *r = job->batch.head; r; r = r->next) {
+        r->queue_us = us_between(r->enqueued_ns, start);
+        r->batch_size = members;
+        if (job->loop) {
+            r->iter_first = r->iter_last = job->iteration;
+            r->iterations = 1;
+        }
+    }
+    attnd_request *p = job->piece;
+    if (p == NULL) return;
+    if (p->iterations == 0) p->queue_us = us_between(p->enqueued_ns, start);
+    p->batch_size = members;
+    if (job->loop) {
+        if (p->iterations++ == 0) p->iter_first = job->iteration;
+        p->iter_last = job->iteration;
+    }
+}
+
+/* Readies the job's piece (a keys piece's projection, answered here; its
+ * buffer: `buffered` is first_piece_ready's answer, or -1 when it has not
+ * run yet). Returns the view its forward computes, in *view, or NULL when no
+ * query rows of it are in the forward (no piece, or a keys piece). */
+static const attn_seq *prepare_piece(const attnd_scheduler *s, sched_job *job, int buffered, attn_seq *view)
+{
+    if (job->piece == NULL) return NULL;
+    if (buffered < 0) buffered = first_piece_ready(s, job);
+    int ready = buffered && (!job->piece_keys || project_keys(s, job) == 0);
+    if (ready && job->piece_keys) {
+        set_result(job->piece, ATTN_OK); /* its keys: no query rows in this forward */
+        return NULL;
+    }
+    *view = ready ? piece_view(s, job->piece, job->piece_rows) : job->piece->seqs[0];
+    return view;
+}
+
+/* One attn_forward of every sequence of the job's batch and of own (a piece's
+ * view, or NULL); each alone if that fails or cannot be packed. */
+static void compute_seqs(sched_worker *w, attn_workspace *ws, sched_job *job, const attn_seq *own)
+{
+    attnd_scheduler *s = w->s;
+    req_list *batch = &job->batch;
+    long n_seqs = own != NULL;
+    for (attnd_request *r = batch->head; r; r = r->next) n_seqs += r->n_seqs;
+    if (n_seqs == 0) return; /* a keys piece alone: projected already */
+    if (batch->count + (own != NULL) == 1 || reserve_seqs(w, n_seqs) != 0) {
+        run_each_alone(w, ws, job, own); /* one request; or no memory to pack: still answer */
+        return;
+    }
+    int k = 0;
+    for (attnd_request *r = batch->head; r; r = r->next) {
+        memcpy(w->seqs + k, r->seqs, (size_t)r->n_seqs * sizeof *r->seqs);
+        k += r->n_seqs;
+    }
+    if (own) w->seqs[k++] = *own;
+    const attn_layer *layer = layer_of(s, batch->head ? batch->head : job->piece);
+    attn_error err;
+    if (attn_forward(layer, w->seqs, k, ws, NULL, &err) != ATTN_OK) {
+        run_each_alone(w, ws, job, own);
+        return;
+    }
+    for (attnd_request *r = batch->head; r; r = r->next) set_result(r, ATTN_OK);
+    if (own) set_result(job->piece, ATTN_OK);
+}
+
+static void report(const attnd_scheduler *s, const sched_job *job, attnd_report_part part, int members,
+                   int64_t compute_us)
+{
+    if (s->hook == NULL) return;
+    const int rows = job->piece ? job->piece_rows : 0;
+    const attnd_batch_report r = {
+        .n_requests = part == ATTND_REPORT_PIECE ? 1 : members,
+        .n_tokens = (part == ATTND_REPORT_PIECE ? 0 : job->batch.tokens) + (size_t)rows,
+        .compute_us = compute_us,
+        .loop = job->loop,
+        .steps = part == ATTND_REPORT_PIECE ? 0 : job->batch.count,
+        .piece_rows = part == ATTND_REPORT_STEPS ? 0 : rows,
+        .part = part,
+    };
+    s->hook(s->hook_ctx, &r);
+}
+
+/* The steps of an iteration that also has a piece: computed and answered
+ * first, while the loop stays busy, so their clients send their next steps
+ * while the piece computes and those join the very next iteration (answered
+ * after the piece, a closed-loop stream would miss it and wait two pieces). */
+static void run_steps_first(sched_worker *w, attn_workspace *ws, sched_job *job, int members, int64_t start)
+{
+    compute_seqs(w, ws, job, NULL);
+    int64_t compute_us = us_between(start, attnd_now_ns());
+    for (attnd_request *r = job->batch.head; r; r = r->next) r->compute_us = compute_us;
+    report(w->s, job, ATTND_REPORT_STEPS, members, compute_us); /* counted before answered */
+    finish_all(&job->batch);
+}
+
+/* Runs one job: its batch (and piece) in one attn_forward, or for an
+ * iteration with both, its steps then its piece (run_steps_first); fills
  * every result field, calls the hook, then every on_done. */
 static void run_batch(sched_worker *w, sched_job *job)
 {
     attnd_scheduler *s = w->s;
-    req_list *batch = &job->batch;
-    int64_t start = attnd_now_ns();
-    int members = batch->count + (job->piece != NULL);
-    attn_seq piece = { 0 };
-    if (job->piece) {
-        int ready = first_piece_ready(s, job) && (!job->piece_keys || project_keys(s, job) == 0);
-        if (ready && job->piece_keys)
-            set_result(job->piece, ATTN_OK); /* its keys: no query rows in this forward */
-        else
-            piece = ready ? piece_view(s, job->piece, job->piece_rows) : job->piece->seqs[0];
-    }
-    const int piece_seq = job->piece != NULL && !job->piece_keys; /* in this forward */
-    long n_seqs = piece_seq;
-    for (attnd_request *r = batch->head; r; r = r->next) n_seqs += r->n_seqs;
-    for (attnd_request *r = batch->head; r; r = r->next) {
-        r->queue_us = us_between(r->enqueued_ns, start);
-        r->batch_size = members;
-    }
-    if (job->piece) {
-        attnd_request *p = job->piece;
-        if (p->iterations == 0) p->queue_us = us_between(p->enqueued_ns, start);
-        p->batch_size = members;
-    }
-    if (job->loop) {
-        for (attnd_request *r = batch->head; r; r = r->next) {
-            r->iter_first = r->iter_last = job->iteration;
-            r->iterations = 1;
-        }
-        if (job->piece) {
-            if (job->piece->iterations++ == 0) job->piece->iter_first = job->iteration;
-            job->piece->iter_last = job->iteration;
-        }
-    }
+    int64_t start = attnd_now_ns(), part_start = start;
+    const int members = job->batch.count + (job->piece != NULL);
+    const int split = job->loop && job->batch.count > 0 && job->piece != NULL;
+    stamp_job(job, start, members);
 
     /* The loop: every core; stateless alone: every core; else this worker's thread. */
     int others = atomic_fetch_add(&s->computing, 1);
     attn_workspace *ws = (job->loop || others == 0) && w->ws_wide ? w->ws_wide : w->ws;
-    const attn_seq *own = piece_seq ? &piece : NULL;
-    if (n_seqs == 0) {
-        /* a keys piece alone: projected above */
-    } else if (members == 1 && !job->piece) {
-        run_each_alone(w, ws, job, NULL);
-    } else if (reserve_seqs(w, n_seqs) != 0) {
-        run_each_alone(w, ws, job, own); /* no memory to pack: still answer correctly */
-    } else {
-        int k = 0;
-        for (attnd_request *r = batch->head; r; r = r->next) {
-            memcpy(w->seqs + k, r->seqs, (size_t)r->n_seqs * sizeof *r->seqs);
-            k += r->n_seqs;
-        }
-        if (piece_seq) w->seqs[k++] = piece;
-        const attn_layer *layer = layer_of(s, batch->head ? batch->head : job->piece);
-        attn_error err;
-        attn_status st = attn_forward(layer, w->seqs, k, ws, NULL, &err);
-        if (st == ATTN_OK) {
-            for (attnd_request *r = batch->head; r; r = r->next) set_result(r, ATTN_OK);
-            if (piece_seq) set_result(job->piece, ATTN_OK);
-        } else {
-            run_each_alone(w, ws, job, own);
-        }
+    int buffered = -1; /* a piece's buffer first: the STEPS report counts its final rows */
+    if (split) {
+        buffered = first_piece_ready(s, job);
+        run_steps_first(w, ws, job, members, start);
+        part_start = attnd_now_ns();
     }
+    attn_seq view;
+    compute_seqs(w, ws, job, prepare_piece(s, job, buffered, &view));
     atomic_fetch_sub(&s->computing, 1);
 
     int64_t end = attnd_now_ns();
-    int64_t compute_us = us_between(start, end);
-    for (attnd_request *r = batch->head; r; r = r->next) r->compute_us = compute_us;
+    int64_t compute_us = us_between(part_start, end);
+    for (attnd_request *r = job->batch.head; r; r = r->next) r->compute_us = compute_us;
     if (job->piece) job->piece->compute_us += compute_us;
     /* The hook first: once iteration_ended frees the loop, the next piece of
      * the same request may compute and be answered on another worker, and this
      * iteration's report must already be in (the metrics a client reads after
      * its answer count every piece of it). */
-    if (s->hook) {
-        const size_t tokens = batch->tokens + (job->piece ? (size_t)job->piece_rows : 0);
-        const attnd_batch_report report = {members, tokens, compute_us, job->loop, batch->count,
-                                           job->piece ? job->piece_rows : 0};
-        s->hook(s->hook_ctx, &report);
-    }
+    report(s, job, split ? ATTND_REPORT_PIECE : ATTND_REPORT_WHOLE, members, compute_us);
     req_list done = { 0 };
     if (job->loop) {
         atomic_store(&s->last_batch_ns, end - start);
         iteration_ended(s, job, &done);
     }
-    finish_all(batch);
+    finish_all(&job->batch);
     if (done.count) {
         if (done.head->outcome == ATTND_DONE_TIMEOUT) done.head->batch_size = 0;
         finish_all(&done);

@@ -42,18 +42,30 @@ typedef struct attnd_sched_config {
     int workers;                 /* worker threads, >= 1                      */
 } attnd_sched_config;
 
+/* Which part of a batch a report covers. An iteration with both steps and a
+ * piece computes (and answers) its steps first, then its piece: two reports. */
+typedef enum attnd_report_part {
+    ATTND_REPORT_WHOLE = 0, /* the whole batch or iteration                   */
+    ATTND_REPORT_STEPS = 1, /* an iteration's steps: counts the iteration, its
+                               requests and tokens (the piece's included) */
+    ATTND_REPORT_PIECE = 2  /* the same iteration's piece: its rows and time  */
+} attnd_report_part;
+
 /* What a worker reports after each batch (for metrics). */
 typedef struct attnd_batch_report {
     int n_requests;     /* requests in it, a chunked request's piece included */
     size_t n_tokens;    /* positions it projected for them                    */
-    int64_t compute_us; /* its compute time                                   */
+    int64_t compute_us; /* compute time of the part reported                  */
     int loop;           /* 1: an iteration of the decode loop                 */
     int steps;          /* the iteration's whole stream steps (loop only)     */
-    int piece_rows;     /* rows of the chunked prefill's piece in it, or 0    */
+    int piece_rows;     /* rows of the chunked prefill's piece in it, or 0
+                           (0 in a STEPS report: the PIECE report has them)   */
+    attnd_report_part part;
 } attnd_batch_report;
 
-/* Called by a worker after each batch (for a decode-loop iteration, before
- * the loop may start its next one); may be NULL. */
+/* Called by a worker after each batch or part (a STEPS part before its steps
+ * are answered; the last part of a decode-loop iteration before the loop may
+ * start its next one); may be NULL. */
 typedef void (*attnd_batch_hook)(void *ctx, const attnd_batch_report *report);
 
 typedef struct attnd_scheduler attnd_scheduler;

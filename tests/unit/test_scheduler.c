@@ -255,8 +255,10 @@ typedef struct hook_log {
     int n_batches, n_requests, max_requests;
     int sizes[MAX_BATCHES];
     size_t tokens[MAX_BATCHES];
+    attnd_report_part parts[MAX_BATCHES];
     int gate_closed; /* while 1, a worker entering the hook waits */
     int first_only;  /* ... but only the one that ran the first batch */
+    int hold_piece;  /* while 1, a worker reporting an iteration's PIECE part waits */
     int waiting;     /* workers waiting at the gate */
 } hook_log;
 
@@ -283,14 +285,21 @@ static void batch_hook(void *ctx, const attnd_batch_report *r)
     if (h->n_batches < MAX_BATCHES) {
         h->sizes[h->n_batches] = n_requests;
         h->tokens[h->n_batches] = n_tokens;
+        h->parts[h->n_batches] = r->part;
     }
     int first = h->n_batches++ == 0;
-    h->n_requests += n_requests;
+    h->n_requests += r->part == ATTND_REPORT_PIECE ? 0 : n_requests; /* a piece's part: counted already */
     if (n_requests > h->max_requests) h->max_requests = n_requests;
     if (h->gate_closed && (first || !h->first_only)) {
         h->waiting++;
         pthread_cond_broadcast(&h->cv);
         while (h->gate_closed) pthread_cond_wait(&h->cv, &h->mu);
+        h->waiting--;
+    }
+    if (h->hold_piece && r->part == ATTND_REPORT_PIECE) {
+        h->waiting++;
+        pthread_cond_broadcast(&h->cv);
+        while (h->hold_piece) pthread_cond_wait(&h->cv, &h->mu);
         h->waiting--;
     }
     pthread_mutex_unlock(&h->mu);
@@ -314,6 +323,7 @@ static void hook_open(hook_log *h)
 {
     pthread_mutex_lock(&h->mu);
     h->gate_closed = 0;
+    h->hold_piece = 0;
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
 }
@@ -1093,6 +1103,87 @@ TEST_WITH(step_waits_one_piece, const attn_layer *layer)
     hook_fini(&h);
 }
 
+/* Holds the next worker that reports a PIECE part (from now on). */
+static void hook_hold_piece(hook_log *h)
+{
+    pthread_mutex_lock(&h->mu);
+    h->hold_piece = 1;
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* An iteration with steps and a piece answers its steps before it computes
+ * its piece, so a closed-loop stream's next step is queued in time for the
+ * next iteration: held at iteration 1 (the first piece alone), three steps
+ * queue; iteration 2 reports its steps (STEPS part, the iteration counted
+ * with all four members), answers them, then computes its piece, reported
+ * as the PIECE part — held there, every step is answered already and the
+ * prefill is not; a step queued meanwhile runs in iteration 3, beside the
+ * prefill's third piece. */
+TEST_WITH(steps_answered_before_the_piece, const attn_layer *layer)
+{
+    enum { T = 400, CHUNK = 4, STEPS = 3, L = 20 };
+    uint64_t rng = 59;
+    hook_log h;
+    hook_init(&h, 1);
+    h.first_only = 1;
+    reset_done();
+    attnd_scheduler *s = make_loop_sched(layer, CHUNK, 1, &h);
+    float *k = cache_of(&rng, 0, T), *v = cache_of(&rng, 0, T);
+    float *sk[STEPS + 1], *sv[STEPS + 1];
+    test_request *pre = append_req(&rng, k, v, 0, T, 1, 0), *st[STEPS + 1];
+    submit_ok(s, pre);
+    CHECK(hook_wait_blocked(&h)); /* iteration 1 (the first piece alone) done, its worker held */
+    for (int i = 0; i <= STEPS; i++) {
+        sk[i] = cache_of(&rng, L, 1);
+        sv[i] = cache_of(&rng, L, 1);
+        st[i] = append_req(&rng, sk[i], sv[i], L, 1, 10 + (uint64_t)i, 0);
+    }
+    for (int i = 0; i < STEPS; i++) submit_ok(s, st[i]);
+    hook_hold_piece(&h);
+    pthread_mutex_lock(&h.mu);
+    h.gate_closed = 0; /* iteration 2 may run; its PIECE report will hold */
+    pthread_cond_broadcast(&h.cv);
+    pthread_mutex_unlock(&h.mu);
+    CHECK_INT_EQ(wait_done(STEPS), STEPS);
+    CHECK(hook_wait_blocked(&h));
+    pthread_mutex_lock(&done_mu);
+    int steps_done = 0;
+    for (int i = 0; i < STEPS; i++) steps_done += st[i]->done_calls;
+    const int pre_done = pre->done_calls;
+    pthread_mutex_unlock(&done_mu);
+    CHECK_INT_EQ(steps_done, STEPS); /* answered while their iteration's piece was held */
+    CHECK_INT_EQ(pre_done, 0);
+    pthread_mutex_lock(&h.mu);
+    const int reports = h.n_batches;
+    pthread_mutex_unlock(&h.mu);
+    CHECK_INT_EQ(reports, 3); /* iteration 1 WHOLE; iteration 2 STEPS, PIECE */
+    CHECK_INT_EQ(h.parts[0], ATTND_REPORT_WHOLE);
+    CHECK_INT_EQ(h.parts[1], ATTND_REPORT_STEPS);
+    CHECK_INT_EQ(h.parts[2], ATTND_REPORT_PIECE);
+    CHECK_INT_EQ(h.sizes[1], STEPS + 1);
+    CHECK(h.tokens[1] > STEPS); /* the steps' rows and the piece's */
+    submit_ok(s, st[STEPS]); /* queued while iteration 2's piece computes */
+    hook_open(&h);
+    CHECK_INT_EQ(wait_done(STEPS + 2), STEPS + 2);
+    attnd_scheduler_free(s);
+    for (int i = 0; i <= STEPS; i++) {
+        CHECK_INT_EQ(st[i]->req.outcome, ATTND_DONE_OK);
+        CHECK_INT_EQ(st[i]->req.iter_first, i < STEPS ? 2 : 3);
+        CHECK_INT_EQ(st[i]->req.batch_size, i < STEPS ? STEPS + 1 : 2);
+        CHECK(diff_vs_alone(layer, &st[i]->req) <= 1e-6);
+        test_request_free(st[i]);
+        free(sk[i]);
+        free(sv[i]);
+    }
+    CHECK_INT_EQ(pre->req.outcome, ATTND_DONE_OK);
+    CHECK_INT_EQ(pre->req.iterations, planned_pieces(layer, 0, 0, T, CHUNK));
+    float *k0 = calloc((size_t)T * E, sizeof *k0), *v0 = calloc((size_t)T * E, sizeof *v0);
+    CHECK(diff_vs_whole(layer, &pre->req, k0, v0) <= 1e-6);
+    test_request_free(pre);
+    free(k); free(v); free(k0); free(v0);
+    hook_fini(&h);
+}
+
 /* A step and a stateless request whose deadlines pass while the only worker
  * is held are answered 504 (TIMEOUT) at their deadline, before the worker is
  * free: the deadline thread answers them, uncomputed. */
@@ -1202,6 +1293,7 @@ int main(void)
     RUN_WITH(piece_rows_cost, layer);
     RUN_WITH(chunked_equals_whole, layer);
     RUN_WITH(step_waits_one_piece, layer);
+    RUN_WITH(steps_answered_before_the_piece, layer);
     RUN_WITH(deadline_while_held, layer);
     RUN_WITH(oldest_kind_first, layer);
     attn_layer_free(layer);
