@@ -135,53 +135,6 @@ AVX2_FN static void one_row(const float *x, const float *panel, int n_in, const 
     store_row(a, bias, nc, y);
 }
 
-/* Columns [32 h, 32 h + 32) of one row's accumulators to y: those of its nc
- * that fall there, plus the bias (bias: PANEL floats, or NULL). */
-AVX2_FN __attribute__((always_inline)) static inline void store_half(__m256 a0, __m256 a1, __m256 a2, __m256 a3,
-                                                                    const float *bias, int nc, int h, float *y)
-{
-    const int n = nc - 32 * h < 32 ? nc - 32 * h : 32;
-    if (n <= 0) return;
-    float tmp[32];
-    float *d = n == 32 ? y + 32 * h : tmp;
-    const __m256 a[4] = {a0, a1, a2, a3};
-    for (int v = 0; v < 4; v++)
-        _mm256_storeu_ps(d + 8 * v, bias ? _mm256_add_ps(_mm256_loadu_ps(bias + 32 * h + 8 * v), a[v]) : a[v]);
-    if (d == tmp) memcpy(y + 32 * h, tmp, (size_t)n * sizeof *y);
-}
-
-/* Three rows against half a panel (columns [32 h, 32 h + 32)) with AVX2's 16
- * vector registers: twelve accumulators, each panel vector loaded once for
- * the three rows, so 7 loads feed 12 FMAs where one_row needs 9 for 8 (the
- * loads bound it). Each lane sums exactly as one_row's does: the same bits. */
-AVX2_FN static void three_rows(const float *x, int n_in, const float *panel, int h, const float *bias, int nc,
-                               float *y, int ldy)
-{
-    const float *x0 = x, *x1 = x + n_in, *x2 = x + 2 * (size_t)n_in;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-    __m256 c0 = a0, c1 = a0, c2 = a0, c3 = a0;
-#define THREE(i)                                                                                           \
-    do {                                                                                                   \
-        const __m256 w_ = _mm256_load_ps(p + 8 * (i));                                                     \
-        a##i = _mm256_fmadd_ps(xa, w_, a##i);                                                              \
-        b##i = _mm256_fmadd_ps(xb, w_, b##i);                                                              \
-        c##i = _mm256_fmadd_ps(xc, w_, c##i);                                                              \
-    } while (0)
-    for (int k = 0; k < n_in; k++) {
-        const float *p = panel + (size_t)k * PANEL + 32 * h;
-        const __m256 xa = _mm256_broadcast_ss(x0 + k), xb = _mm256_broadcast_ss(x1 + k),
-                     xc = _mm256_broadcast_ss(x2 + k);
-        THREE(0);
-        THREE(1);
-        THREE(2);
-        THREE(3);
-    }
-#undef THREE
-    store_half(a0, a1, a2, a3, bias, nc, h, y);
-    store_half(b0, b1, b2, b3, bias, nc, h, y + ldy);
-    store_half(c0, c1, c2, c3, bias, nc, h, y + 2 * (size_t)ldy);
-}
-
 /* Two rows against a panel with AVX-512VL's 32 vector registers (no 512-bit
  * instruction): sixteen accumulators, each panel vector loaded once for both
  * rows, which halves the panel loads that bound one_row. Each lane sums
@@ -285,9 +238,6 @@ AVX2_FN static void small_avx2(const float *x, int rows, int n_in, const float *
         for (; vl && r + 2 <= rows; r += 2)
             two_rows_vl(x + (size_t)r * n_in, x + (size_t)(r + 1) * n_in, panel, n_in, b ? bias : NULL, nc,
                         y + (size_t)r * ldy + o0, y + (size_t)(r + 1) * ldy + o0);
-        for (; !vl && r + 3 <= rows; r += 3)
-            for (int h = 0; h < 2 && 32 * h < nc; h++)
-                three_rows(x + (size_t)r * n_in, n_in, panel, h, b ? bias : NULL, nc, y + (size_t)r * ldy + o0, ldy);
         for (; r < rows; r++)
             one_row(x + (size_t)r * n_in, panel, n_in, b ? bias : NULL, nc, y + (size_t)r * ldy + o0);
     }
