@@ -6,7 +6,8 @@
 #                   allocation-failure injection (test_alloc_fail) and the fuzz corpora replay
 #   make sanitize   the same tests on an ASan+UBSan build (in build-san/)
 #   make valgrind   memcheck over the library/codec tests and the daemon under integration tests
-#   make bench      benchmarks: figures and ratios measured in one run
+#   make bench      benchmarks: figures and ratios measured in one run (installs missing
+#                   packages first, like make test; bench-only skips that)
 #   make fuzz       fuzz the safetensors loader, the request codec and whole HTTP requests
 #                   (FUZZ_SECONDS=60 each; make test replays every corpus)
 #   make soak       10 min of mixed traffic, SIGHUPs, disconnects and overload, then RSS,
@@ -73,7 +74,7 @@ BENCH_BINS  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 # Everything a test binary may need, in link order.
 TEST_LIBS   := $(LIBCOMMON) $(LIBLOAD) $(LIBATTND) $(LIBATTN)
 
-.PHONY: all deps run test test-only sanitize valgrind bench loadtest fuzz soak clean install docker-test
+.PHONY: all deps run test test-only sanitize valgrind valgrind-only bench bench-only loadtest fuzz soak clean install docker-test
 .DEFAULT_GOAL := all
 
 all: $(ATTND) $(ATTND_LOAD)
@@ -141,11 +142,19 @@ test-only: all $(UNIT_BINS) $(ITEST_BINS)
 sanitize: deps
 	@$(MAKE) --no-print-directory BUILD=build-san SANITIZE=1 test-only
 
-valgrind: deps all $(UNIT_BINS) $(ITEST_BINS)
+valgrind: deps
+	@$(MAKE) --no-print-directory valgrind-only
+
+valgrind-only: all $(UNIT_BINS) $(ITEST_BINS)
 	BUILD=$(BUILD) scripts/valgrind.sh
 
-bench: all $(BENCH_BINS)
+# bench: like test, installs the packages first: the compiler flags come from
+# pkg-config, which the Makefile reads when it starts.
+bench:
 	@scripts/deps.sh --bench
+	@$(MAKE) --no-print-directory bench-only
+
+bench-only: all $(BENCH_BINS)
 	BUILD=$(BUILD) scripts/bench.sh
 
 # loadtest: start attnd on the demo model, run a short sweep, leave JSON/CSV/SVG in results/.
