@@ -319,14 +319,17 @@ static int hook_wait_blocked(hook_log *h)
     return ok;
 }
 
-static void hook_open(hook_log *h)
+/* Opens the gate; also_pieces clears hold_piece too (else it stays as set). */
+static void hook_release(hook_log *h, int also_pieces)
 {
     pthread_mutex_lock(&h->mu);
     h->gate_closed = 0;
-    h->hold_piece = 0;
+    if (also_pieces) h->hold_piece = 0;
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
 }
+
+static void hook_open(hook_log *h) { hook_release(h, 1); }
 
 /* A scheduler on cfg whose batches go to h's hook. */
 static attnd_scheduler *sched_with(const attn_layer *layer, const attnd_sched_config *cfg, hook_log *h)
@@ -1057,27 +1060,59 @@ TEST_WITH(chunked_equals_whole, const attn_layer *layer)
  * worker, blocked in the hook), three steps queue; they all run in the next
  * iteration, beside the prefill's second piece, long before its last. A
  * step's iteration is always the one after those started when it queued. */
+/* A one-worker decode loop (pieces of chunk rows) computing a T-row
+ * prefill of session 1, its worker held in the hook after iteration 1 (the
+ * first piece alone); the steps tests queue behind it. */
+typedef struct held_prefill {
+    hook_log h;
+    attnd_scheduler *s;
+    float *k, *v;      /* the prefill's rows */
+    test_request *pre; /* the prefill */
+} held_prefill;
+
+static void held_prefill_start(held_prefill *f, const attn_layer *layer, uint64_t *rng, int T, int chunk)
+{
+    hook_init(&f->h, 1);
+    f->h.first_only = 1;
+    reset_done();
+    f->s = make_loop_sched(layer, chunk, 1, &f->h);
+    f->k = cache_of(rng, 0, T);
+    f->v = cache_of(rng, 0, T);
+    f->pre = append_req(rng, f->k, f->v, 0, T, 1, 0);
+    submit_ok(f->s, f->pre);
+    CHECK(hook_wait_blocked(&f->h)); /* iteration 1 (the first piece) is done, its worker held */
+}
+
+/* After attnd_scheduler_free(f->s): the prefill equals the unchunked
+ * append, in as many iterations as planned_pieces says; then frees it all. */
+static void held_prefill_check_free(held_prefill *f, const attn_layer *layer, int T, int chunk)
+{
+    float *k0 = calloc((size_t)T * E, sizeof *k0), *v0 = calloc((size_t)T * E, sizeof *v0);
+    CHECK_INT_EQ(f->pre->req.outcome, ATTND_DONE_OK);
+    CHECK_INT_EQ(f->pre->req.iter_first, 1);
+    CHECK_INT_EQ(f->pre->req.iterations, planned_pieces(layer, 0, 0, T, chunk));
+    CHECK_INT_EQ(f->pre->req.iter_last, f->pre->req.iterations);
+    CHECK(diff_vs_whole(layer, &f->pre->req, k0, v0) <= 1e-6);
+    test_request_free(f->pre);
+    free(f->k), free(f->v), free(k0), free(v0);
+    hook_fini(&f->h);
+}
+
 TEST_WITH(step_waits_one_piece, const attn_layer *layer)
 {
     enum { T = 400, CHUNK = 4, STEPS = 3, L = 20 };
     uint64_t rng = 47;
-    hook_log h;
-    hook_init(&h, 1);
-    h.first_only = 1;
-    reset_done();
-    attnd_scheduler *s = make_loop_sched(layer, CHUNK, 1, &h);
-    float *k = cache_of(&rng, 0, T), *v = cache_of(&rng, 0, T);
-    float *k0 = calloc((size_t)T * E, sizeof *k0), *v0 = calloc((size_t)T * E, sizeof *v0);
-    test_request *pre = append_req(&rng, k, v, 0, T, 1, 0), *st[STEPS];
+    held_prefill f;
+    held_prefill_start(&f, layer, &rng, T, CHUNK);
+    attnd_scheduler *s = f.s;
+    test_request *st[STEPS];
     float *sk[STEPS], *sv[STEPS];
-    submit_ok(s, pre);
-    CHECK(hook_wait_blocked(&h)); /* iteration 1 (the first piece) is done, its worker held */
     for (int i = 0; i < STEPS; i++) {
         sk[i] = cache_of(&rng, L, 1);
         sv[i] = cache_of(&rng, L, 1);
         submit_ok(s, st[i] = append_req(&rng, sk[i], sv[i], L, 1, 10 + (uint64_t)i, 0));
     }
-    hook_open(&h);
+    hook_open(&f.h);
     CHECK_INT_EQ(wait_done(STEPS + 1), STEPS + 1);
     attnd_scheduler_free(s);
     for (int i = 0; i < STEPS; i++) {
@@ -1091,16 +1126,9 @@ TEST_WITH(step_waits_one_piece, const attn_layer *layer)
         free(sk[i]);
         free(sv[i]);
     }
-    const int plan = planned_pieces(layer, 0, 0, T, CHUNK);
-    CHECK_INT_EQ(pre->req.iter_first, 1);
-    CHECK_INT_EQ(pre->req.iter_last, plan);
-    CHECK_INT_EQ(pre->req.iterations, plan);
-    CHECK_INT_EQ(h.sizes[1], STEPS + 1);
-    for (int b = 2; b < h.n_batches && b < MAX_BATCHES; b++) CHECK_INT_EQ(h.sizes[b], 1);
-    CHECK(diff_vs_whole(layer, &pre->req, k0, v0) <= 1e-6);
-    test_request_free(pre);
-    free(k); free(v); free(k0); free(v0);
-    hook_fini(&h);
+    CHECK_INT_EQ(f.h.sizes[1], STEPS + 1);
+    for (int b = 2; b < f.h.n_batches && b < MAX_BATCHES; b++) CHECK_INT_EQ(f.h.sizes[b], 1);
+    held_prefill_check_free(&f, layer, T, CHUNK);
 }
 
 /* Holds the next worker that reports a PIECE part (from now on). */
@@ -1123,47 +1151,40 @@ TEST_WITH(steps_answered_before_the_piece, const attn_layer *layer)
 {
     enum { T = 400, CHUNK = 4, STEPS = 3, L = 20 };
     uint64_t rng = 59;
-    hook_log h;
-    hook_init(&h, 1);
-    h.first_only = 1;
-    reset_done();
-    attnd_scheduler *s = make_loop_sched(layer, CHUNK, 1, &h);
-    float *k = cache_of(&rng, 0, T), *v = cache_of(&rng, 0, T);
+    held_prefill f;
+    held_prefill_start(&f, layer, &rng, T, CHUNK);
+    attnd_scheduler *s = f.s;
+    hook_log *h = &f.h;
     float *sk[STEPS + 1], *sv[STEPS + 1];
-    test_request *pre = append_req(&rng, k, v, 0, T, 1, 0), *st[STEPS + 1];
-    submit_ok(s, pre);
-    CHECK(hook_wait_blocked(&h)); /* iteration 1 (the first piece alone) done, its worker held */
+    test_request *st[STEPS + 1];
     for (int i = 0; i <= STEPS; i++) {
         sk[i] = cache_of(&rng, L, 1);
         sv[i] = cache_of(&rng, L, 1);
         st[i] = append_req(&rng, sk[i], sv[i], L, 1, 10 + (uint64_t)i, 0);
     }
     for (int i = 0; i < STEPS; i++) submit_ok(s, st[i]);
-    hook_hold_piece(&h);
-    pthread_mutex_lock(&h.mu);
-    h.gate_closed = 0; /* iteration 2 may run; its PIECE report will hold */
-    pthread_cond_broadcast(&h.cv);
-    pthread_mutex_unlock(&h.mu);
+    hook_hold_piece(h);
+    hook_release(h, 0); /* iteration 2 may run; its PIECE report will hold */
     CHECK_INT_EQ(wait_done(STEPS), STEPS);
-    CHECK(hook_wait_blocked(&h));
+    CHECK(hook_wait_blocked(h));
     pthread_mutex_lock(&done_mu);
     int steps_done = 0;
     for (int i = 0; i < STEPS; i++) steps_done += st[i]->done_calls;
-    const int pre_done = pre->done_calls;
+    const int pre_done = f.pre->done_calls;
     pthread_mutex_unlock(&done_mu);
     CHECK_INT_EQ(steps_done, STEPS); /* answered while their iteration's piece was held */
     CHECK_INT_EQ(pre_done, 0);
-    pthread_mutex_lock(&h.mu);
-    const int reports = h.n_batches;
-    pthread_mutex_unlock(&h.mu);
+    pthread_mutex_lock(&h->mu);
+    const int reports = h->n_batches;
+    pthread_mutex_unlock(&h->mu);
     CHECK_INT_EQ(reports, 3); /* iteration 1 WHOLE; iteration 2 STEPS, PIECE */
-    CHECK_INT_EQ(h.parts[0], ATTND_REPORT_WHOLE);
-    CHECK_INT_EQ(h.parts[1], ATTND_REPORT_STEPS);
-    CHECK_INT_EQ(h.parts[2], ATTND_REPORT_PIECE);
-    CHECK_INT_EQ(h.sizes[1], STEPS + 1);
-    CHECK(h.tokens[1] > STEPS); /* the steps' rows and the piece's */
+    CHECK_INT_EQ(h->parts[0], ATTND_REPORT_WHOLE);
+    CHECK_INT_EQ(h->parts[1], ATTND_REPORT_STEPS);
+    CHECK_INT_EQ(h->parts[2], ATTND_REPORT_PIECE);
+    CHECK_INT_EQ(h->sizes[1], STEPS + 1);
+    CHECK(h->tokens[1] > STEPS); /* the steps' rows and the piece's */
     submit_ok(s, st[STEPS]); /* queued while iteration 2's piece computes */
-    hook_open(&h);
+    hook_open(h);
     CHECK_INT_EQ(wait_done(STEPS + 2), STEPS + 2);
     attnd_scheduler_free(s);
     for (int i = 0; i <= STEPS; i++) {
@@ -1175,13 +1196,7 @@ TEST_WITH(steps_answered_before_the_piece, const attn_layer *layer)
         free(sk[i]);
         free(sv[i]);
     }
-    CHECK_INT_EQ(pre->req.outcome, ATTND_DONE_OK);
-    CHECK_INT_EQ(pre->req.iterations, planned_pieces(layer, 0, 0, T, CHUNK));
-    float *k0 = calloc((size_t)T * E, sizeof *k0), *v0 = calloc((size_t)T * E, sizeof *v0);
-    CHECK(diff_vs_whole(layer, &pre->req, k0, v0) <= 1e-6);
-    test_request_free(pre);
-    free(k); free(v); free(k0); free(v0);
-    hook_fini(&h);
+    held_prefill_check_free(&f, layer, T, CHUNK);
 }
 
 /* A step and a stateless request whose deadlines pass while the only worker
