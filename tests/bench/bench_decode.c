@@ -8,8 +8,8 @@
  * threaded (openblas_set_num_threads(1): the pool only runs then, attn.h).
  * Prints per row: tokens/s (n / median step), the K/V bytes the step reads
  * (attn__forward_kv_bytes) per second of the whole step, and as a fraction of
- * the read bandwidth measured in the same run by a plain streaming sum on the
- * same number of threads; the same per second of the step minus the step at
+ * the read bandwidth measured in the same run by a streaming sum
+ * (bench_stream_sum: the widest vectors the CPU has) on the same number of threads; the same per second of the step minus the step at
  * P = 0 (projections only: "attn only"). Target (issue 16): >= 70 % of that
  * bandwidth at 16+ sessions and P >= 8k, "met" / "not met" per row.
  * Then the max error of each dtype vs F32 on the bench's own data (the same
@@ -368,51 +368,6 @@ static int weights_section(bench *b, uint64_t seed, const float *kx, const float
  * K/V bytes / kernel seconds / stream bandwidth; the median over rounds is
  * judged against issue 28's targets (F32 70 %, F16 and BF16 60 %, INT8 50 %
  * of the 4 KiB-page stream, the figure bench_read_bandwidth gives). */
-typedef struct sum_job {
-    const float *p;
-    size_t n;
-    float sum;
-} sum_job;
-
-static void *sum_run(void *arg)
-{
-    sum_job *a = arg;
-    float s[16] = {0};
-    for (size_t i = 0; i + 16 <= a->n; i += 16)
-        for (int j = 0; j < 16; j++) s[j] += a->p[i + j];
-    float t = 0;
-    for (int j = 0; j < 16; j++) t += s[j];
-    a->sum = t;
-    return NULL;
-}
-
-/* Best of `reps` streaming sums of buf (n floats) on `threads` threads, bytes/s. */
-static double stream_bw(const float *buf, size_t n, int threads, int reps)
-{
-    double best = 0;
-    for (int rep = 0; rep < reps; rep++) {
-        sum_job a[MAX_THREADS];
-        pthread_t th[MAX_THREADS];
-        int started[MAX_THREADS] = {0};
-        const size_t share = n / (size_t)threads;
-        const int64_t t0 = bench_now_ns();
-        for (int i = 0; i < threads; i++) {
-            a[i] = (sum_job){buf + (size_t)i * share, share, 0};
-            if (i > 0) started[i] = pthread_create(&th[i], NULL, sum_run, &a[i]) == 0;
-        }
-        sum_run(&a[0]);
-        for (int i = 1; i < threads; i++)
-            if (started[i]) pthread_join(th[i], NULL);
-            else sum_run(&a[i]);
-        const double sec = (double)(bench_now_ns() - t0) * 1e-9;
-        float total = 0;
-        for (int i = 0; i < threads; i++) total += a[i].sum;
-        if (total < 0) printf("?");
-        if ((double)n * sizeof *buf / sec > best) best = (double)n * sizeof *buf / sec;
-    }
-    return best;
-}
-
 static int cmp_dbl(const void *a, const void *b)
 {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -474,8 +429,8 @@ static int roofline_section(bench *b, int threads, const float *kx, const float 
             double bw4[MAXR], bw2[MAXR], th[MAXR], t4[MAXR], tb[MAXR], fk[MAXR], fk4[MAXR], fs[MAXR], hr[MAXR], tab[MAXR];
             double fab[MAXR], tab_s[MAXR];
             for (int r = 0; rc == 0 && r < rounds; r++) {
-                bw4[r] = stream_bw(s4, nf, threads, 3);
-                bw2[r] = stream_bw(s2, nf, threads, 3);
+                bw4[r] = bench_stream_sum(s4, nf, threads, 3);
+                bw2[r] = bench_stream_sum(s2, nf, threads, 3);
                 th[r] = time_step(b, &ph, N, P, out);
                 if (ab) {
                     const int s0 = attn__decode_sub_bytes, a0 = attn__decode_k_ahead;
@@ -599,8 +554,8 @@ int main(void)
     bench b = {.l = l, .ws = ws, .budget = 0.25 * (bs ? atof(bs) : 1.0)};
     b.bw = bench_read_bandwidth(threads);
     if (b.bw <= 0) return 1;
-    printf("streaming read bandwidth (%d threads, sum of floats over 1 GiB, best of 5): %.2f GB/s\n", threads,
-           b.bw * 1e-9);
+    printf("streaming read bandwidth (%d threads, sum of floats over 1 GiB, %s, best of 5): %.2f GB/s\n",
+           threads, bench_stream_kind(), b.bw * 1e-9);
 
     const int maxP = 32768;
     float *kx = malloc((size_t)maxP * G * D * sizeof *kx), *vx = malloc((size_t)maxP * G * D * sizeof *vx);

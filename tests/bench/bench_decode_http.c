@@ -87,7 +87,7 @@ int main(void)
            "P=%d cached positions per session, %d one-position appends per session\n",
            E, H, G, D, prefix, steps);
     const double bw = bench_read_bandwidth(2);
-    printf("streaming read bandwidth (2 threads, sum over 1 GiB): %.1f GB/s\n", bw * 1e-9);
+    printf("streaming read bandwidth (2 threads, sum over 1 GiB, %s): %.1f GB/s\n", bench_stream_kind(), bw * 1e-9);
 
     char dir[] = "/tmp/attnd-bench-decode-XXXXXX";
     uint64_t rng = 0x6465636f6465ull;

@@ -441,8 +441,8 @@ static int serve(void)
             printf("RESULT\tsgemm\t%dthreads\t%.3f\tGFLOP/s (1024^3, OpenBLAS %s, best of 3)\n", THREADS,
                    bench_sgemm_gflops(1024, THREADS), openblas_get_corename());
         } else if (!strncmp(line, "bw", 2)) {
-            printf("RESULT\tbw\t%dthreads\t%.3f\tGB/s (sum of floats over 1 GiB, best of 5)\n", THREADS,
-                   bench_read_bandwidth(THREADS) * 1e-9);
+            printf("RESULT\tbw\t%dthreads\t%.3f\tGB/s (sum of floats over 1 GiB, %s, best of 5)\n", THREADS,
+                   bench_read_bandwidth(THREADS) * 1e-9, bench_stream_kind());
         } else if (!strncmp(line, "quit", 4)) {
             break;
         } else {

@@ -7,6 +7,7 @@
 #ifndef ATTN_TEST_BENCHUTIL_H
 #define ATTN_TEST_BENCHUTIL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "attn.h"
@@ -29,10 +30,17 @@ int bench_write_mha_model(const char *path, int e, int heads, uint64_t *rng);
  * *rng at nn.Linear's init scale. dir must exist. Returns 0 or -1. */
 int bench_write_llama_layer(const char *dir, int e, int h, int g, int d, uint64_t *rng);
 
-/* The best of 5 passes of `threads` threads (1..16) each summing its share of
+/* The best of 5 passes of `threads` threads (1..64) each summing its share of
  * a 1 GiB float buffer: the read bandwidth a memory-bound kernel can hope
- * for, in bytes/s; -1 when out of memory. */
+ * for, in bytes/s; -1 when out of memory. The sums use the widest vectors
+ * the CPU has (bench_stream_kind), so the loop outruns memory. */
 double bench_read_bandwidth(int threads);
+
+/* The best of `reps` such passes over p (n floats), bytes/s. */
+double bench_stream_sum(const float *p, size_t n, int threads, int reps);
+
+/* How the streaming sum runs on this CPU ("8 zmm sums", ...), for headers. */
+const char *bench_stream_kind(void);
 
 /* Median seconds of attn_forward(l, seq, 1, ws) over about `budget` seconds,
  * at least min_runs runs (at most 2000) after one warm-up; -1 on error (the
