@@ -8,7 +8,7 @@
  * DECODE_SUB keys small enough to stay in L1 while every head uses them.
  * The tiles are pipelined: the axpys of tile i run sub-block by sub-block
  * interleaved with the scores of tile i + 1, so K and V are read as two
- * steady streams, each pass bringing its stream DECODE_AHEAD keys ahead
+ * steady streams, each pass bringing its stream DECODE_AHEAD_BYTES ahead
  * into L2 a slice at a time (a burst of prefetches stalls the core until
  * memory delivers them).
  * A tile's keys are walked in runs inside one cache block, but a key's
@@ -47,7 +47,14 @@
 #define DECODE_SUB 16
 #define DECODE_SUB_BYTES (1 << 30) /* no cap: 8 KiB measured no better (docs/performance.md) */
 #define DECODE_K_AHEAD 4 /* the three-phase tiles: own K rows prefetched this many keys ahead */
-#define DECODE_AHEAD 128 /* the pipelined tiles: keys ahead each pass brings its stream into L2 */
+/* The pipelined tiles: how far ahead each pass brings its stream into L2,
+ * in bytes of the job's rows (all its KV heads), as keys within [16, 128].
+ * 64 KiB: F32 rows of 8 KV heads x 64 are 2 KiB, so 32 keys, which took
+ * 0.84-0.88 of the step time 128 keys took on a Zen 5 (16 sessions, P =
+ * 8192; F16/BF16/INT8, compute-bound there, the same within noise). */
+#define DECODE_AHEAD_BYTES (64 << 10)
+#define DECODE_AHEAD_MIN 16
+#define DECODE_AHEAD_MAX 128
 
 int attn__decode_portable_only = 0;
 int attn__decode_no_avx512 = 0;
@@ -350,7 +357,7 @@ AVX2_INLINE void dot4x4_avx2(const float *q0, int d, const void *k, size_t kj, s
 AVX2_INLINE void qk_pairs_t(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo,
                             const int dt);
 
-/* Keys in fours by DOT4X4 (dot4x4_avx2, or AVX-512VL's dot4x4: rows in
+/* Keys in fours by DOT4X4 (dot4x4_avx2, or AVX-512VL's dot4x4_zmm: rows in
  * fours, d = dc, a constant 64 or 128 the compiler unrolls, or x->d when dc
  * is 0; d a multiple of 8), the rest by qk_pairs_t. The prefetches are
  * qk_pairs_t's, four keys at a time. One body for both ISAs: an AVX2
@@ -571,6 +578,47 @@ AVX512_INLINE void axpy4x16_512(const float *p, int ldp, const void *v, size_t s
     _mm512_storeu_ps(a3, x3);
 }
 
+/* axpy4x16_512 over 64 columns at once (16 accumulators): each key's four
+ * probabilities are broadcast once for all 64 columns, where four calls of
+ * axpy4x16_512 broadcast them four times (20 loads for 16 FMAs a key; here
+ * 8). Each acc lane gets the same FMAs in the same order: the same bits. */
+#define AXPY4_ROW(r, pr)                                                                                         \
+    do {                                                                                                         \
+        const __m512 b = _mm512_set1_ps((pr)[j]);                                                                \
+        x##r##0 = _mm512_fmadd_ps(b, w0, x##r##0);                                                               \
+        x##r##1 = _mm512_fmadd_ps(b, w1, x##r##1);                                                               \
+        x##r##2 = _mm512_fmadd_ps(b, w2, x##r##2);                                                               \
+        x##r##3 = _mm512_fmadd_ps(b, w3, x##r##3);                                                               \
+    } while (0)
+AVX512_INLINE void axpy4x64_512(const float *p, int ldp, const void *v, size_t stride, int m, int dt, float *acc,
+                                int d, int c)
+{
+    float *a0 = acc + c, *a1 = a0 + d, *a2 = a1 + d, *a3 = a2 + d;
+    const float *p1 = p + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
+    __m512 x00 = _mm512_loadu_ps(a0), x01 = _mm512_loadu_ps(a0 + 16), x02 = _mm512_loadu_ps(a0 + 32),
+           x03 = _mm512_loadu_ps(a0 + 48), x10 = _mm512_loadu_ps(a1), x11 = _mm512_loadu_ps(a1 + 16),
+           x12 = _mm512_loadu_ps(a1 + 32), x13 = _mm512_loadu_ps(a1 + 48), x20 = _mm512_loadu_ps(a2),
+           x21 = _mm512_loadu_ps(a2 + 16), x22 = _mm512_loadu_ps(a2 + 32), x23 = _mm512_loadu_ps(a2 + 48),
+           x30 = _mm512_loadu_ps(a3), x31 = _mm512_loadu_ps(a3 + 16), x32 = _mm512_loadu_ps(a3 + 32),
+           x33 = _mm512_loadu_ps(a3 + 48);
+    for (int j = 0; j < m; j++) {
+        const size_t at = (size_t)j * stride + (size_t)c;
+        const __m512 w0 = load16(v, at, dt), w1 = load16(v, at + 16, dt), w2 = load16(v, at + 32, dt),
+                     w3 = load16(v, at + 48, dt);
+        AXPY4_ROW(0, p);
+        AXPY4_ROW(1, p1);
+        AXPY4_ROW(2, p2);
+        AXPY4_ROW(3, p3);
+    }
+    _mm512_storeu_ps(a0, x00), _mm512_storeu_ps(a0 + 16, x01), _mm512_storeu_ps(a0 + 32, x02);
+    _mm512_storeu_ps(a0 + 48, x03), _mm512_storeu_ps(a1, x10), _mm512_storeu_ps(a1 + 16, x11);
+    _mm512_storeu_ps(a1 + 32, x12), _mm512_storeu_ps(a1 + 48, x13), _mm512_storeu_ps(a2, x20);
+    _mm512_storeu_ps(a2 + 16, x21), _mm512_storeu_ps(a2 + 32, x22), _mm512_storeu_ps(a2 + 48, x23);
+    _mm512_storeu_ps(a3, x30), _mm512_storeu_ps(a3 + 16, x31), _mm512_storeu_ps(a3 + 32, x32);
+    _mm512_storeu_ps(a3 + 48, x33);
+}
+#undef AXPY4_ROW
+
 AVX512_INLINE void pv_head512(const float *p, int ldp, int rh, const void *v, size_t stride, int m, int dt,
                               float *acc, int d)
 {
@@ -580,6 +628,7 @@ AVX512_INLINE void pv_head512(const float *p, int ldp, int rh, const void *v, si
         const float *pr = p + (size_t)r * ldp;
         float *ar = acc + (size_t)r * d;
         int c = 0;
+        for (; c + 64 <= d8; c += 64) axpy4x64_512(pr, ldp, v, stride, m, dt, ar, d, c);
         for (; c + 16 <= d8; c += 16) axpy4x16_512(pr, ldp, v, stride, m, dt, ar, d, c);
         if (c < d8)
             for (int i = 0; i < 4; i++) axpy1(pr + (size_t)i * ldp, v, stride, m, dt, ar + (size_t)i * d, c);
@@ -607,12 +656,10 @@ AVX512_INLINE void pv_avx512_t(const float *p, int ldp, const dims *x, const voi
     }
 }
 
-/* Q.K with AVX-512VL's 32 ymm registers: 4 query rows x 4 keys a call, 16
- * accumulators, so each q vector is loaded once for 4 keys and each K
- * vector once for 4 rows. Every score gets the very FMAs of dot4x2, lane by
- * lane in the same order, and the same hsum4 tree (the two-key halves
- * combined by a 128-bit permute instead of a store and reload), then the
- * same product by s_k: the results are the same bits. */
+/* Q.K on AVX-512VL CPUs: 4 query rows x 4 keys a call (dot4x4_zmm below).
+ * hsum4x2 reduces the eight-lane accumulators of 4 rows x 2 keys with
+ * dot4x2's hsum4 tree (the two-key halves combined by a 128-bit permute
+ * instead of a store and reload). */
 AVX512VL_INLINE __m256 hsum4x2(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 b0, __m256 b1, __m256 b2,
                                __m256 b3)
 {
@@ -621,38 +668,75 @@ AVX512VL_INLINE __m256 hsum4x2(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m25
     return _mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31));
 }
 
-AVX512VL_INLINE void dot4x4(const float *q0, int d, const void *k, size_t kj, size_t stride, int dt, float sk,
-                            float *out, int ldo)
+/* Eight elements of each of two keys (at i and i2) in the low and high
+ * halves of one zmm register, widened as load8 widens them. */
+AVX512VL_INLINE __m512 load8x2(const void *p, size_t i, size_t i2, int dt)
 {
-    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00,
-           a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
+    switch (dt) {
+    case ATTN_KV_F32: {
+        const __m512d lo = _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps((const float *)p + i)));
+        return _mm512_castpd_ps(_mm512_insertf64x4(lo, _mm256_castps_pd(_mm256_loadu_ps((const float *)p + i2)), 1));
+    }
+    case ATTN_KV_F16:
+    case ATTN_KV_BF16: {
+        const __m256i h = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i))),
+            _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i2)), 1);
+        if (dt == ATTN_KV_F16) return _mm512_cvtph_ps(h);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    default: {
+        const __m128i b = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)((const int8_t *)p + i)),
+                                             _mm_loadl_epi64((const __m128i *)((const int8_t *)p + i2)));
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+    }
+    }
+}
+
+/* Eight floats from q in both halves of a zmm register. */
+AVX512VL_INLINE __m512 bcast8(const float *q)
+{
+    return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(q))));
+}
+
+AVX512VL_INLINE __m256 half_lo(__m512 a) { return _mm512_castps512_ps256(a); }
+AVX512VL_INLINE __m256 half_hi(__m512 a) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)); }
+
+/* 4 query rows x 4 keys, two keys a zmm register: the low and high halves
+ * of a_r are dot4x2's eight-lane accumulators of (row r, key 0) and (row r,
+ * key 1), b_r those of keys 2 and 3, fed the very FMAs of dot4x2, lane by
+ * lane in the same order, reduced by its hsum4 tree (hsum4x2) and
+ * multiplied by s_k the same way: every score has dot4x2's bits (the AVX2
+ * kernel's; test_decode's avx512_equals_avx2). One FMA does the work of two
+ * eight-lane ones, and each eight floats of q are loaded once for four keys
+ * (the ymm version it replaces, 16 accumulators, took 1.00-1.06x its step
+ * time for the narrow dtypes, 16 sessions at P = 8192 on a Zen 5). */
+AVX512VL_INLINE void dot4x4_zmm(const float *q0, int d, const void *k, size_t kj, size_t stride, int dt, float sk,
+                                float *out, int ldo)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+#pragma GCC unroll 16
     for (int c = 0; c < d; c += 8) {
-        const __m256 k0 = load8(k, kj + (size_t)c, dt), k1 = load8(k, kj + stride + (size_t)c, dt),
-                     k2 = load8(k, kj + 2 * stride + (size_t)c, dt), k3 = load8(k, kj + 3 * stride + (size_t)c, dt);
-        __m256 q = _mm256_loadu_ps(q0 + c);
-        a00 = _mm256_fmadd_ps(q, k0, a00);
-        a01 = _mm256_fmadd_ps(q, k1, a01);
-        a02 = _mm256_fmadd_ps(q, k2, a02);
-        a03 = _mm256_fmadd_ps(q, k3, a03);
-        q = _mm256_loadu_ps(q0 + d + c);
-        a10 = _mm256_fmadd_ps(q, k0, a10);
-        a11 = _mm256_fmadd_ps(q, k1, a11);
-        a12 = _mm256_fmadd_ps(q, k2, a12);
-        a13 = _mm256_fmadd_ps(q, k3, a13);
-        q = _mm256_loadu_ps(q0 + 2 * d + c);
-        a20 = _mm256_fmadd_ps(q, k0, a20);
-        a21 = _mm256_fmadd_ps(q, k1, a21);
-        a22 = _mm256_fmadd_ps(q, k2, a22);
-        a23 = _mm256_fmadd_ps(q, k3, a23);
-        q = _mm256_loadu_ps(q0 + 3 * d + c);
-        a30 = _mm256_fmadd_ps(q, k0, a30);
-        a31 = _mm256_fmadd_ps(q, k1, a31);
-        a32 = _mm256_fmadd_ps(q, k2, a32);
-        a33 = _mm256_fmadd_ps(q, k3, a33);
+        const __m512 k01 = load8x2(k, kj + (size_t)c, kj + stride + (size_t)c, dt);
+        const __m512 k23 = load8x2(k, kj + 2 * stride + (size_t)c, kj + 3 * stride + (size_t)c, dt);
+        __m512 q = bcast8(q0 + c);
+        a0 = _mm512_fmadd_ps(q, k01, a0);
+        b0 = _mm512_fmadd_ps(q, k23, b0);
+        q = bcast8(q0 + d + c);
+        a1 = _mm512_fmadd_ps(q, k01, a1);
+        b1 = _mm512_fmadd_ps(q, k23, b1);
+        q = bcast8(q0 + 2 * d + c);
+        a2 = _mm512_fmadd_ps(q, k01, a2);
+        b2 = _mm512_fmadd_ps(q, k23, b2);
+        q = bcast8(q0 + 3 * d + c);
+        a3 = _mm512_fmadd_ps(q, k01, a3);
+        b3 = _mm512_fmadd_ps(q, k23, b3);
     }
     const __m256 s = _mm256_set1_ps(sk);
-    const __m256 z01 = _mm256_mul_ps(hsum4x2(a00, a10, a20, a30, a01, a11, a21, a31), s); /* rows of keys 0 | 1 */
-    const __m256 z23 = _mm256_mul_ps(hsum4x2(a02, a12, a22, a32, a03, a13, a23, a33), s); /* rows of keys 2 | 3 */
+    const __m256 z01 = _mm256_mul_ps(hsum4x2(half_lo(a0), half_lo(a1), half_lo(a2), half_lo(a3), half_hi(a0),
+                                             half_hi(a1), half_hi(a2), half_hi(a3)), s); /* rows of keys 0 | 1 */
+    const __m256 z23 = _mm256_mul_ps(hsum4x2(half_lo(b0), half_lo(b1), half_lo(b2), half_lo(b3), half_hi(b0),
+                                             half_hi(b1), half_hi(b2), half_hi(b3)), s); /* rows of keys 2 | 3 */
     __m128 r0 = _mm256_castps256_ps128(z01), r1 = _mm256_extractf128_ps(z01, 1), r2 = _mm256_castps256_ps128(z23),
            r3 = _mm256_extractf128_ps(z23, 1);
     _MM_TRANSPOSE4_PS(r0, r1, r2, r3); /* now r_i = row i's four keys */
@@ -662,8 +746,8 @@ AVX512VL_INLINE void dot4x4(const float *q0, int d, const void *k, size_t kj, si
     _mm_storeu_ps(out + 3 * (size_t)ldo, r3);
 }
 
-/* qk_avx2_t with dot4x4 (head size at run time). */
-QK_FOURS(qk_avx512_t, AVX512VL_INLINE, dot4x4)
+/* qk_avx2_t with dot4x4_zmm. */
+QK_FOURS(qk_zmm_t, AVX512VL_INLINE, dot4x4_zmm)
 
 /* One instance per dtype (dt a constant inside), chosen per run. */
 #define DTYPE_SWITCH(fn, dt, ...)                                                                                   \
@@ -697,7 +781,11 @@ AVX512_FN static void pv_avx512(const float *p, int ldp, const dims *x, const vo
 
 AVX512VL_FN static void qk_avx512(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo)
 {
-    DTYPE_SWITCH(qk_avx512_t, x->dt, q, x, k, sk, out, ldo, 0)
+    switch (x->d) {
+    case 64: DTYPE_SWITCH(qk_zmm_t, x->dt, q, x, k, sk, out, ldo, 64) break;
+    case 128: DTYPE_SWITCH(qk_zmm_t, x->dt, q, x, k, sk, out, ldo, 128) break;
+    default: DTYPE_SWITCH(qk_zmm_t, x->dt, q, x, k, sk, out, ldo, 0) break;
+    }
 }
 
 /* F16C by CPUID (leaf 1, ECX bit 29): clang's __builtin_cpu_supports knows no
@@ -709,7 +797,7 @@ static int cpu_has_f16c(void)
 }
 
 /* 0: portable, 1: AVX2, 2: AVX2 with the AVX-512 axpys, 3: and the
- * AVX-512VL scores (dot4x4). */
+ * AVX-512VL scores (dot4x4_zmm). */
 static int use_avx2(void)
 {
     if (attn__decode_portable_only || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
@@ -867,17 +955,26 @@ static void tile_step(const decode_job *dj, int s0, int n, int s1, int n1)
     }
 }
 
-/* x's prefetch target: the rows of stream `which` DECODE_AHEAD keys (or
- * attn__decode_k_ahead) past the run of x.m keys from key j, not past key
- * `end`. */
+/* Keys ahead the passes prefetch: DECODE_AHEAD_BYTES of the job's rows of
+ * stream `which`, or attn__decode_k_ahead when a bench sets it. */
+static int ahead_keys(const decode_job *dj, int which)
+{
+    if (attn__decode_k_ahead > 0) return attn__decode_k_ahead;
+    const size_t row = (size_t)dj->nh * (size_t)(which ? dj->l->d_v : dj->l->d_k) * elem_bytes(dj->kv.dtype);
+    const size_t keys = DECODE_AHEAD_BYTES / (row ? row : 1);
+    return keys < DECODE_AHEAD_MIN ? DECODE_AHEAD_MIN : keys > DECODE_AHEAD_MAX ? DECODE_AHEAD_MAX : (int)keys;
+}
+
+/* x's prefetch target: the rows of stream `which` ahead_keys past the run
+ * of x.m keys from key j, not past key `end`. */
 static void ahead_stream(const decode_job *dj, int which, int j, int end, dims *x)
 {
-    const int at = j + (attn__decode_k_ahead > 0 ? attn__decode_k_ahead : DECODE_AHEAD);
+    const int at = j + ahead_keys(dj, which);
     other_stream(dj, which, at, end - at < x->m ? end - at : x->m, x);
 }
 
 /* Scores of keys [j0, j1) of the tile that starts at s0, into tile; the K
- * rows DECODE_AHEAD keys on (up to `end`) brought into L2 meanwhile. */
+ * rows ahead_keys on (up to `end`) brought into L2 meanwhile. */
 static void qk_keys(const decode_job *dj, float *tile, int s0, int j0, int j1, int end)
 {
     const attn_layer *l = dj->l;
@@ -893,7 +990,7 @@ static void qk_keys(const decode_job *dj, float *tile, int s0, int j0, int j1, i
 }
 
 /* acc += P V over keys [j0, j1) of the tile that starts at s0; the V rows
- * DECODE_AHEAD keys on brought into L2 meanwhile. */
+ * ahead_keys on brought into L2 meanwhile. */
 static void pv_keys(const decode_job *dj, float *tile, int s0, int j0, int j1, int end)
 {
     const attn_layer *l = dj->l;

@@ -454,8 +454,11 @@ TEST(avx512_equals_avx2)
 {
     test_rng r = {0x61357532u};
     attn_workspace *ws = test_ws(ATTN_KERNEL_AUTO, 1, 0);
-    for (int c = 0; c < 16; c++) {
-        const gqa_shape sh = random_shape(&r);
+    for (int c = 0; c < 16 + 8; c++) {
+        gqa_shape sh = random_shape(&r);
+        if (c >= 16) /* head sizes 64 and 128 (compiled as constants), four query heads a KV head, every dtype */
+            sh = (gqa_shape){.g = 2, .h = 8, .d_k = c < 20 ? 64 : 128, .d_v = c < 20 ? 64 : 128, .e = 32,
+                             .bias = c % 2, .out_proj = 1, .e_out = 16};
         const int dt = c % 4;
         twin w;
         if (twin_init(&w, &r, &sh, rng_int(&r, 1, 700), rng_int(&r, 1, 8), dt, (int[]){1, 8, 128}[c % 3]) != 0)
