@@ -289,6 +289,20 @@ ZMM_FN static inline float hsum_halves(__m512 a)
     return hsum(_mm256_add_ps(lo, hi));
 }
 
+/* 2-byte weights: at element i of the four weight rows v[0..3], asks for
+ * the same place in the next four rows (once a 64-byte line). Rows of BF16
+ * or F16 weights are 4 KiB at n_in 2048, a page each, so the hardware
+ * prefetcher, which stops at page ends, restarts four streams every four
+ * rows; this keeps the next ones coming (one thread, a 2048 x 2048 BF16
+ * projection of one row from DRAM: 0.262-0.266 -> 0.233-0.234 ms). For
+ * F32 weights (8 KiB rows) it measured slower (0.39 -> 0.45 ms): not there. */
+#define PREFETCH_NEXT4(v, wstride, i, WSIZE)                                                               \
+    do {                                                                                                   \
+        if ((WSIZE) == 2 && (i) % 32 == 0)                                                                 \
+            for (int k_ = 0; k_ < 4; k_++)                                                                 \
+                _mm_prefetch((const char *)(v)[k_] + (4 * (wstride) + (size_t)(i)) * (WSIZE), _MM_HINT_T0); \
+    } while (0)
+
 /* Four weight rows (w + k * wstride elements) against up to four rows of
  * x: out[k][r]. DOTS_AVX2's two eight-lane accumulators of a (weight row,
  * x row) pair are the low and high halves of one zmm register here, fed
@@ -314,6 +328,7 @@ ZMM_FN static inline float hsum_halves(__m512 a)
         __m512 a33 = a00, p;                                                                               \
         int i = 0;                                                                                         \
         for (; i + 16 <= n_in; i += 16) {                                                                  \
+            PREFETCH_NEXT4(v, wstride, i, WSIZE);                                                          \
             const __m512 w0 = LOAD16(v[0], i), w1 = LOAD16(v[1], i), w2 = LOAD16(v[2], i),                 \
                          w3 = LOAD16(v[3], i);                                                             \
             DOTS4_ROW(0, x0);                                                                              \
@@ -352,6 +367,7 @@ DOTS4_ZMM(dots4_zmm_f16, load16_f16, 2)
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                        \
         int i = 0;                                                                                         \
         for (; i + 16 <= n_in; i += 16) {                                                                  \
+            PREFETCH_NEXT4(v, wstride, i, WSIZE);                                                          \
             const __m512 p = _mm512_loadu_ps(x + i);                                                       \
             a0 = _mm512_fmadd_ps(LOAD16(v[0], i), p, a0);                                                  \
             a1 = _mm512_fmadd_ps(LOAD16(v[1], i), p, a1);                                                  \
