@@ -1,5 +1,5 @@
 /* softmax.h — the numerically stable row softmax the kernels share, on a
- * vectorised exp (AVX2 or SSE2 where available, libm expf otherwise).
+ * vectorised exp (AVX-512, AVX2 or SSE2 where available, libm expf otherwise).
  */
 #ifndef ATTN_SOFTMAX_H
 #define ATTN_SOFTMAX_H
@@ -15,6 +15,11 @@ void attn__softmax_row(float *row, int s, int lo, int hi);
  * allowed); returns the sum of the results. Accurate to ~2 ulp; results below
  * FLT_MIN (x[i] - shift < -87.33, including -inf) are exactly 0. */
 float attn__exp_sum(const float *x, float shift, float *y, int n);
+
+/* The same on the eight-lane AVX2 kernel even where the sixteen-lane
+ * AVX-512 one exists (SSE2 without AVX2), for tests: attn__exp_sum must give
+ * its bits. */
+float attn__exp_sum_avx2(const float *x, float shift, float *y, int n);
 
 /* Largest of x[0..n); -INFINITY when n == 0. */
 float attn__row_max(const float *x, int n);

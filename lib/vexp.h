@@ -31,6 +31,29 @@ __attribute__((target("avx2"), always_inline)) static inline __m256 attn__exp8(_
     return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
+/* attn__exp8 sixteen lanes at a time (AVX-512F): the same plain mul/add in
+ * the same order lane by lane, so each lane is the bits attn__exp8 gives it
+ * (the underflow lanes zeroed by mask instead of andnot: +0 either way). */
+__attribute__((target("avx2,avx512f"), always_inline)) static inline __m512 attn__exp16(__m512 x)
+{
+    const __m512 lo = _mm512_set1_ps(-87.33654f);
+    const __mmask16 underflow = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.37626f));
+    __m512i n = _mm512_cvtps_epi32(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)));
+    __m512 nf = _mm512_cvtepi32_ps(n);
+    __m512 r = _mm512_sub_ps(x, _mm512_mul_ps(nf, _mm512_set1_ps(0.693359375f)));
+    r = _mm512_add_ps(r, _mm512_mul_ps(nf, _mm512_set1_ps(2.12194440e-4f)));
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p, r), r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(n, _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mov_ps((__mmask16)~underflow, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
+}
+
 /* The same polynomial with fused multiply-adds (AVX2 + FMA): fewer
  * instructions, each lane within an ulp or so of attn__exp8 but not rounded
  * identically, so only for kernels that need not match softmax.c bit for bit

@@ -8,6 +8,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 TEST(exp_accuracy)
 {
@@ -64,8 +65,32 @@ TEST(softmax_rows)
     CHECK(spread[1] == 0.0f && spread[2] == 0.0f && spread[4] == 0.0f && spread[5] == 0.0f);
 }
 
+/* The sixteen-lane AVX-512 exp_sum gives the eight-lane AVX2 kernel's bits
+ * (each exp and the sum), at every length 0..300 (both tails), with
+ * underflowing and blocked (-inf) entries and several shifts. */
+TEST(exp_sum_kernels_bit_identical)
+{
+    enum { N = 300 };
+    float x[N], y1[N], y2[N];
+    unsigned s = 12345;
+    int differ = 0;
+    for (int n = 0; n <= N; n++) {
+        for (int i = 0; i < n; i++) {
+            s = s * 1664525u + 1013904223u;
+            x[i] = -100.0f * (float)(s >> 8) / 16777216.0f; /* [-100, 0]: some underflow */
+            if (s % 31 == 0) x[i] = -INFINITY;
+        }
+        const float shift = (float)(n % 3) * 0.25f, a = attn__exp_sum(x, shift, y1, n);
+        const float b = attn__exp_sum_avx2(x, shift, y2, n);
+        differ += memcmp(&a, &b, sizeof a) != 0 || (n && memcmp(y1, y2, (size_t)n * sizeof *y1) != 0);
+    }
+    printf("exp_sum: %d of %d lengths differ between the dispatched and the AVX2 kernel\n", differ, N + 1);
+    CHECK_INT_EQ(differ, 0);
+}
+
 int main(void)
 {
+    RUN(exp_sum_kernels_bit_identical);
     RUN(exp_accuracy);
     RUN(softmax_rows);
     return check_summary();
