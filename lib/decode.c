@@ -50,8 +50,9 @@
 /* The pipelined tiles: how far ahead each pass brings its stream into L2,
  * in bytes of the job's rows (all its KV heads), as keys within [16, 128].
  * 64 KiB: F32 rows of 8 KV heads x 64 are 2 KiB, so 32 keys, which took
- * 0.84-0.88 of the step time 128 keys took on a Zen 5 (16 sessions, P =
- * 8192; F16/BF16/INT8, compute-bound there, the same within noise). */
+ * 0.88 of the step time 128 keys took on a Zen 5 (16 sessions, P = 8192,
+ * two runs; 16 keys 0.84-0.97, 48 keys 0.85-0.91; F16/BF16/INT8,
+ * compute-bound there, the same within noise). */
 #define DECODE_AHEAD_BYTES (64 << 10)
 #define DECODE_AHEAD_MIN 16
 #define DECODE_AHEAD_MAX 128
@@ -656,10 +657,10 @@ AVX512_INLINE void pv_avx512_t(const float *p, int ldp, const dims *x, const voi
     }
 }
 
-/* Q.K on AVX-512VL CPUs: 4 query rows x 4 keys a call (dot4x4_zmm below). */
-
-/* Eight elements of each of two keys (at i and i2) in the low and high
- * halves of one zmm register, widened as load8 widens them. */
+/* Q.K on AVX-512VL CPUs: 4 query rows x 4 keys a call (dot4x4_zmm below,
+ * on the helpers that follow). Eight elements of each of two keys (at i
+ * and i2) in the low and high halves of one zmm register, widened as load8
+ * widens them. */
 AVX512VL_INLINE __m512 load8x2(const void *p, size_t i, size_t i2, int dt)
 {
     switch (dt) {
