@@ -768,15 +768,18 @@ QK_FOURS(qk_zmm_t, AVX512VL_INLINE, dot4x4_zmm)
     default: fn(__VA_ARGS__, ATTN_KV_INT8); break;                                                                   \
     }
 
-/* qk_avx2_t per head size and dtype: 64 and 128 (Llama's, most models')
- * as constants, any other at run time. */
+/* A QK_FOURS kernel fn per head size and dtype: 64 and 128 (Llama's, most
+ * models') as constants, any other at run time. */
+#define QK_BY_HEAD_SIZE(fn, q, x, k, sk, out, ldo)                                                                \
+    switch ((x)->d) {                                                                                            \
+    case 64: DTYPE_SWITCH(fn, (x)->dt, q, x, k, sk, out, ldo, 64) break;                                         \
+    case 128: DTYPE_SWITCH(fn, (x)->dt, q, x, k, sk, out, ldo, 128) break;                                       \
+    default: DTYPE_SWITCH(fn, (x)->dt, q, x, k, sk, out, ldo, 0) break;                                          \
+    }
+
 AVX2_FN static void qk_avx2(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo)
 {
-    switch (x->d) {
-    case 64: DTYPE_SWITCH(qk_avx2_t, x->dt, q, x, k, sk, out, ldo, 64) break;
-    case 128: DTYPE_SWITCH(qk_avx2_t, x->dt, q, x, k, sk, out, ldo, 128) break;
-    default: DTYPE_SWITCH(qk_avx2_t, x->dt, q, x, k, sk, out, ldo, 0) break;
-    }
+    QK_BY_HEAD_SIZE(qk_avx2_t, q, x, k, sk, out, ldo)
 }
 
 AVX2_FN static void pv_avx2(const float *p, int ldp, const dims *x, const void *v, float *acc)
@@ -791,11 +794,7 @@ AVX512_FN static void pv_avx512(const float *p, int ldp, const dims *x, const vo
 
 AVX512VL_FN static void qk_avx512(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo)
 {
-    switch (x->d) {
-    case 64: DTYPE_SWITCH(qk_zmm_t, x->dt, q, x, k, sk, out, ldo, 64) break;
-    case 128: DTYPE_SWITCH(qk_zmm_t, x->dt, q, x, k, sk, out, ldo, 128) break;
-    default: DTYPE_SWITCH(qk_zmm_t, x->dt, q, x, k, sk, out, ldo, 0) break;
-    }
+    QK_BY_HEAD_SIZE(qk_zmm_t, q, x, k, sk, out, ldo)
 }
 
 /* F16C by CPUID (leaf 1, ECX bit 29): clang's __builtin_cpu_supports knows no
@@ -861,6 +860,7 @@ typedef struct decode_job {
     const attn_seq *s;
     attn__kv kv;
     int kvh, nh, h0, T, R, avx2;
+    int ahead[2]; /* keys ahead the pipelined passes prefetch K (0) and V (1): ahead_keys */
     float *qb;   /* (R, d_k) queries, pre-multiplied by the 1/sqrt(d_k) scale */
     float *tile; /* (R, DECODE_TILE) scores, then probabilities */
     float *tile2; /* the same for the next tile (tiles_pipelined) */
@@ -966,7 +966,8 @@ static void tile_step(const decode_job *dj, int s0, int n, int s1, int n1)
 }
 
 /* Keys ahead the passes prefetch: DECODE_AHEAD_BYTES of the job's rows of
- * stream `which`, or attn__decode_k_ahead when a bench sets it. */
+ * stream `which`, or attn__decode_k_ahead when a bench sets it (once a
+ * job, into dj->ahead, when its cache is known). */
 static int ahead_keys(const decode_job *dj, int which)
 {
     if (attn__decode_k_ahead > 0) return attn__decode_k_ahead;
@@ -975,16 +976,16 @@ static int ahead_keys(const decode_job *dj, int which)
     return keys < DECODE_AHEAD_MIN ? DECODE_AHEAD_MIN : keys > DECODE_AHEAD_MAX ? DECODE_AHEAD_MAX : (int)keys;
 }
 
-/* x's prefetch target: the rows of stream `which` ahead_keys past the run
- * of x.m keys from key j, not past key `end`. */
+/* x's prefetch target: the rows of stream `which` dj->ahead[which] keys
+ * past the run of x.m keys from key j, not past key `end`. */
 static void ahead_stream(const decode_job *dj, int which, int j, int end, dims *x)
 {
-    const int at = j + ahead_keys(dj, which);
+    const int at = j + dj->ahead[which];
     other_stream(dj, which, at, end - at < x->m ? end - at : x->m, x);
 }
 
 /* Scores of keys [j0, j1) of the tile that starts at s0, into tile; the K
- * rows ahead_keys on (up to `end`) brought into L2 meanwhile. */
+ * rows dj->ahead[0] keys on (up to `end`) brought into L2 meanwhile. */
 static void qk_keys(const decode_job *dj, float *tile, int s0, int j0, int j1, int end)
 {
     const attn_layer *l = dj->l;
@@ -1000,7 +1001,7 @@ static void qk_keys(const decode_job *dj, float *tile, int s0, int j0, int j1, i
 }
 
 /* acc += P V over keys [j0, j1) of the tile that starts at s0; the V rows
- * ahead_keys on brought into L2 meanwhile. */
+ * dj->ahead[1] keys on brought into L2 meanwhile. */
 static void pv_keys(const decode_job *dj, float *tile, int s0, int j0, int j1, int end)
 {
     const attn_layer *l = dj->l;
@@ -1102,6 +1103,8 @@ void attn__head_decode(const attn__fwd_ctx *ctx, const attn__head_job *job, floa
             for (int c = 0; c < dk; c++) dj.qb[(size_t)row * dk + c] = q[c] * ctx->scale;
         }
         attn__kv_from_seq(l, dj.s, &dj.kv);
+        dj.ahead[0] = ahead_keys(&dj, 0);
+        dj.ahead[1] = ahead_keys(&dj, 1);
         if (!attn__decode_three_phase) tiles_pipelined(&dj, a, b);
         else for (int s0 = a; s0 < b; s0 += DECODE_TILE) {
             const int n = b - s0 < DECODE_TILE ? b - s0 : DECODE_TILE, s1 = s0 + n;
