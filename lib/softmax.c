@@ -83,11 +83,12 @@ static void scale_sse(float *x, float a, int n)
 #include "vexp.h"
 #define ATTN__AVX2 __attribute__((target("avx2")))
 
-/* Eight lanes at a time, the tail (< 8) by exp_sum_sse. */
-ATTN__AVX2 static float exp_sum_avx2(const float *x, float shift, float *y, int n)
+/* Eight lanes at a time from entry j on, added to the eight partial sums
+ * acc holds; then those reduced in a fixed order and the tail (< 8) by
+ * exp_sum_sse. */
+ATTN__AVX2 static float exp_sum8_from(const float *x, float shift, float *y, int n, int j, __m256 acc)
 {
-    __m256 acc = _mm256_setzero_ps(), m = _mm256_set1_ps(shift);
-    int j = 0;
+    const __m256 m = _mm256_set1_ps(shift);
     for (; j + 8 <= n; j += 8) {
         __m256 e = attn__exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), m));
         _mm256_storeu_ps(y + j, e);
@@ -98,6 +99,11 @@ ATTN__AVX2 static float exp_sum_avx2(const float *x, float shift, float *y, int 
     float sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) +
                 ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
     return j < n ? sum + exp_sum_sse(x + j, shift, y + j, n - j) : sum;
+}
+
+ATTN__AVX2 static float exp_sum_avx2(const float *x, float shift, float *y, int n)
+{
+    return exp_sum8_from(x, shift, y, n, 0, _mm256_setzero_ps());
 }
 
 /* exp_sum_avx2 sixteen lanes at a time (AVX-512F): attn__exp16 is
@@ -116,17 +122,7 @@ ATTN__AVX512 static float exp_sum_avx512(const float *x, float shift, float *y, 
         acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
         acc = _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
     }
-    if (j + 8 <= n) {
-        const __m256 e = attn__exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), _mm256_set1_ps(shift)));
-        _mm256_storeu_ps(y + j, e);
-        acc = _mm256_add_ps(acc, e);
-        j += 8;
-    }
-    float lanes[8];
-    _mm256_storeu_ps(lanes, acc);
-    float sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) +
-                ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
-    return j < n ? sum + exp_sum_sse(x + j, shift, y + j, n - j) : sum;
+    return exp_sum8_from(x, shift, y, n, j, acc); /* at most one eight left, then the tail */
 }
 
 ATTN__AVX2 static float row_max_avx2(const float *x, int n)
