@@ -12,11 +12,11 @@
  * that bounds the one-weight-row kernel at 16 rows; the two-weight-row
  * DOTS2_VL takes the last rows of W); the arithmetic per output is the
  * one-row kernel's, so the bits do not change (test_skinny). A lone row
- * (a single decode step) goes four weight rows a pass the same way on those
- * CPUs (DOT1X4_ZMM: four weight streams and four independent FMA chains),
- * which made bench_decode's 16-layer step 10 % (F32) to 17 % (BF16 weights)
- * faster where its weights come from DRAM; one layer's weights in L3
- * measured the same. F16 / BF16 weights are read as stored
+ * (a single decode step) goes four weight rows (eight of 2-byte weights) a
+ * pass the same way on those CPUs (DOT1XN_ZMM: that many weight streams and
+ * independent FMA chains); four rows made bench_decode's 16-layer step
+ * 10 % (F32) to 17 % (BF16 weights) faster where its weights come from
+ * DRAM; one layer's weights in L3 measured the same. F16 / BF16 weights are read as stored
  * (half the bytes) and widened in registers — BF16: the zero-extended 16-bit
  * words shifted left by 16; F16: vcvtph2ps (F16C) — then summed exactly as
  * float32 weights are, so the results are bit-identical to those of a float32
@@ -294,7 +294,8 @@ ZMM_FN static inline float hsum_halves(__m512 a)
  * or F16 weights are 4 KiB at n_in 2048, a page each, so the hardware
  * prefetcher, which stops at page ends, restarts four streams every four
  * rows; this keeps the next ones coming (one thread, a 2048 x 2048 BF16
- * projection of one row from DRAM: 0.262-0.266 -> 0.233-0.234 ms). For
+ * projection from DRAM: 16 rows 1.015 -> 0.894 ms; one row, on the
+ * four-row kernel DOT1XN_ZMM replaced, 0.262-0.266 -> 0.233-0.234 ms). For
  * F32 weights (8 KiB rows) it measured slower (0.39 -> 0.45 ms): not there. */
 #define PREFETCH_NEXT4(v, wstride, i, WSIZE)                                                               \
     do {                                                                                                   \
@@ -353,38 +354,41 @@ DOTS4_ZMM(dots4_zmm_f32, load16_f32, 4)
 DOTS4_ZMM(dots4_zmm_bf16, load16_bf16, 2)
 DOTS4_ZMM(dots4_zmm_f16, load16_f16, 2)
 
-/* Four weight rows against one row of x (a lone decode step): DOT1_AVX2's
+/* NR weight rows against one row of x (a lone decode step): DOT1_AVX2's
  * two accumulators of each row the halves of one zmm register, the same
- * FMAs in the same order, the same reduction and tail, so the bits of four
- * DOT1_AVX2 calls; four independent chains of sixteen lanes where DOT1_AVX2
+ * FMAs in the same order, the same reduction and tail, so the bits of NR
+ * DOT1_AVX2 calls; NR independent chains of sixteen lanes where DOT1_AVX2
  * has two of eight, and the widening of F16 / BF16 weights sixteen at a
- * time. out[k] for weight row k. */
-#define DOT1X4_ZMM(NAME, LOAD16, WSIZE)                                                                    \
-    ZMM_FN static void NAME(const void *w, size_t wstride, int wdtype, const float *x, int n_in, float out[4]) \
+ * time. out[k] for weight row k. F32 takes four rows a pass (32 KiB of
+ * rows at n_in 2048), 2-byte weights eight (the same bytes in flight; a
+ * BF16 row is one 4 KiB page there, and four pages at a time kept the
+ * memory less busy: two threads, 2048 x 2048 BF16 weights from DRAM, 68 ->
+ * 73 GB/s, where the four-row kernel with PREFETCH_NEXT4 read 68 and
+ * eight rows with it 57). */
+#define DOT1XN_ZMM(NAME, LOAD16, WSIZE, NR)                                                                \
+    ZMM_FN static void NAME(const void *w, size_t wstride, int wdtype, const float *x, int n_in, float *out) \
     {                                                                                                      \
-        const char *wb = (const char *)w;                                                                  \
-        const void *v[4] = {wb, wb + wstride * (WSIZE), wb + 2 * wstride * (WSIZE), wb + 3 * wstride * (WSIZE)}; \
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                        \
+        const char *v[NR];                                                                                 \
+        __m512 a[NR];                                                                                      \
+        for (int k = 0; k < (NR); k++) {                                                                   \
+            v[k] = (const char *)w + (size_t)k * wstride * (WSIZE);                                        \
+            a[k] = _mm512_setzero_ps();                                                                    \
+        }                                                                                                  \
         int i = 0;                                                                                         \
         for (; i + 16 <= n_in; i += 16) {                                                                  \
-            PREFETCH_NEXT4(v, wstride, i, WSIZE);                                                          \
             const __m512 p = _mm512_loadu_ps(x + i);                                                       \
-            a0 = _mm512_fmadd_ps(LOAD16(v[0], i), p, a0);                                                  \
-            a1 = _mm512_fmadd_ps(LOAD16(v[1], i), p, a1);                                                  \
-            a2 = _mm512_fmadd_ps(LOAD16(v[2], i), p, a2);                                                  \
-            a3 = _mm512_fmadd_ps(LOAD16(v[3], i), p, a3);                                                  \
+            _Pragma("GCC unroll 8") for (int k = 0; k < (NR); k++) a[k] = _mm512_fmadd_ps(LOAD16(v[k], i), p, a[k]); \
         }                                                                                                  \
-        const float sums[4] = {hsum_halves(a0), hsum_halves(a1), hsum_halves(a2), hsum_halves(a3)};        \
-        for (int k = 0; k < 4; k++) {                                                                      \
-            float s = sums[k];                                                                             \
+        for (int k = 0; k < (NR); k++) {                                                                   \
+            float s = hsum_halves(a[k]);                                                                   \
             for (int j = i; j < n_in; j++) s += attn__w_get(v[k], wdtype, (size_t)j) * x[j];               \
             out[k] = s;                                                                                    \
         }                                                                                                  \
     }
 
-DOT1X4_ZMM(dot1x4_zmm_f32, load16_f32, 4)
-DOT1X4_ZMM(dot1x4_zmm_bf16, load16_bf16, 2)
-DOT1X4_ZMM(dot1x4_zmm_f16, load16_f16, 2)
+DOT1XN_ZMM(dot1x4_zmm_f32, load16_f32, 4, 4)
+DOT1XN_ZMM(dot1x8_zmm_bf16, load16_bf16, 2, 8)
+DOT1XN_ZMM(dot1x8_zmm_f16, load16_f16, 2, 8)
 
 static int have_avx512vl(void)
 {
@@ -415,8 +419,8 @@ typedef void (*dots2_fn)(const void *w, size_t wstride, int wdtype, const float 
 /* Four weight rows at once (DOTS4_ZMM), or NULL. */
 typedef void (*dots4_fn)(const void *w, size_t wstride, int wdtype, const float *x, int n_in, int nr,
                          float out[4][4]);
-/* Four weight rows against one row of x (DOT1X4_ZMM), or NULL. */
-typedef void (*dot1x4_fn)(const void *w, size_t wstride, int wdtype, const float *x, int n_in, float out[4]);
+/* dot1xn_rows weight rows against one row of x (DOT1XN_ZMM), or NULL. */
+typedef void (*dot1xn_fn)(const void *w, size_t wstride, int wdtype, const float *x, int n_in, float *out);
 
 /* The kernels run uses for one call. */
 typedef struct kernels {
@@ -424,7 +428,8 @@ typedef struct kernels {
     pairs_fn pairs;
     dots2_fn dots2;
     dots4_fn dots4;
-    dot1x4_fn dot1x4;
+    dot1xn_fn dot1xn;
+    int dot1xn_rows;
 } kernels;
 
 static void run(const kernels *k, const float *x, int rows, int n_in, const void *w, int wdtype, const float *b,
@@ -433,7 +438,7 @@ static void run(const kernels *k, const float *x, int rows, int n_in, const void
 void attn__skinny_linear_portable(const float *x, int rows, int n_in, const void *w, int wdtype,
                                   const float *b, int o0, int o1, float *y, int ldy)
 {
-    const kernels k = {dots_portable, NULL, NULL, NULL, NULL};
+    const kernels k = {.dots = dots_portable};
     run(&k, x, rows, n_in, w, wdtype, b, o0, o1, y, ldy);
 }
 
@@ -441,7 +446,7 @@ void attn__skinny_linear_portable(const float *x, int rows, int n_in, const void
  * AVX2 kernels (tests: every other kernel must give their bits). */
 static void pick(int rows, int wdtype, int wide, kernels *k)
 {
-    *k = (kernels){dots_portable, NULL, NULL, NULL, NULL};
+    *k = (kernels){.dots = dots_portable};
 #ifdef SKINNY_AVX2
     if (!have_avx2()) return;
     const int bf = wdtype == ATTN_WDTYPE_BF16, hf = wdtype == ATTN_WDTYPE_F16;
@@ -456,7 +461,8 @@ static void pick(int rows, int wdtype, int wide, kernels *k)
         return;
     }
     if (rows == 1) {
-        k->dot1x4 = bf ? dot1x4_zmm_bf16 : hf ? dot1x4_zmm_f16 : dot1x4_zmm_f32;
+        k->dot1xn = bf ? dot1x8_zmm_bf16 : hf ? dot1x8_zmm_f16 : dot1x4_zmm_f32;
+        k->dot1xn_rows = bf || hf ? 8 : 4;
     } else {
         k->dots2 = bf ? dots2_vl_bf16 : hf ? dots2_vl_f16 : dots2_vl_f32;
         k->dots4 = bf ? dots4_zmm_bf16 : hf ? dots4_zmm_f16 : dots4_zmm_f32;
@@ -494,10 +500,10 @@ static void run(const kernels *k, const float *x, int rows, int n_in, const void
     dots2_fn dots2 = k->dots2;
     int o = o0;
     if (k->pairs) o = k->pairs(w, wdtype, x, rows, n_in, b, o, o1, y, ldy);
-    for (; k->dot1x4 && o + 3 < o1; o += 4) { /* one row of x: four weight rows a pass */
-        float d[4];
-        k->dot1x4((const char *)w + (size_t)o * n_in * wsize, (size_t)n_in, wdtype, x, n_in, d);
-        for (int j = 0; j < 4; j++) y[o + j] = d[j] + (b ? b[o + j] : 0.0f);
+    for (const int n = k->dot1xn_rows; k->dot1xn && o + n <= o1; o += n) { /* one row of x: n weight rows a pass */
+        float d[8];
+        k->dot1xn((const char *)w + (size_t)o * n_in * wsize, (size_t)n_in, wdtype, x, n_in, d);
+        for (int j = 0; j < n; j++) y[o + j] = d[j] + (b ? b[o + j] : 0.0f);
     }
     for (; k->dots4 && o + 3 < o1; o += 4) { /* four weight rows per pass over x */
         const void *wo = (const char *)w + (size_t)o * n_in * wsize;
