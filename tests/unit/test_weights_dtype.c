@@ -342,6 +342,9 @@ TEST_WITH(big_layer, attn_weight_dtype dt)
     /* the matrices halve; biases (1024 + 1024 + 256 + 256 floats) stay */
     CHECK_INT_EQ(ib.weights_bytes, n * 4 + 2560 * 4);
     CHECK_INT_EQ(ia.weights_bytes, n * 2 + 2560 * 4);
+    /* 2 MiB of weights or more start on a 2 MiB boundary, madvised for huge pages (layer.c) */
+    CHECK_MSG((uintptr_t)a->params % (2u << 20) == 0, "%s weights at %p", ia.weights_dtype, a->params);
+    CHECK_MSG((uintptr_t)b->params % (2u << 20) == 0, "F32 weights at %p", b->params);
     attn_workspace *w1 = NULL, *w2 = NULL, *wst = NULL;
     attn_workspace_options o2 = {.n_threads = 2}, ost = {.max_scratch_bytes = 1};
     CHECK(attn_workspace_create(NULL, &w1, NULL) == ATTN_OK);
