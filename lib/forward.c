@@ -271,15 +271,18 @@ static int linear_skinny(const linear_op *op)
     return op->rows >= 1 && op->rows <= ATTN__SKINNY_MAX && op->ldw == 0 && !op->add;
 }
 
-/* 1 when op is narrow (rows above the skinny bound, inputs up to
- * ATTN__SMALL_IN wide: short requests alone or batched) and the CPU runs
- * smallgemm.c, which computes it without sgemm's packing: float32 weights
- * directly, F16 / BF16 ones after widening (linear_wide), so both give the
- * same bits. Whole, overwriting ops only. */
+/* 1 when op (rows above the skinny bound) runs on smallgemm.c, which
+ * computes it without sgemm: float32 weights directly, F16 / BF16 ones after
+ * widening (linear_wide), so both give the same bits. Narrow ops (inputs up
+ * to ATTN__SMALL_IN: short requests alone or batched) wherever the CPU has
+ * AVX2; wider ones where smallgemm is the faster kernel (AVX-512) and
+ * OpenBLAS runs single-threaded (threaded OpenBLAS takes the call's GEMMs
+ * on all cores: attn_workspace_options). Whole, overwriting ops only. */
 static int linear_small(const linear_op *op)
 {
-    return op->rows > ATTN__SKINNY_MAX && op->n_in <= ATTN__SMALL_IN && op->ldw == 0 && !op->add &&
-           attn__small_available();
+    if (op->rows <= ATTN__SKINNY_MAX || op->ldw != 0 || op->add) return 0;
+    if (op->n_in <= ATTN__SMALL_IN) return attn__small_available();
+    return attn__small_applies(op->n_in) && openblas_get_num_threads() == 1;
 }
 
 /* Columns [o0, o1) of a skinny op. */

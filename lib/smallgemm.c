@@ -1,19 +1,22 @@
-/* smallgemm.c — small projections (smallgemm.h): for each block of 64
- * output columns, W's rows are transposed into a (n_in, 64) panel on the
- * stack (8 x 8 blocks in AVX registers), then every row of x runs against it
- * with 8 accumulators of 8 lanes: one broadcast of x[r][k] and eight FMAs
- * (the panel read as their memory operands) per k; with AVX-512 four rows
- * at a time share each panel load, sixteen columns a register (then two
- * rows in AVX-512VL's 32 eight-lane registers). Each lane's
- * sum is the FMA chain over k in order, so tiles, tails, padding and the ISA
- * change no bit; the bias is added last. */
+/* smallgemm.c — projections without sgemm (smallgemm.h): for each block of
+ * 64 output columns and each block of up to SMALL_KB inputs, W's rows are
+ * transposed into a (SMALL_KB, 64) panel on the stack (8 x 8 blocks in AVX
+ * registers, 32 KiB: L1), then every row of x runs against it with 8
+ * accumulators of 8 lanes: one broadcast of x[r][k] and eight FMAs (the
+ * panel read as their memory operands) per k; with AVX-512 four rows at a
+ * time share each panel load, sixteen columns a register (then two rows in
+ * AVX-512VL's 32 eight-lane registers). Between input blocks a row's
+ * accumulators wait in y, so each lane's sum is still the FMA chain over k
+ * in order: tiles, tails, padding, the input blocks and the ISA change no
+ * bit; the bias is added last. */
 #include "smallgemm.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
 
-#define PANEL 64 /* output columns per panel */
+#define PANEL 64    /* output columns per panel */
+#define SMALL_KB 128 /* inputs per panel: 128 x 64 floats, 32 KiB */
 
 void attn__small_linear_ref(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
                             float *y, int ldy)
@@ -74,19 +77,31 @@ void attn__transpose8_scaled(const float *src, size_t lds, float scale, float *d
     transpose8_scaled(src, lds, scale, dst, ldd);
 }
 
-/* panel[k * PANEL + j] = w[j][k] for the nc (<= PANEL) rows of w, zeros in
- * columns nc..PANEL. */
-AVX2_FN static void pack_panel(const float *w, int nc, int n_in, float *panel)
+/* panel[k * PANEL + j] = w[j * ldw + k] for the nc (<= PANEL) rows of w and
+ * kn (<= SMALL_KB) inputs, zeros in columns nc..PANEL. */
+AVX2_FN static void pack_panel(const float *w, size_t ldw, int nc, int kn, float *panel)
 {
     int j = 0;
     for (; j + 8 <= nc; j += 8) {
         int k = 0;
-        for (; k + 8 <= n_in; k += 8) transpose8(w + (size_t)j * n_in + k, (size_t)n_in, 0, 1.0f, panel + (size_t)k * PANEL + j, PANEL);
-        for (; k < n_in; k++)
-            for (int i = 0; i < 8; i++) panel[(size_t)k * PANEL + j + i] = w[(size_t)(j + i) * n_in + k];
+        for (; k + 8 <= kn; k += 8) transpose8(w + (size_t)j * ldw + k, ldw, 0, 1.0f, panel + (size_t)k * PANEL + j, PANEL);
+        for (; k < kn; k++)
+            for (int i = 0; i < 8; i++) panel[(size_t)k * PANEL + j + i] = w[(size_t)(j + i) * ldw + k];
     }
-    for (int k = 0; k < n_in && j < PANEL; k++)
-        for (int i = j; i < PANEL; i++) panel[(size_t)k * PANEL + i] = i < nc ? w[(size_t)i * n_in + k] : 0.0f;
+    for (int k = 0; k < kn && j < PANEL; k++)
+        for (int i = j; i < PANEL; i++) panel[(size_t)k * PANEL + i] = i < nc ? w[(size_t)i * ldw + k] : 0.0f;
+}
+
+/* The PANEL floats a row's accumulators start from: zeros for the first
+ * input block, else the nc partial sums the previous block left in y. */
+static const float *row_start(const float *y, int nc, int from_y, float tmp[PANEL])
+{
+    static const float zeros[PANEL];
+    if (!from_y) return zeros;
+    if (nc == PANEL) return y;
+    memset(tmp, 0, PANEL * sizeof *tmp);
+    memcpy(tmp, y, (size_t)nc * sizeof *y);
+    return tmp;
 }
 
 /* One row's eight accumulators (PANEL columns) to y: nc columns, plus the
@@ -102,9 +117,14 @@ AVX2_FN __attribute__((always_inline)) static inline void store_row(const __m256
 
 /* Row x against a panel: eight accumulators in named registers (arrays of
  * them are spilled), one broadcast and eight FMAs reading the panel a k. */
-AVX2_FN static void one_row(const float *x, const float *panel, int n_in, const float *bias, int nc, float *y)
+AVX2_FN static void one_row(const float *x, const float *panel, int n_in, const float *bias, int nc, float *y,
+                            int from_y)
 {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    float tmp[PANEL];
+    const float *s0 = row_start(y, nc, from_y, tmp);
+    __m256 a0 = _mm256_loadu_ps(s0), a1 = _mm256_loadu_ps(s0 + 8), a2 = _mm256_loadu_ps(s0 + 16),
+           a3 = _mm256_loadu_ps(s0 + 24), a4 = _mm256_loadu_ps(s0 + 32), a5 = _mm256_loadu_ps(s0 + 40),
+           a6 = _mm256_loadu_ps(s0 + 48), a7 = _mm256_loadu_ps(s0 + 56);
 #define SMALL_STEP(K)                                                                                      \
     do {                                                                                                   \
         const float *p = panel + (size_t)(K) * PANEL;                                                      \
@@ -140,10 +160,16 @@ AVX2_FN static void one_row(const float *x, const float *panel, int n_in, const 
  * rows, which halves the panel loads that bound one_row. Each lane sums
  * exactly as one_row's does, so the bits are the same. */
 VL_FN static void two_rows_vl(const float *x0, const float *x1, const float *panel, int n_in, const float *bias,
-                              int nc, float *y0, float *y1)
+                              int nc, float *y0, float *y1, int from_y)
 {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-    __m256 c0 = a0, c1 = a0, c2 = a0, c3 = a0, c4 = a0, c5 = a0, c6 = a0, c7 = a0;
+    float t0[PANEL], t1[PANEL];
+    const float *s0 = row_start(y0, nc, from_y, t0), *s1 = row_start(y1, nc, from_y, t1);
+    __m256 a0 = _mm256_loadu_ps(s0), a1 = _mm256_loadu_ps(s0 + 8), a2 = _mm256_loadu_ps(s0 + 16),
+           a3 = _mm256_loadu_ps(s0 + 24), a4 = _mm256_loadu_ps(s0 + 32), a5 = _mm256_loadu_ps(s0 + 40),
+           a6 = _mm256_loadu_ps(s0 + 48), a7 = _mm256_loadu_ps(s0 + 56);
+    __m256 c0 = _mm256_loadu_ps(s1), c1 = _mm256_loadu_ps(s1 + 8), c2 = _mm256_loadu_ps(s1 + 16),
+           c3 = _mm256_loadu_ps(s1 + 24), c4 = _mm256_loadu_ps(s1 + 32), c5 = _mm256_loadu_ps(s1 + 40),
+           c6 = _mm256_loadu_ps(s1 + 48), c7 = _mm256_loadu_ps(s1 + 56);
 #define VL_PAIR(i, W)                                                                                      \
     do {                                                                                                   \
         const __m256 w_ = _mm256_load_ps(p + 8 * (i));                                                     \
@@ -188,12 +214,17 @@ ZMM_FN __attribute__((always_inline)) static inline void store_row_zmm(__m512 a0
  * order) and the bias added last the same way, so the bits are the same;
  * the panel loads per row and k drop from four (two_rows_vl) to one, the
  * FMAs from eight to four. */
-ZMM_FN static void four_rows_zmm(const float *x, int n_in, const float *panel, const float *bias, int nc, float *y,
-                                 int ldy)
+#define ZMM_START(r, s) __m512 r##0 = _mm512_loadu_ps(s), r##1 = _mm512_loadu_ps((s) + 16), \
+                               r##2 = _mm512_loadu_ps((s) + 32), r##3 = _mm512_loadu_ps((s) + 48)
+ZMM_FN static void four_rows_zmm(const float *x, size_t ldx, int n_in, const float *panel, const float *bias, int nc,
+                                 float *y, int ldy, int from_y)
 {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-    __m512 c0 = a0, c1 = a0, c2 = a0, c3 = a0, d0 = a0, d1 = a0, d2 = a0, d3 = a0;
-    const float *x0 = x, *x1 = x + n_in, *x2 = x1 + n_in, *x3 = x2 + n_in;
+    float t[4][PANEL];
+    ZMM_START(a, row_start(y, nc, from_y, t[0]));
+    ZMM_START(b, row_start(y + ldy, nc, from_y, t[1]));
+    ZMM_START(c, row_start(y + 2 * (size_t)ldy, nc, from_y, t[2]));
+    ZMM_START(d, row_start(y + 3 * (size_t)ldy, nc, from_y, t[3]));
+    const float *x0 = x, *x1 = x + ldx, *x2 = x1 + ldx, *x3 = x2 + ldx;
 #define ZMM_COL(i)                                                                                         \
     do {                                                                                                   \
         const __m512 w_ = _mm512_loadu_ps(p + 16 * (i));                                                   \
@@ -212,10 +243,28 @@ ZMM_FN static void four_rows_zmm(const float *x, int n_in, const float *panel, c
         ZMM_COL(3);
     }
 #undef ZMM_COL
+#undef ZMM_START
     store_row_zmm(a0, a1, a2, a3, bias, nc, y);
     store_row_zmm(b0, b1, b2, b3, bias, nc, y + ldy);
     store_row_zmm(c0, c1, c2, c3, bias, nc, y + 2 * (size_t)ldy);
     store_row_zmm(d0, d1, d2, d3, bias, nc, y + 3 * (size_t)ldy);
+}
+
+/* Columns [o0, o0 + nc) and inputs [k0, k0 + kn) against the panel of
+ * them, every row: from the partial sums in y unless k0 is 0, the bias
+ * (PANEL floats, or NULL) added after the last input. */
+AVX2_FN static void rows_on_panel(const float *x, int rows, int n_in, int k0, int kn, const float *panel,
+                                  const float *bias, int nc, float *y, int ldy, int vl)
+{
+    const int from_y = k0 > 0;
+    const float *bl = k0 + kn == n_in ? bias : NULL;
+    int r = 0;
+    for (; vl && r + 4 <= rows; r += 4)
+        four_rows_zmm(x + (size_t)r * n_in + k0, (size_t)n_in, kn, panel, bl, nc, y + (size_t)r * ldy, ldy, from_y);
+    for (; vl && r + 2 <= rows; r += 2)
+        two_rows_vl(x + (size_t)r * n_in + k0, x + (size_t)(r + 1) * n_in + k0, panel, kn, bl, nc,
+                    y + (size_t)r * ldy, y + (size_t)(r + 1) * ldy, from_y);
+    for (; r < rows; r++) one_row(x + (size_t)r * n_in + k0, panel, kn, bl, nc, y + (size_t)r * ldy, from_y);
 }
 
 /* vl: AVX-512 kernels allowed (AVX-512F and VL: four rows in zmm, then two
@@ -223,31 +272,30 @@ ZMM_FN static void four_rows_zmm(const float *x, int n_in, const float *panel, c
 AVX2_FN static void small_avx2(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
                                float *y, int ldy, int vl)
 {
-    _Alignas(32) float panel[ATTN__SMALL_IN * PANEL];
+    _Alignas(32) float panel[SMALL_KB * PANEL];
     float bias[PANEL];
     for (int o0 = 0; o0 < n_out; o0 += PANEL) {
         const int nc = n_out - o0 < PANEL ? n_out - o0 : PANEL;
-        pack_panel(w + (size_t)o0 * n_in, nc, n_in, panel);
         if (b != NULL) {
             memset(bias, 0, sizeof bias);
             memcpy(bias, b + o0, (size_t)nc * sizeof *b);
         }
-        int r = 0;
-        for (; vl && r + 4 <= rows; r += 4)
-            four_rows_zmm(x + (size_t)r * n_in, n_in, panel, b ? bias : NULL, nc, y + (size_t)r * ldy + o0, ldy);
-        for (; vl && r + 2 <= rows; r += 2)
-            two_rows_vl(x + (size_t)r * n_in, x + (size_t)(r + 1) * n_in, panel, n_in, b ? bias : NULL, nc,
-                        y + (size_t)r * ldy + o0, y + (size_t)(r + 1) * ldy + o0);
-        for (; r < rows; r++)
-            one_row(x + (size_t)r * n_in, panel, n_in, b ? bias : NULL, nc, y + (size_t)r * ldy + o0);
+        for (int k0 = 0; k0 < n_in; k0 += SMALL_KB) {
+            const int kn = n_in - k0 < SMALL_KB ? n_in - k0 : SMALL_KB;
+            pack_panel(w + (size_t)o0 * n_in + k0, (size_t)n_in, nc, kn, panel);
+            rows_on_panel(x, rows, n_in, k0, kn, panel, b ? bias : NULL, nc, y + o0, ldy, vl);
+        }
     }
 }
+
+static int have_vl(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"); }
+
+int attn__small_applies(int n_in) { return attn__small_available() && (n_in <= ATTN__SMALL_IN || have_vl()); }
 
 void attn__small_linear(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
                         float *y, int ldy)
 {
-    small_avx2(x, rows, n_in, w, b, n_out, y, ldy,
-               __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"));
+    small_avx2(x, rows, n_in, w, b, n_out, y, ldy, have_vl());
 }
 
 void attn__small_linear_avx2(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
@@ -257,6 +305,12 @@ void attn__small_linear_avx2(const float *x, int rows, int n_in, const float *w,
 }
 #else
 int attn__small_available(void) { return 0; }
+
+int attn__small_applies(int n_in)
+{
+    (void)n_in;
+    return 0;
+}
 
 void attn__small_linear_avx2(const float *x, int rows, int n_in, const float *w, const float *b, int n_out,
                              float *y, int ldy)
