@@ -474,10 +474,10 @@ typedef struct attn_workspace_options {
      * the h/g query heads that share a KV head, reading each K/V tile once —
      * and over the rows of the projections. Decode sequences (see attn_kernel)
      * are one job each (all KV heads) when the call has at least 2 * n_threads
-     * of them; fewer are split, first by keys (split-KV: chunks of >= 1024
-     * keys on different threads, each giving a partial max, sum and mixture,
-     * merged exactly by log-sum-exp), then by KV-head groups, to about 4 jobs
-     * per thread. The cut depends only on the batch and n_threads, so a
+     * of them; fewer are split into as many jobs for every thread, first by
+     * keys (split-KV: chunks of >= 256 keys on different threads, each giving
+     * a partial max, sum and mixture, merged exactly by log-sum-exp), then by
+     * KV-head groups when the keys are too few. The cut depends only on the batch and n_threads, so a
      * workspace's results are reproducible, and threads never change a bit of
      * the other kernels' results; but a decode batch smaller than 2 *
      * n_threads is cut differently by workspaces of different n_threads, so

@@ -25,11 +25,12 @@ int attn__decode_applies(const attn_seq *s);
 /* How decode sequence s is cut into jobs, given the decode sequences of the
  * whole batch and the workspace's threads: *heads KV heads per job (g, or
  * fewer) and *chunks key chunks (each >= ATTN__DECODE_SPLIT_MIN keys). One
- * job per sequence unless n_seqs < 2 * n_threads; then keys are split first
- * (rows stay whole), heads only if that is not enough. Depends on the batch
- * and n_threads only, never on timing, so a workspace's results are
- * reproducible. */
-#define ATTN__DECODE_SPLIT_MIN 1024
+ * job per sequence unless n_seqs < 2 * n_threads; then each sequence in
+ * n_threads / gcd(n_seqs, n_threads) jobs, so every thread gets as many:
+ * keys are split first (rows stay whole), heads only if the keys are too
+ * few. Depends on the batch and n_threads only, never on timing, so a
+ * workspace's results are reproducible. */
+#define ATTN__DECODE_SPLIT_MIN 256
 void attn__decode_split(const attn_layer *l, const attn_seq *s, int n_seqs, int n_threads, int *heads,
                         int *chunks);
 

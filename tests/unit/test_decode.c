@@ -287,14 +287,28 @@ TEST(split_policy)
     CHECK(heads == 8 && chunks == 1);
     attn__decode_split(l, &s, 4, 2, &heads, &chunks); /* enough sequences: never */
     CHECK(heads == 8 && chunks == 1);
-    attn__decode_split(l, &s, 1, 2, &heads, &chunks); /* one long sequence: 8 key chunks */
-    CHECK(heads == 8 && chunks == 8);
-    s.s = 1500; /* short: one chunk, the KV heads in groups instead */
+    /* fewer: n_threads / gcd(n_seqs, n_threads) jobs a sequence, key chunks first */
+    attn__decode_split(l, &s, 1, 2, &heads, &chunks); /* one long sequence, two threads: 2 key chunks */
+    CHECK(heads == 8 && chunks == 2);
+    attn__decode_split(l, &s, 2, 2, &heads, &chunks); /* one sequence a thread: never */
+    CHECK(heads == 8 && chunks == 1);
+    attn__decode_split(l, &s, 3, 2, &heads, &chunks); /* three: 2 chunks each, three jobs a thread */
+    CHECK(heads == 8 && chunks == 2);
+    attn__decode_split(l, &s, 1, 4, &heads, &chunks);
+    CHECK(heads == 8 && chunks == 4);
+    attn__decode_split(l, &s, 6, 4, &heads, &chunks); /* 6 on 4 threads: 2 each, 12 jobs */
+    CHECK(heads == 8 && chunks == 2);
+    s.s = 1500; /* still enough keys for chunks of >= 256 */
     attn__decode_split(l, &s, 1, 2, &heads, &chunks);
+    CHECK(heads == 8 && chunks == 2);
+    s.s = 600; /* 2 chunks of >= 256 keys, then the KV heads in 2 groups for 4 threads */
+    attn__decode_split(l, &s, 1, 4, &heads, &chunks);
+    CHECK(heads == 4 && chunks == 2);
+    s.s = 300; /* one chunk: the KV heads in groups instead */
+    attn__decode_split(l, &s, 1, 2, &heads, &chunks);
+    CHECK(heads == 4 && chunks == 1);
+    attn__decode_split(l, &s, 1, 16, &heads, &chunks); /* more groups wanted than KV heads: one each */
     CHECK(heads == 1 && chunks == 1);
-    s.s = 2100; /* two chunks of >= 1024 keys, then heads in groups of 2 */
-    attn__decode_split(l, &s, 1, 2, &heads, &chunks);
-    CHECK(heads == 2 && chunks == 2);
     attn_layer_free(l);
 }
 
