@@ -372,7 +372,7 @@ AVX2_INLINE void qk_pairs_t(const float *q, const dims *x, const void *k, const 
  * is 0; d a multiple of 8), the rest by qk_pairs_t. The prefetches are
  * qk_pairs_t's, four keys at a time. One body for both ISAs: an AVX2
  * function cannot inline an AVX-512 kernel, so each gets its own copy. */
-#define QK_FOURS(NAME, FN_ATTR, DOT4X4)                                                                          \
+#define QK_FOURS(NAME, FN_ATTR, DOT4X4, KEYS)                                                                    \
     FN_ATTR void NAME(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo,        \
                       const int dc, const int dt)                                                                \
     {                                                                                                            \
@@ -380,11 +380,11 @@ AVX2_INLINE void qk_pairs_t(const float *q, const dims *x, const void *k, const 
         const size_t row_elems = (size_t)x->nh * (size_t)d;                                                      \
         const int ahead = attn__decode_k_ahead > 0 ? attn__decode_k_ahead : DECODE_K_AHEAD;                      \
         int j = 0;                                                                                               \
-        for (; d % 8 == 0 && j + 4 <= x->m; j += 4) {                                                            \
-            for (int i = 0; x->own && i < 4; i++) prefetch(k, (size_t)(j + ahead + i) * x->stride, row_elems, dt); \
-            for (int i = 0; x->own && i < 4; i++) prefetch_other(x, j + i);                                      \
+        for (; d % 8 == 0 && j + (KEYS) <= x->m; j += (KEYS)) {                                                  \
+            for (int i = 0; x->own && i < (KEYS); i++) prefetch(k, (size_t)(j + ahead + i) * x->stride, row_elems, dt); \
+            for (int i = 0; x->own && i < (KEYS); i++) prefetch_other(x, j + i);                                 \
             pf_walk w;                                                                                           \
-            pf_walk_init(&w, x, j, 4, x->nh, !x->own);                                                           \
+            pf_walk_init(&w, x, j, (KEYS), x->nh, !x->own);                                                      \
             for (int jh = 0; jh < x->nh; jh++) {                                                                 \
                 pf_walk_step(&w);                                                                                \
                 const size_t kj = (size_t)j * x->stride + (size_t)jh * d;                                        \
@@ -395,7 +395,7 @@ AVX2_INLINE void qk_pairs_t(const float *q, const dims *x, const void *k, const 
                 for (; r + 4 <= rh; r += 4)                                                                      \
                     DOT4X4(qh + (size_t)r * d, d, k, kj, x->stride, dt, s, oh + (size_t)r * ldo, ldo);           \
                 for (; r < rh; r++)                                                                              \
-                    for (int i = 0; i < 4; i++)                                                                  \
+                    for (int i = 0; i < (KEYS); i++)                                                             \
                         dot1(qh + (size_t)r * d, d, k, kj + (size_t)i * x->stride, dt, s, oh + (size_t)r * ldo + i); \
             }                                                                                                    \
         }                                                                                                        \
@@ -409,7 +409,7 @@ AVX2_INLINE void qk_pairs_t(const float *q, const dims *x, const void *k, const 
         }                                                                                                        \
     }
 
-QK_FOURS(qk_avx2_t, AVX2_INLINE, dot4x4_avx2)
+QK_FOURS(qk_avx2_t, AVX2_INLINE, dot4x4_avx2, 4)
 
 /* Keys in pairs by dot4x2 (any d). */
 AVX2_INLINE void qk_pairs_t(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo,
@@ -732,6 +732,21 @@ AVX512VL_INLINE __m256 hsum4x2_zmm(__m512 a0, __m512 a1, __m512 a2, __m512 a3)
  * eight-lane ones, and each eight floats of q are loaded once for four keys
  * (the ymm version it replaces, 16 accumulators, took 1.00-1.06x its step
  * time for the narrow dtypes, 16 sessions at P = 8192 on a Zen 5). */
+AVX512VL_INLINE void store4x4_zmm(__m512 a0, __m512 a1, __m512 a2, __m512 a3, __m512 b0, __m512 b1, __m512 b2,
+                                  __m512 b3, float sk, float *out, int ldo)
+{
+    const __m256 s = _mm256_set1_ps(sk);
+    const __m256 z01 = _mm256_mul_ps(hsum4x2_zmm(a0, a1, a2, a3), s); /* rows of keys 0 | 1 */
+    const __m256 z23 = _mm256_mul_ps(hsum4x2_zmm(b0, b1, b2, b3), s); /* rows of keys 2 | 3 */
+    __m128 r0 = _mm256_castps256_ps128(z01), r1 = _mm256_extractf128_ps(z01, 1), r2 = _mm256_castps256_ps128(z23),
+           r3 = _mm256_extractf128_ps(z23, 1);
+    _MM_TRANSPOSE4_PS(r0, r1, r2, r3); /* now r_i = row i's four keys */
+    _mm_storeu_ps(out, r0);
+    _mm_storeu_ps(out + ldo, r1);
+    _mm_storeu_ps(out + 2 * (size_t)ldo, r2);
+    _mm_storeu_ps(out + 3 * (size_t)ldo, r3);
+}
+
 AVX512VL_INLINE void dot4x4_zmm(const float *q0, int d, const void *k, size_t kj, size_t stride, int dt, float sk,
                                 float *out, int ldo)
 {
@@ -753,20 +768,52 @@ AVX512VL_INLINE void dot4x4_zmm(const float *q0, int d, const void *k, size_t kj
         a3 = _mm512_fmadd_ps(q, k01, a3);
         b3 = _mm512_fmadd_ps(q, k23, b3);
     }
-    const __m256 s = _mm256_set1_ps(sk);
-    const __m256 z01 = _mm256_mul_ps(hsum4x2_zmm(a0, a1, a2, a3), s); /* rows of keys 0 | 1 */
-    const __m256 z23 = _mm256_mul_ps(hsum4x2_zmm(b0, b1, b2, b3), s); /* rows of keys 2 | 3 */
-    __m128 r0 = _mm256_castps256_ps128(z01), r1 = _mm256_extractf128_ps(z01, 1), r2 = _mm256_castps256_ps128(z23),
-           r3 = _mm256_extractf128_ps(z23, 1);
-    _MM_TRANSPOSE4_PS(r0, r1, r2, r3); /* now r_i = row i's four keys */
-    _mm_storeu_ps(out, r0);
-    _mm_storeu_ps(out + ldo, r1);
-    _mm_storeu_ps(out + 2 * (size_t)ldo, r2);
-    _mm_storeu_ps(out + 3 * (size_t)ldo, r3);
+    store4x4_zmm(a0, a1, a2, a3, b0, b1, b2, b3, sk, out, ldo);
 }
 
-/* qk_avx2_t with dot4x4_zmm. */
-QK_FOURS(qk_zmm_t, AVX512VL_INLINE, dot4x4_zmm)
+/* dot4x4_zmm on keys 0-3 and 4-7 at once: each eight floats of q loaded
+ * once for eight keys, and sixteen independent FMA chains. Every score
+ * gets dot4x4_zmm's operations, so the same bits. */
+#define DOT8_ROW(r)                                                                                                \
+    do {                                                                                                           \
+        const __m512 q = bcast8(q0 + (size_t)(r) * d + c);                                                        \
+        a##r = _mm512_fmadd_ps(q, k01, a##r);                                                                      \
+        b##r = _mm512_fmadd_ps(q, k23, b##r);                                                                      \
+        e##r = _mm512_fmadd_ps(q, k45, e##r);                                                                      \
+        f##r = _mm512_fmadd_ps(q, k67, f##r);                                                                      \
+    } while (0)
+AVX512VL_INLINE void dot4x8_zmm(const float *q0, int d, const void *k, size_t kj, size_t stride, int dt, float sk,
+                                float *out, int ldo)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    __m512 e0 = a0, e1 = a0, e2 = a0, e3 = a0, f0 = a0, f1 = a0, f2 = a0, f3 = a0;
+#pragma GCC unroll 16
+    for (int c = 0; c < d; c += 8) {
+        const __m512 k01 = load8x2(k, kj + (size_t)c, kj + stride + (size_t)c, dt);
+        const __m512 k23 = load8x2(k, kj + 2 * stride + (size_t)c, kj + 3 * stride + (size_t)c, dt);
+        const __m512 k45 = load8x2(k, kj + 4 * stride + (size_t)c, kj + 5 * stride + (size_t)c, dt);
+        const __m512 k67 = load8x2(k, kj + 6 * stride + (size_t)c, kj + 7 * stride + (size_t)c, dt);
+        DOT8_ROW(0);
+        DOT8_ROW(1);
+        DOT8_ROW(2);
+        DOT8_ROW(3);
+    }
+    store4x4_zmm(a0, a1, a2, a3, b0, b1, b2, b3, sk, out, ldo);
+    store4x4_zmm(e0, e1, e2, e3, f0, f1, f2, f3, sk, out + 4, ldo);
+}
+#undef DOT8_ROW
+
+/* qk_avx2_t with dot4x8_zmm, eight keys a pass, then with dot4x4_zmm. */
+QK_FOURS(qk_zmm4_t, AVX512VL_INLINE, dot4x4_zmm, 4)
+/* The keys after the last eight: four at a time, then in pairs. */
+AVX512VL_INLINE void qk_zmm4_pairs(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo,
+                                   const int dt)
+{
+    qk_zmm4_t(q, x, k, sk, out, ldo, 0, dt);
+}
+#define qk_pairs_t qk_zmm4_pairs
+QK_FOURS(qk_zmm_t, AVX512VL_INLINE, dot4x8_zmm, 8)
+#undef qk_pairs_t
 
 /* One instance per dtype (dt a constant inside), chosen per run. */
 #define DTYPE_SWITCH(fn, dt, ...)                                                                                   \
