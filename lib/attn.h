@@ -467,9 +467,7 @@ typedef enum attn_kernel {
 typedef struct attn_workspace_options {
     /* Threads computing each attn_forward, the caller included: 1 (or 0) = the
      * calling thread only; n > 1 starts n - 1 pool threads now, which live until
-     * attn_workspace_free; between calls they watch for the next one for up to
-     * 50 us (a decode step's parallel phases follow each other closely, and
-     * waking a sleeping thread costs ~10 us), then sleep; -1 = one per online CPU.
+     * attn_workspace_free and sleep between calls; -1 = one per online CPU.
      * Work is split over (sequence, KV head, query block) — one job computes
      * the h/g query heads that share a KV head, reading each K/V tile once —
      * and over the rows of the projections. Decode sequences (see attn_kernel)

@@ -1,12 +1,7 @@
 /* pool.c — the worker pool behind threaded workspaces (see pool.h). Workers
- * claim tasks with an atomic counter, so uneven tasks (causal query blocks)
- * balance themselves. Between calls they watch for the next one for at most
- * POOL_SPIN_NS, then sleep on a condition variable; the caller likewise
- * watches for the last worker to finish before it sleeps. A decode step is
- * a few parallel-fors a layer, microseconds apart, and waking a sleeping
- * thread costs about 10 us on a VM (a parallel-for of two 20 us tasks took
- * 31 us on two sleeping threads); the short watch keeps the machine free
- * for OpenBLAS and other processes whenever no call follows.
+ * sleep on a condition variable between calls (no spinning: the machine is
+ * shared with OpenBLAS and with other processes) and claim tasks with an atomic
+ * counter, so uneven tasks (causal query blocks) balance themselves.
  */
 #include "pool.h"
 
@@ -15,11 +10,6 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <time.h>
-
-/* How long a thread watches for work (a worker) or for the workers to
- * finish (the caller) before it sleeps. */
-#define POOL_SPIN_NS 50000
 
 struct attn__pool {
     int n_threads;         /* the caller + workers */
@@ -29,8 +19,7 @@ struct attn__pool {
     pthread_cond_t wake;   /* a new generation of work, or shutdown */
     pthread_cond_t idle;   /* the last worker of a generation finished */
     unsigned long gen;     /* bumped by every attn__pool_run; guarded by mu */
-    atomic_ulong gen_seen; /* gen, for threads watching without mu */
-    atomic_int busy;       /* workers still inside the current generation */
+    int busy;              /* workers still inside the current generation */
     int stop;
     /* the current parallel-for (written under mu before gen is bumped) */
     attn__task_fn fn;
@@ -52,47 +41,14 @@ static void drain(attn__pool *p, attn__task_fn fn, void *arg, int n_tasks, int w
     }
 }
 
-static long long now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
-/* Watches *cell for up to POOL_SPIN_NS while it still equals `was` (a
- * generation, or a busy count); returns as soon as it changes. */
-static void watch_ulong(atomic_ulong *cell, unsigned long was)
-{
-    const long long end = now_ns() + POOL_SPIN_NS;
-    for (int i = 1; atomic_load_explicit(cell, memory_order_acquire) == was; i++)
-        if (i % 64 == 0 && now_ns() > end) return;
-        else cpu_relax();
-}
-
-static void watch_busy(atomic_int *cell)
-{
-    const long long end = now_ns() + POOL_SPIN_NS;
-    for (int i = 1; atomic_load_explicit(cell, memory_order_acquire) > 0; i++)
-        if (i % 64 == 0 && now_ns() > end) return;
-        else cpu_relax();
-}
-
 static void *worker_main(void *v)
 {
     worker_arg wa = *(worker_arg *)v;
     free(v);
     attn__pool *p = wa.pool;
     unsigned long seen = 0;
+    pthread_mutex_lock(&p->mu);
     for (;;) {
-        watch_ulong(&p->gen_seen, seen);
-        pthread_mutex_lock(&p->mu);
         while (!p->stop && p->gen == seen) pthread_cond_wait(&p->wake, &p->mu);
         if (p->stop) break;
         seen = p->gen;
@@ -101,11 +57,8 @@ static void *worker_main(void *v)
         int n = p->n_tasks;
         pthread_mutex_unlock(&p->mu);
         drain(p, fn, arg, n, wa.id);
-        if (atomic_fetch_sub_explicit(&p->busy, 1, memory_order_acq_rel) == 1) { /* the last one: tell the caller */
-            pthread_mutex_lock(&p->mu);
-            pthread_cond_signal(&p->idle);
-            pthread_mutex_unlock(&p->mu);
-        }
+        pthread_mutex_lock(&p->mu);
+        if (--p->busy == 0) pthread_cond_signal(&p->idle);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -163,8 +116,6 @@ attn_status attn__pool_create(int n_threads, attn__pool **out, attn_error *err)
     if (!(have_wake = pthread_cond_init(&p->wake, NULL) == 0)) goto nomem;
     if (!(have_idle = pthread_cond_init(&p->idle, NULL) == 0)) goto nomem;
     atomic_init(&p->next, 0);
-    atomic_init(&p->gen_seen, 0);
-    atomic_init(&p->busy, 0);
     if ((st = start_workers(p, err)) != ATTN_OK) goto fail;
     *out = p;
     return ATTN_OK;
@@ -209,18 +160,14 @@ void attn__pool_run(attn__pool *p, int n_tasks, attn__task_fn fn, void *arg)
     p->arg = arg;
     p->n_tasks = n_tasks;
     atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->busy, p->n_started, memory_order_relaxed);
+    p->busy = p->n_started;
     p->gen++;
-    atomic_store_explicit(&p->gen_seen, p->gen, memory_order_release); /* after fn, arg, n_tasks, next, busy */
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
 
     drain(p, fn, arg, n_tasks, 0);
 
-    /* the workers' release decrements publish their tasks' writes */
-    watch_busy(&p->busy);
-    if (atomic_load_explicit(&p->busy, memory_order_acquire) == 0) return;
-    pthread_mutex_lock(&p->mu);
-    while (atomic_load_explicit(&p->busy, memory_order_acquire) > 0) pthread_cond_wait(&p->idle, &p->mu);
+    pthread_mutex_lock(&p->mu); /* the workers' unlock publishes their writes */
+    while (p->busy > 0) pthread_cond_wait(&p->idle, &p->mu);
     pthread_mutex_unlock(&p->mu);
 }

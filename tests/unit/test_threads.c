@@ -8,7 +8,6 @@
 #include "check.h"
 #include "core_util.h"
 #include "forward.h"
-#include "pool.h"
 #include "workspace.h"
 
 #include <cblas.h>
@@ -16,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define N_SEQS 3
 
@@ -374,52 +372,6 @@ TEST(concurrent_workspaces)
     attn_layer_free(l);
 }
 
-/* The pool itself: every task of every call runs once and its writes are
- * seen when attn__pool_run returns, also when calls follow each other while
- * the workers still watch for work; and workers that get no more work go to
- * sleep (they watch for at most 50 us), so an idle pool costs no CPU. */
-static int pool_slot[8];
-static void stamp_task(void *arg, int task, int worker)
-{
-    (void)worker;
-    volatile double x = 1.0;
-    for (int i = 0; i < (task == 1 ? 20000 : 200); i++) x *= 1.0000001; /* task 1 the longest, by far */
-    pool_slot[task] = *(const int *)arg;
-}
-
-static double cpu_seconds(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-TEST(pool_runs_and_sleeps)
-{
-    attn__pool *p = NULL;
-    CHECK(attn__pool_create(3, &p, NULL) == ATTN_OK);
-    if (p == NULL) return;
-    int stale = 0;
-    for (int run = 1; run <= 3000; run++) {
-        const int n = 1 + run % 8;
-        attn__pool_run(p, n, stamp_task, &run);
-        for (int t = 0; t < n; t++) stale += pool_slot[t] != run;
-        if (run % 500 == 0) { /* now and then a pause long enough for the workers to sleep */
-            struct timespec pause = {0, 200000};
-            nanosleep(&pause, NULL);
-        }
-    }
-    CHECK_INT_EQ(stale, 0);
-    /* idle: 200 ms of the caller asleep cost the two workers next to no CPU */
-    const double c0 = cpu_seconds();
-    struct timespec idle = {0, 200000000};
-    nanosleep(&idle, NULL);
-    const double used = cpu_seconds() - c0;
-    CHECK_MSG(used < 0.05, "an idle pool used %.3f s of CPU in 0.2 s", used);
-    CHECK_INT_EQ((long)attn__pool_runs(p), 3000);
-    attn__pool_free(p);
-}
-
 /* Creating and freeing pools, used or not, leaks nothing and never hangs. */
 TEST(lifecycle)
 {
@@ -450,7 +402,6 @@ int main(void)
     RUN(col_split_probe);
     RUN(openblas_threaded);
     RUN(concurrent_workspaces);
-    RUN(pool_runs_and_sleeps);
     RUN(lifecycle);
     return check_summary();
 }
