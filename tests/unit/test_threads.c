@@ -8,6 +8,7 @@
 #include "check.h"
 #include "core_util.h"
 #include "forward.h"
+#include "pool.h"
 #include "workspace.h"
 
 #include <cblas.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define N_SEQS 3
 
@@ -372,6 +374,38 @@ TEST(concurrent_workspaces)
     attn_layer_free(l);
 }
 
+/* The pool itself: every task of every call runs once and its writes are
+ * seen when attn__pool_run returns, whether the calls follow each other or
+ * the workers have gone to sleep between them. */
+static int pool_slot[8];
+static void stamp_task(void *arg, int task, int worker)
+{
+    (void)worker;
+    volatile double x = 1.0;
+    for (int i = 0; i < (task == 1 ? 20000 : 200); i++) x *= 1.0000001; /* task 1 the longest, by far */
+    pool_slot[task] = *(const int *)arg;
+}
+
+TEST(pool_tasks_seen)
+{
+    attn__pool *p = NULL;
+    CHECK(attn__pool_create(3, &p, NULL) == ATTN_OK);
+    if (p == NULL) return;
+    int stale = 0;
+    for (int run = 1; run <= 3000; run++) {
+        const int n = 1 + run % 8;
+        attn__pool_run(p, n, stamp_task, &run);
+        for (int t = 0; t < n; t++) stale += pool_slot[t] != run;
+        if (run % 500 == 0) { /* now and then a pause */
+            struct timespec pause = {0, 200000};
+            nanosleep(&pause, NULL);
+        }
+    }
+    CHECK_INT_EQ(stale, 0);
+    CHECK_INT_EQ((long)attn__pool_runs(p), 3000);
+    attn__pool_free(p);
+}
+
 /* Creating and freeing pools, used or not, leaks nothing and never hangs. */
 TEST(lifecycle)
 {
@@ -402,6 +436,7 @@ int main(void)
     RUN(col_split_probe);
     RUN(openblas_threaded);
     RUN(concurrent_workspaces);
+    RUN(pool_tasks_seen);
     RUN(lifecycle);
     return check_summary();
 }
