@@ -367,12 +367,13 @@ AVX2_INLINE void dot4x4_avx2(const float *q0, int d, const void *k, size_t kj, s
 AVX2_INLINE void qk_pairs_t(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo,
                             const int dt);
 
-/* Keys in fours by DOT4X4 (dot4x4_avx2, or AVX-512VL's dot4x4_zmm: rows in
- * fours, d = dc, a constant 64 or 128 the compiler unrolls, or x->d when dc
- * is 0; d a multiple of 8), the rest by qk_pairs_t. The prefetches are
- * qk_pairs_t's, four keys at a time. One body for both ISAs: an AVX2
+/* Keys KEYS at a time by DOT4X4 (dot4x4_avx2 or AVX-512VL's dot4x4_zmm,
+ * four keys; dot4x8_zmm, eight: rows in fours, d = dc, a constant 64 or 128
+ * the compiler unrolls, or x->d when dc is 0; d a multiple of 8), the rest
+ * by REST (qk_pairs_t, or the four-key kernel). The prefetches are
+ * qk_pairs_t's, KEYS keys at a time. One body for both ISAs: an AVX2
  * function cannot inline an AVX-512 kernel, so each gets its own copy. */
-#define QK_FOURS(NAME, FN_ATTR, DOT4X4, KEYS)                                                                    \
+#define QK_FOURS(NAME, FN_ATTR, DOT4X4, KEYS, REST)                                                              \
     FN_ATTR void NAME(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo,        \
                       const int dc, const int dt)                                                                \
     {                                                                                                            \
@@ -405,11 +406,11 @@ AVX2_INLINE void qk_pairs_t(const float *q, const dims *x, const void *k, const 
             rest.pf = x->pf == NULL || j >= x->pf_m ? NULL                                                       \
                                                     : (const char *)x->pf + (size_t)j * x->pf_stride * elem_bytes(dt); \
             rest.pf_m = x->pf_m - j;                                                                             \
-            qk_pairs_t(q, &rest, (const char *)k + (size_t)j * x->stride * elem_bytes(dt), sk, out + j, ldo, dt); \
+            REST(q, &rest, (const char *)k + (size_t)j * x->stride * elem_bytes(dt), sk, out + j, ldo, dt);      \
         }                                                                                                        \
     }
 
-QK_FOURS(qk_avx2_t, AVX2_INLINE, dot4x4_avx2, 4)
+QK_FOURS(qk_avx2_t, AVX2_INLINE, dot4x4_avx2, 4, qk_pairs_t)
 
 /* Keys in pairs by dot4x2 (any d). */
 AVX2_INLINE void qk_pairs_t(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo,
@@ -804,16 +805,14 @@ AVX512VL_INLINE void dot4x8_zmm(const float *q0, int d, const void *k, size_t kj
 #undef DOT8_ROW
 
 /* qk_avx2_t with dot4x8_zmm, eight keys a pass, then with dot4x4_zmm. */
-QK_FOURS(qk_zmm4_t, AVX512VL_INLINE, dot4x4_zmm, 4)
+QK_FOURS(qk_zmm4_t, AVX512VL_INLINE, dot4x4_zmm, 4, qk_pairs_t)
 /* The keys after the last eight: four at a time, then in pairs. */
 AVX512VL_INLINE void qk_zmm4_pairs(const float *q, const dims *x, const void *k, const float *sk, float *out, int ldo,
                                    const int dt)
 {
     qk_zmm4_t(q, x, k, sk, out, ldo, 0, dt);
 }
-#define qk_pairs_t qk_zmm4_pairs
-QK_FOURS(qk_zmm_t, AVX512VL_INLINE, dot4x8_zmm, 8)
-#undef qk_pairs_t
+QK_FOURS(qk_zmm_t, AVX512VL_INLINE, dot4x8_zmm, 8, qk_zmm4_pairs)
 
 /* One instance per dtype (dt a constant inside), chosen per run. */
 #define DTYPE_SWITCH(fn, dt, ...)                                                                                   \
