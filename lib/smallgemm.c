@@ -104,6 +104,15 @@ static const float *row_start(const float *y, int nc, int from_y, float tmp[PANE
     return tmp;
 }
 
+/* Declares r0..r7, a row's eight accumulators, loaded from the PANEL
+ * floats at s (row_start). */
+#define YMM_START(r, s)                                                                                    \
+    const float *r##_start = (s);                                                                          \
+    __m256 r##0 = _mm256_loadu_ps(r##_start), r##1 = _mm256_loadu_ps(r##_start + 8),                       \
+           r##2 = _mm256_loadu_ps(r##_start + 16), r##3 = _mm256_loadu_ps(r##_start + 24),                 \
+           r##4 = _mm256_loadu_ps(r##_start + 32), r##5 = _mm256_loadu_ps(r##_start + 40),                 \
+           r##6 = _mm256_loadu_ps(r##_start + 48), r##7 = _mm256_loadu_ps(r##_start + 56)
+
 /* One row's eight accumulators (PANEL columns) to y: nc columns, plus the
  * bias (bias: PANEL floats, or NULL). */
 AVX2_FN __attribute__((always_inline)) static inline void store_row(const __m256 a[8], const float *bias, int nc, float *y)
@@ -121,10 +130,7 @@ AVX2_FN static void one_row(const float *x, const float *panel, int n_in, const 
                             int from_y)
 {
     float tmp[PANEL];
-    const float *s0 = row_start(y, nc, from_y, tmp);
-    __m256 a0 = _mm256_loadu_ps(s0), a1 = _mm256_loadu_ps(s0 + 8), a2 = _mm256_loadu_ps(s0 + 16),
-           a3 = _mm256_loadu_ps(s0 + 24), a4 = _mm256_loadu_ps(s0 + 32), a5 = _mm256_loadu_ps(s0 + 40),
-           a6 = _mm256_loadu_ps(s0 + 48), a7 = _mm256_loadu_ps(s0 + 56);
+    YMM_START(a, row_start(y, nc, from_y, tmp));
 #define SMALL_STEP(K)                                                                                      \
     do {                                                                                                   \
         const float *p = panel + (size_t)(K) * PANEL;                                                      \
@@ -163,13 +169,8 @@ VL_FN static void two_rows_vl(const float *x0, const float *x1, const float *pan
                               int nc, float *y0, float *y1, int from_y)
 {
     float t0[PANEL], t1[PANEL];
-    const float *s0 = row_start(y0, nc, from_y, t0), *s1 = row_start(y1, nc, from_y, t1);
-    __m256 a0 = _mm256_loadu_ps(s0), a1 = _mm256_loadu_ps(s0 + 8), a2 = _mm256_loadu_ps(s0 + 16),
-           a3 = _mm256_loadu_ps(s0 + 24), a4 = _mm256_loadu_ps(s0 + 32), a5 = _mm256_loadu_ps(s0 + 40),
-           a6 = _mm256_loadu_ps(s0 + 48), a7 = _mm256_loadu_ps(s0 + 56);
-    __m256 c0 = _mm256_loadu_ps(s1), c1 = _mm256_loadu_ps(s1 + 8), c2 = _mm256_loadu_ps(s1 + 16),
-           c3 = _mm256_loadu_ps(s1 + 24), c4 = _mm256_loadu_ps(s1 + 32), c5 = _mm256_loadu_ps(s1 + 40),
-           c6 = _mm256_loadu_ps(s1 + 48), c7 = _mm256_loadu_ps(s1 + 56);
+    YMM_START(a, row_start(y0, nc, from_y, t0));
+    YMM_START(c, row_start(y1, nc, from_y, t1));
 #define VL_PAIR(i, W)                                                                                      \
     do {                                                                                                   \
         const __m256 w_ = _mm256_load_ps(p + 8 * (i));                                                     \
