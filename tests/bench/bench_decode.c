@@ -495,7 +495,9 @@ static int sessions_fit(int n, int P) { return (double)n * P * G * D * 2 * 4 <= 
  * kernel's instructions, load-independent). */
 static int profile_only(const char *dt_name)
 {
-    enum { N = 16, P = 2048 };
+    enum { N = 16 };
+    const char *pe = getenv("BENCH_PROFILE_P"), *se = getenv("BENCH_PROFILE_STEPS");
+    const int P = pe && atoi(pe) > 0 ? atoi(pe) : 2048, steps = se && atoi(se) > 0 ? atoi(se) : 2;
     int dt = 0;
     while (dt < 4 && strcmp(dnames[dt], dt_name) != 0) dt++;
     if (dt == 4) return 2;
@@ -516,10 +518,10 @@ static int profile_only(const char *dt_name)
     int rc = pool_fill(l, &pl, N, P, (attn_kv_dtype)dt, kx, vx) != 0;
     attn_seq seqs[N];
     make_seqs(&pl, N, P, x, out, seqs);
-    for (int i = 0; rc == 0 && i < 2; i++) rc = attn_forward(l, seqs, N, ws, NULL, NULL) != ATTN_OK;
+    for (int i = 0; rc == 0 && i < steps; i++) rc = attn_forward(l, seqs, N, ws, NULL, NULL) != ATTN_OK;
     double sum = 0;
     for (size_t i = 0; i < (size_t)N * E; i++) sum += out[i];
-    printf("profile %s: 16 sessions, P = %d, 2 steps; output sum %.9g\n", dnames[dt], P, sum);
+    printf("profile %s: 16 sessions, P = %d, %d steps; output sum %.9g\n", dnames[dt], P, steps, sum);
     pool_free(&pl);
     free(kx); free(vx); free(x); free(out);
     attn_workspace_free(ws);

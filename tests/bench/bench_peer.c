@@ -31,7 +31,7 @@
  *                             layer B T E h causal SECONDS OUT
  *                             decode P n SECONDS OUT
  *                             attn P n f32|f16 SECONDS
- *                             bw | sgemm | quit
+ *                             bw | sgemm | peak | quit
  * Timing: one timed warm-up, then runs until SECONDS are spent and at least 3
  * ran (2 when the warm-up took over a second; decode and attn: at least 2),
  * median and fastest; the peers follow the same rule. Answers:
@@ -440,6 +440,10 @@ static int serve(void)
         } else if (!strncmp(line, "sgemm", 5)) { /* the compute roof the layer rows are held against */
             printf("RESULT\tsgemm\t%dthreads\t%.3f\tGFLOP/s (1024^3, OpenBLAS %s, best of 3)\n", THREADS,
                    bench_sgemm_gflops(1024, THREADS), openblas_get_corename());
+        } else if (!strncmp(line, "peak", 4)) { /* the FMA roof, which no GEMM library passes */
+            const char *kind;
+            const double g = bench_fma_peak_gflops(THREADS, &kind);
+            printf("RESULT\tpeak\t%dthreads\t%.3f\tGFLOP/s (%s on registers, best of 3)\n", THREADS, g, kind);
         } else if (!strncmp(line, "bw", 2)) {
             printf("RESULT\tbw\t%dthreads\t%.3f\tGB/s (sum of floats over 1 GiB, %s, best of 5)\n", THREADS,
                    bench_read_bandwidth(THREADS) * 1e-9, bench_stream_kind());

@@ -64,6 +64,12 @@ void bench_start(const char *bench_name);
  * of a few runs after a warm-up (the OpenBLAS thread count is restored). */
 double bench_sgemm_gflops(int n, int threads);
 
+/* GFLOP/s of `threads` threads each running FMAs on registers alone, the
+ * widest the CPU has (*kind names them): the compute roof a GEMM-bound
+ * kernel cannot pass, whatever library it uses; -1 without vector FMAs.
+ * Best of 3, about 0.2 s. */
+double bench_fma_peak_gflops(int threads, const char **kind);
+
 /* One issue-18 target: printed as "TARGET  <target> | <measured> | <verdict>"
  * and appended as a tab-separated line to $BENCH_TARGETS when set (scripts/
  * bench.sh prints that file as the closing table). met: 1 met, 0 not met,

@@ -305,10 +305,17 @@ async function main() {
   // The compute roof: OpenBLAS sgemm on 2 threads, best of one probe per round. A layer
   // row's useful FLOPs (projections 8·B·T·E², attention 4·B·T²·E, half when causal) over
   // it is the fastest the row could run at sgemm's rate.
-  let sgemm = 0;
+  // The FMA peak (the widest vector FMAs on registers, same threads) is the roof no GEMM
+  // library passes: a share of it near 100 % is out of reach of any design.
+  let sgemm = 0, peak = 0, peakKind = '';
   const probeSgemm = async () => {
     const r = (await attnd.ask('sgemm')).find((l) => l.startsWith('RESULT\t'));
     if (r) sgemm = Math.max(sgemm, Number(r.split('\t')[3]));
+    const p = (await attnd.ask('peak')).find((l) => l.startsWith('RESULT\t'));
+    if (p && Number(p.split('\t')[3]) > peak) {
+      peak = Number(p.split('\t')[3]);
+      peakKind = (p.split('\t')[4] || '').replace(/^GFLOP\/s \((.*?) on registers.*$/, '$1');
+    }
   };
   const cpus = os.cpus().length;
   for (let r = 1; r <= ROUNDS; r++) {
@@ -369,6 +376,17 @@ async function main() {
       console.log(`  ${L.key.padEnd(22)} ${(flops(L) / 1e9).toFixed(3)} GFLOP, roof ${(roof * 1e3).toPrecision(4)} ms: ` +
         `attnd ${(100 * roof / median(row.attnd)).toFixed(0)}%, ORT ${(100 * roof / ort).toFixed(0)}%; ` +
         `${goal}x ORT needs ${(100 * goal * roof / ort).toFixed(0)}%`);
+    }
+  }
+  if (peak > 0) {
+    console.log(`\nFMA peak: ${peak.toFixed(1)} GFLOP/s on ${THREADS} threads (${peakKind}, registers only, best of ` +
+      `${ROUNDS}): the roof of any kernel on this CPU. The same rows against it:`);
+    for (const L of layers) {
+      const row = rows.get(L.key), roof = flops(L) / (peak * 1e9);
+      const ort = Math.min(...Object.values(row.ort).filter((a) => a.length).map(median));
+      const goal = L.causal ? 1.5 : 1.1, need = 100 * goal * roof / ort;
+      console.log(`  ${L.key.padEnd(22)} attnd ${(100 * roof / median(row.attnd)).toFixed(0)}%, ORT ` +
+        `${(100 * roof / ort).toFixed(0)}% of the peak; ${goal}x ORT needs ${need.toFixed(0)}%`);
     }
   }
   const lines = [];
