@@ -518,10 +518,13 @@ static int profile_only(const char *dt_name)
     int rc = pool_fill(l, &pl, N, P, (attn_kv_dtype)dt, kx, vx) != 0;
     attn_seq seqs[N];
     make_seqs(&pl, N, P, x, out, seqs);
+    const int64_t t0 = bench_now_ns();
     for (int i = 0; rc == 0 && i < steps; i++) rc = attn_forward(l, seqs, N, ws, NULL, NULL) != ATTN_OK;
+    const double ms = (double)(bench_now_ns() - t0) * 1e-6 / steps;
     double sum = 0;
     for (size_t i = 0; i < (size_t)N * E; i++) sum += out[i];
-    printf("profile %s: 16 sessions, P = %d, %d steps; output sum %.9g\n", dnames[dt], P, steps, sum);
+    printf("profile %s: 16 sessions, P = %d, %d steps, one thread: %.3f ms a step; output sum %.9g\n", dnames[dt],
+           P, steps, ms, sum);
     pool_free(&pl);
     free(kx); free(vx); free(x); free(out);
     attn_workspace_free(ws);
@@ -532,13 +535,13 @@ static int profile_only(const char *dt_name)
 int main(void)
 {
     if (getenv("BENCH_THREE_PHASE")) attn__decode_three_phase = atoi(getenv("BENCH_THREE_PHASE"));
-    if (getenv("BENCH_PROFILE")) return profile_only(getenv("BENCH_PROFILE"));
     const char *bs = getenv("BENCH_SECONDS"), *bwt = getenv("BENCH_WEIGHTS");
     const int weights_only = bwt && strcmp(bwt, "only") == 0, weights = !bwt || strcmp(bwt, "0") != 0;
     if (getenv("BENCH_SUB_BYTES")) attn__decode_sub_bytes = atoi(getenv("BENCH_SUB_BYTES"));
     if (getenv("BENCH_K_AHEAD")) attn__decode_k_ahead = atoi(getenv("BENCH_K_AHEAD"));
     if (getenv("BENCH_CROSS")) attn__decode_cross = atoi(getenv("BENCH_CROSS"));
     if (getenv("BENCH_NO_AVX512")) attn__decode_no_avx512 = atoi(getenv("BENCH_NO_AVX512"));
+    if (getenv("BENCH_PROFILE")) return profile_only(getenv("BENCH_PROFILE"));
     bench_start("bench_decode");
     openblas_set_num_threads(1);
     uint64_t rng = 0x6465636f6465ull;
