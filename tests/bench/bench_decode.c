@@ -177,6 +177,8 @@ typedef struct bench {
     float *ref[4];         /* F32 outputs of the current P, per session count */
     int met, not_met;
     double worst_target;   /* the lowest fraction of bandwidth among the target rows */
+    double target_gbs[16]; /* the target rows' K/V bytes/s, judged again after the table */
+    int n_target;
 } bench;
 
 static const int counts[4] = {1, 4, 16, 64};
@@ -222,6 +224,7 @@ static int row(bench *b, const pool *pl, int ci, int P)
     if (target && frac >= 0.70) b->met++;
     else if (target) b->not_met++;
     if (target && (b->met + b->not_met == 1 || frac < b->worst_target)) b->worst_target = frac;
+    if (target && b->n_target < 16) b->target_gbs[b->n_target++] = kvbw;
     printf("%6d %5d %-5s %9.2f %9.0f %9.1f %8.2f %6.0f%% %8.2f %6.0f%%  %s\n", P, n, dnames[pl->dt], med * 1e3,
            n / med, (double)bytes / 1048576.0, kvbw * 1e-9, frac * 100.0, abw * 1e-9, abw / b->bw * 100.0,
            target ? (frac >= 0.70 ? "met" : "not met") : "-");
@@ -616,7 +619,21 @@ int main(void)
     }
     printf("max error vs F32 on this data (of max(1, max|out|)): F16 %.3g, BF16 %.3g, INT8 %.3g\n", b.err[1],
            b.err[2], b.err[3]);
-    printf("target >= 70%% of measured bandwidth at 16+ sessions and P >= 8k: met in %d of %d rows%s; %.1f s\n",
+    /* A VM's streaming read can move during a run (a Zen 5 guest measured 43 and 74 GB/s minutes
+     * apart, F32 rows then reading "109 %" of the first): the target is judged against the higher
+     * of the bandwidth before and after the table, never a figure a row exceeds. */
+    const double bw_after = bench_read_bandwidth(threads), bw_judge = bw_after > b.bw ? bw_after : b.bw;
+    printf("streaming read bandwidth after the table: %.2f GB/s (before: %.2f); the target below is judged "
+           "against %.2f GB/s\n", bw_after * 1e-9, b.bw * 1e-9, bw_judge * 1e-9);
+    b.met = b.not_met = 0;
+    for (int i = 0; i < b.n_target; i++) {
+        const double f = b.target_gbs[i] / bw_judge;
+        if (f >= 0.70) b.met++;
+        else b.not_met++;
+        if (i == 0 || f < b.worst_target) b.worst_target = f;
+    }
+    b.bw = bw_judge;
+    printf("target >= 70%% of that bandwidth at 16+ sessions and P >= 8k: met in %d of %d rows%s; %.1f s\n",
            b.met, b.met + b.not_met, b.not_met ? " (NOT MET in the others)" : "",
            (double)(bench_now_ns() - t_start) * 1e-9);
     char m[96];
