@@ -103,6 +103,10 @@ static const option options[] = {
      "does that wait before the signal)"},
     {"http-threads", NULL, NULL, OPT_INT, F(http_threads), "2", 1, 1024, "N",
      "HTTP threads (libmicrohttpd thread pool size)"},
+    {"offload-codec-bytes", NULL, NULL, OPT_SIZE, F(offload_codec_bytes), "64K", 0, BIG, "BYTES",
+     "a request body or an answer of at least BYTES is decoded or encoded on a codec thread "
+     "(as many as --http-threads), not on the HTTP thread that serves its connection, so a "
+     "large prefill does not hold up the other connections of that thread (0 = never)"},
     {"request-read-timeout-s", NULL, NULL, OPT_INT, F(request_read_timeout_s), "60", 0, 86400,
      "S", "headers + body must arrive within S s, else the connection closes (0 = none)"},
     {"max-inflight-bytes", NULL, NULL, OPT_SIZE, F(max_inflight_bytes), "1G", 1, BIG, "BYTES",

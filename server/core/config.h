@@ -69,6 +69,8 @@ typedef struct attnd_config {
     int max_connections;
     int connection_timeout_s;
     int http_threads;            /* libmicrohttpd thread pool size             */
+    int64_t offload_codec_bytes; /* bodies / answers this large are decoded /
+                                    encoded off the HTTP threads; 0 = never     */
     int drain_grace_ms;          /* after SIGTERM, requests arriving are served  */
     int request_read_timeout_s;  /* headers+body must arrive within; 0 = none  */
     int64_t max_inflight_bytes;  /* bodies + decoded requests held at once      */

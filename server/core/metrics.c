@@ -110,6 +110,7 @@ struct attnd_metrics {
     _Atomic uint64_t *requests;   /* [(n_models+1) * n_routes * N_STATUS]       */
     _Atomic int64_t in_flight;
     _Atomic uint64_t reloads[2];  /* [0] error, [1] ok                          */
+    _Atomic uint64_t offloaded[2]; /* codec work off the HTTP threads: [0] decode, [1] encode */
     _Atomic int64_t sessions;     /* streaming sessions held                    */
     _Atomic int64_t kv_bytes;     /* their KV cache bytes (pages in use)        */
     _Atomic int64_t kv_capacity;  /* the page pool's bytes                      */
@@ -281,6 +282,12 @@ void attnd_metrics_reload(attnd_metrics *m, int ok)
 {
     if (m)
         atomic_fetch_add_explicit(&m->reloads[ok ? 1 : 0], 1, memory_order_relaxed);
+}
+
+void attnd_metrics_offloaded(attnd_metrics *m, int encode)
+{
+    if (m)
+        atomic_fetch_add_explicit(&m->offloaded[encode ? 1 : 0], 1, memory_order_relaxed);
 }
 
 void attnd_metrics_sessions_set(attnd_metrics *m, int sessions, int64_t kv_bytes)
@@ -527,6 +534,13 @@ char *attnd_metrics_render(attnd_metrics *m, const int *queue_depths, size_t *le
     family(&b, "attnd_requests_in_flight", "gauge", "HTTP requests being handled right now.");
     put(&b, "attnd_requests_in_flight %lld\n",
         (long long)atomic_load_explicit(&m->in_flight, memory_order_relaxed));
+    family(&b, "attnd_http_offloaded_total", "counter",
+           "Large request bodies decoded and answers encoded on a codec thread instead of the "
+           "HTTP thread of their connection (--offload-codec-bytes), by work.");
+    put(&b, "attnd_http_offloaded_total{work=\"decode\"} %llu\n",
+        (unsigned long long)atomic_load_explicit(&m->offloaded[0], memory_order_relaxed));
+    put(&b, "attnd_http_offloaded_total{work=\"encode\"} %llu\n",
+        (unsigned long long)atomic_load_explicit(&m->offloaded[1], memory_order_relaxed));
     family(&b, "attnd_reloads_total", "counter",
            "Configuration and model reloads (SIGHUP), by result.");
     put(&b, "attnd_reloads_total{result=\"ok\"} %llu\n",

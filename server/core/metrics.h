@@ -64,6 +64,10 @@ void attnd_metrics_decode_iteration(attnd_metrics *m, int model, int iterations,
 /* A SIGHUP reload finished: attnd_reloads_total{result="ok"|"error"}++. */
 void attnd_metrics_reload(attnd_metrics *m, int ok);
 
+/* A large body decoded (encode 0) or answer encoded (1) on a codec thread:
+ * attnd_http_offloaded_total{work="decode"|"encode"}++. */
+void attnd_metrics_offloaded(attnd_metrics *m, int encode);
+
 /* attnd_requests_in_flight += delta. */
 void attnd_metrics_in_flight_add(attnd_metrics *m, int delta);
 

@@ -8,6 +8,10 @@
  *   then:    handler->answer, or handler->decode -> suspend -> scheduler ->
  *            on_done resumes -> handler->finish
  *   end:     handler->end, the model reference released, the request freed.
+ * A body or an answer of at least offload_codec_bytes is decoded / encoded on
+ * a codec thread (offload.h) while the connection stays suspended, and an
+ * answer of 1 MiB or more is sent SEND_BLOCK bytes per turn of the thread's
+ * loop: no connection waits for another's large request on its HTTP thread.
  * Every response carries the request's id (reqid.h) and, for an allowed
  * Origin, the CORS headers (cors.h; preflights are answered before auth);
  * each answered request is one access-log line (access_log.h).
@@ -43,6 +47,7 @@
 #include "core/auth.h"
 #include "http/cors.h"
 #include "core/log.h"
+#include "http/offload.h"
 #include "http/reqid.h"
 #include "http/route.h"
 
@@ -74,6 +79,7 @@ struct attnd_http {
     int reaper_stop;             /* guarded by socks_mu                          */
     int reaper_started;
     pthread_t reaper;
+    attnd_offload *codec;        /* codec threads for large bodies / answers, or NULL */
 };
 
 /* One TCP connection (MHD's socket context), from accept to close. */
@@ -127,7 +133,25 @@ typedef struct conn {
     int64_t answered_ns;         /* when the response was queued                */
     int admitted;                /* begun before the drain's deadline, or owed  */
     int unsettled;               /* counted in http->unsettled                   */
+    /* Codec work offloaded (offload.h): the body decoded, or the answer encoded,
+     * on a codec thread while the connection is suspended; the thread sets
+     * `codec` (release) and resumes it, and respond() picks the result up. */
+    _Atomic int codec;           /* CODEC_*                                      */
+    struct codec_job *job;       /* allocated for the first offloaded work      */
 } conn;
+
+/* What a codec thread works on, kept apart from conn so that the requests
+ * that never offload (nearly all) do not allocate or clear it. */
+typedef struct codec_job {
+    attnd_offload_task task;
+    int encode;                  /* the answer is encoded on a codec thread     */
+    int decode_rc;               /* the offloaded decode's result, its request  */
+    attnd_request *decoded;      /* and its error                               */
+    attnd_http_error decode_err;
+    attnd_reply encoded;         /* the offloaded encode's answer               */
+} codec_job;
+
+enum { CODEC_NONE, CODEC_DECODING, CODEC_DECODED, CODEC_ENCODED };
 
 static const char internal_body[] =
     "{\"error\":{\"code\":\"internal\",\"message\":\"out of memory\",\"field\":\"\"}}";
@@ -214,6 +238,51 @@ static void answer_before_reading(conn *c, int on)
     c->own_timeout = on;
 }
 
+/* A large answer goes out SEND_BLOCK bytes per turn of its HTTP thread's
+ * loop, so the other connections of that thread are served in between:
+ * libmicrohttpd sends a buffer response in one go for as long as the socket
+ * takes it, which over loopback to a fast reader is the whole answer (~30 ms
+ * for 20 MB, every other connection of the thread waiting). */
+#define SEND_BLOCK (256 * 1024)
+
+typedef struct blockwise {
+    char *body;
+    size_t len;
+} blockwise;
+
+static ssize_t read_block(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    const blockwise *b = cls;
+    if (pos >= b->len)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    size_t n = b->len - (size_t)pos < max ? b->len - (size_t)pos : max;
+    memcpy(buf, b->body + pos, n);
+    return (ssize_t)n;
+}
+
+static void free_blockwise(void *cls)
+{
+    blockwise *b = cls;
+    free(b->body);
+    free(b);
+}
+
+/* A response that sends body (taken: freed with the response) blockwise, or
+ * NULL (body freed). */
+static struct MHD_Response *blockwise_response(char *body, size_t len)
+{
+    blockwise *b = malloc(sizeof *b);
+    struct MHD_Response *resp =
+        b ? MHD_create_response_from_callback(len, SEND_BLOCK, read_block, b, free_blockwise) : NULL;
+    if (!resp) {
+        free(b);
+        free(body);
+        return NULL;
+    }
+    *b = (blockwise){body, len};
+    return resp;
+}
+
 /* Queues r (taking its body). Returns 0, or -1 when MHD refused it now.
  * While draining, and for answers that end the connection (framing errors,
  * 417, connection limit), the response says Connection: close. */
@@ -224,6 +293,8 @@ static int queue_reply(conn *c, attnd_reply *r)
     c->bytes_out = r->body ? r->len : sizeof internal_body - 1;
     if (r->body && r->body_static) {
         resp = MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_PERSISTENT);
+    } else if (r->body && r->len >= SEND_BLOCK * 4) {
+        resp = blockwise_response(r->body, r->len);
     } else if (r->body) {
         resp = MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_MUST_FREE);
         if (!resp)
@@ -610,13 +681,21 @@ static enum MHD_Result take_body(conn *c, const char *data, size_t *size)
     return MHD_YES;
 }
 
-/* Worker thread, once per submitted request: just wake the connection up. */
+static void encode_task(void *arg);
+
+/* Worker thread, once per submitted request: wake the connection up, or for
+ * a large answer have a codec thread encode it first (it then wakes it). */
 static void on_done(attnd_request *req, void *ctx)
 {
     conn *c = ctx;
     (void)req;
     struct MHD_Connection *mc = c->mc;
     atomic_store_explicit(&c->done, 1, memory_order_release);
+    if (c->job && c->job->encode) {
+        c->job->task = (attnd_offload_task){.run = encode_task, .arg = c};
+        if (attnd_offload_post(c->http->codec, &c->job->task) == 0)
+            return;
+    }
     MHD_resume_connection(mc); /* c may be gone once this returns */
 }
 
@@ -630,20 +709,65 @@ static void unsuspended(conn *c)
     }
 }
 
-/* The body is complete: the handler decodes it, then it goes to the scheduler
- * of the exchange's model and the connection is suspended. The decoded request
- * and an upper bound of its response are counted before anything is computed. */
-static enum MHD_Result submit(conn *c)
+/* Suspends c until a codec thread or a worker resumes it (counted for
+ * attnd_http_stop). */
+static void suspend(conn *c)
+{
+    c->in_suspend = 1;
+    atomic_fetch_add(&c->http->suspended, 1);
+    answer_before_reading(c, 1);
+    MHD_suspend_connection(c->mc);
+}
+
+/* Whether a body or an answer of n bytes is decoded or encoded on a codec
+ * thread (--offload-codec-bytes): then c->job is there for it. */
+static int offloads(conn *c, double n)
+{
+    const int64_t min = c->http->app->cfg->offload_codec_bytes;
+    if (!c->http->codec || min <= 0 || n < (double)min)
+        return 0;
+    if (!c->job)
+        c->job = calloc(1, sizeof *c->job); /* none: the work stays here */
+    return c->job != NULL;
+}
+
+/* Codec thread: the body decoded, the result left for respond(). */
+static void decode_task(void *arg)
+{
+    conn *c = arg;
+    struct MHD_Connection *mc = c->mc;
+    codec_job *j = c->job;
+    j->decode_rc = c->route->handler->decode(&c->x, &j->decoded, &j->decode_err);
+    attnd_metrics_offloaded(c->http->app->metrics, 0);
+    atomic_store_explicit(&c->codec, CODEC_DECODED, memory_order_release);
+    MHD_resume_connection(mc); /* respond() goes on with submit_decoded */
+}
+
+/* A large body is decoded on a codec thread, c suspended meanwhile. Returns 1
+ * (posted), or 0: c is not suspended, and its body is decoded here. */
+static int decode_elsewhere(conn *c)
+{
+    if (!offloads(c, (double)c->len))
+        return 0;
+    atomic_store_explicit(&c->codec, CODEC_DECODING, memory_order_relaxed);
+    suspend(c);
+    c->job->task = (attnd_offload_task){.run = decode_task, .arg = c};
+    if (attnd_offload_post(c->http->codec, &c->job->task) == 0)
+        return 1;
+    atomic_store_explicit(&c->codec, CODEC_NONE, memory_order_relaxed); /* stopping: here after all */
+    MHD_resume_connection(c->mc);
+    unsuspended(c);
+    return 0;
+}
+
+/* The body decoded into req: it goes to the scheduler of the exchange's model
+ * and the connection is suspended. The decoded request and an upper bound of
+ * its response are counted before anything is computed. */
+static enum MHD_Result submit_decoded(conn *c, attnd_request *req)
 {
     attnd_app *app = c->http->app;
     const attnd_handler *hd = c->route->handler;
     attnd_http_error e;
-    if (!c->admitted) /* it arrived after the signal and the grace */
-        return send_error(c, attnd_http_error_set(&e, 503, "draining", "",
-                                                  "attnd is shutting down"));
-    attnd_request *req = NULL;
-    if (hd->decode(&c->x, &req, &e) != 0)
-        return send_error(c, &e);
     attnd_model *m = c->x.model; /* decode may have picked it (a session's version) */
     assert(m && req);
     free(c->body); /* the request owns native copies now */
@@ -651,8 +775,8 @@ static enum MHD_Result submit(conn *c)
     c->x.body = NULL;
     c->len = c->cap = 0;
     budget_give(c, c->reserved);
-    if (charge(c, (int64_t)req->bytes + response_bound(req), "this request and its response",
-               &e) != 0) {
+    const int64_t bound = response_bound(req);
+    if (charge(c, (int64_t)req->bytes + bound, "this request and its response", &e) != 0) {
         attnd_request_free(req);
         return send_error(c, &e);
     }
@@ -661,12 +785,10 @@ static enum MHD_Result submit(conn *c)
     req->layer = m->layer; /* one scheduler serves every version of the model */
     c->req = req;
     c->submitted = 1;
+    if (offloads(c, (double)bound))
+        c->job->encode = 1;
     atomic_fetch_add(&c->http->pending, 1);
-    /* Suspend before submitting: on_done may resume us at any moment after. */
-    c->in_suspend = 1;
-    atomic_fetch_add(&c->http->suspended, 1);
-    answer_before_reading(c, 1);
-    MHD_suspend_connection(c->mc);
+    suspend(c); /* before submitting: on_done may resume us at any moment after */
     attnd_submit_result sr = attnd_scheduler_submit(m->sched, req);
     if (sr == ATTND_SUBMIT_OK) {
         settle(c);
@@ -690,19 +812,71 @@ static enum MHD_Result submit(conn *c)
     return MHD_YES;
 }
 
-/* Resumed after the scheduler finished c->req: the handler answers, and gives
- * back what decode held (its end is idempotent) before the response is sent. */
+/* The body is complete: the handler decodes it (on a codec thread when it
+ * is large), then submit_decoded hands it to the scheduler. */
+static enum MHD_Result submit(conn *c)
+{
+    attnd_http_error e;
+    if (!c->admitted) /* it arrived after the signal and the grace */
+        return send_error(c, attnd_http_error_set(&e, 503, "draining", "",
+                                                  "attnd is shutting down"));
+    if (decode_elsewhere(c))
+        return MHD_YES;
+    attnd_request *req = NULL;
+    if (c->route->handler->decode(&c->x, &req, &e) != 0)
+        return send_error(c, &e);
+    return submit_decoded(c, req);
+}
+
+/* Back from the codec thread with the body decoded. */
+static enum MHD_Result decoded(conn *c)
+{
+    atomic_store_explicit(&c->codec, CODEC_NONE, memory_order_relaxed);
+    unsuspended(c);
+    attnd_request *req = c->job->decoded;
+    c->job->decoded = NULL;
+    if (c->job->decode_rc != 0)
+        return send_error(c, &c->job->decode_err);
+    return submit_decoded(c, req);
+}
+
+/* The scheduler finished c->req: the handler encodes the answer into r and
+ * gives back what decode held (its end is idempotent). */
+static void encode_answer(conn *c, attnd_reply *r)
+{
+    *r = (attnd_reply){.request_id = c->rid};
+    c->batch_size = c->req->outcome == ATTND_DONE_OK ? c->req->batch_size : 0;
+    c->route->handler->finish(&c->x, c->req, r);
+    if (c->route->handler->end)
+        c->route->handler->end(&c->x);
+}
+
+/* Codec thread: a large answer encoded, left for respond() to send. */
+static void encode_task(void *arg)
+{
+    conn *c = arg;
+    struct MHD_Connection *mc = c->mc;
+    encode_answer(c, &c->job->encoded);
+    attnd_metrics_offloaded(c->http->app->metrics, 1);
+    atomic_store_explicit(&c->codec, CODEC_ENCODED, memory_order_release);
+    MHD_resume_connection(mc);
+}
+
+/* Resumed after the scheduler finished c->req (and a codec thread encoded
+ * its answer, when large): the answer is sent. */
 static enum MHD_Result finish(conn *c)
 {
     int done = atomic_load_explicit(&c->done, memory_order_acquire);
     assert(done); /* we were suspended until on_done resumed us */
     if (!done)
         return MHD_YES; /* release builds: not ours to answer yet */
-    attnd_reply r = {.request_id = c->rid};
-    c->batch_size = c->req->outcome == ATTND_DONE_OK ? c->req->batch_size : 0;
-    c->route->handler->finish(&c->x, c->req, &r);
-    if (c->route->handler->end)
-        c->route->handler->end(&c->x);
+    attnd_reply r;
+    if (atomic_load_explicit(&c->codec, memory_order_acquire) == CODEC_ENCODED) {
+        atomic_store_explicit(&c->codec, CODEC_NONE, memory_order_relaxed);
+        r = c->job->encoded;
+    } else {
+        encode_answer(c, &r);
+    }
     enum MHD_Result ok = send_reply(c, &r);
     unsuspended(c);
     return ok;
@@ -713,6 +887,8 @@ static enum MHD_Result respond(conn *c)
 {
     if (c->sock) /* fully arrived: neither read timeout nor hang-up applies now */
         atomic_store_explicit(&c->sock->busy, 1, memory_order_relaxed);
+    if (atomic_load_explicit(&c->codec, memory_order_acquire) == CODEC_DECODED)
+        return decoded(c);
     if (c->has_err)
         return send_error(c, &c->err);
     if (c->req)
@@ -848,6 +1024,9 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     budget_give(c, c->reserved); /* the response, now sent (or dropped) */
     attnd_model_release(c->x.model);
     attnd_request_free(c->req);
+    if (c->job)
+        attnd_request_free(c->job->decoded); /* NULL: respond() took it */
+    free(c->job);
     free(c->body);
     free(c);
     atomic_fetch_sub(&h->active, 1);
@@ -1271,6 +1450,10 @@ attnd_http *attnd_http_start(attnd_app *app, char *err, size_t errlen)
         goto fail;
     }
     h->reaper_started = 1;
+    if (cfg->offload_codec_bytes > 0 && !(h->codec = attnd_offload_start(cfg->http_threads, err, errlen))) {
+        attnd_http_stop(h);
+        return NULL;
+    }
     attnd_log(ATTND_LOG_INFO,
               "listening on %s (port %d, %s): libmicrohttpd %s, %s, %d HTTP threads, "
               "max %d connections (+%u for probes), %d s idle timeout, %d s request read "
@@ -1412,6 +1595,7 @@ void attnd_http_stop(attnd_http *h)
                   atomic_load(&h->suspended), STOP_WAIT_MS);
         return; /* the process is exiting: leak h rather than abort */
     }
+    attnd_offload_stop(h->codec); /* idle: each of its tasks holds a suspended connection */
     MHD_stop_daemon(h->daemon);
     free_http(h);
 }

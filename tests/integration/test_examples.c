@@ -4,7 +4,8 @@
  * JSON type, plus an entry's own illustrative_keys such as a v2 error's message; keys listed
  * as absent must not appear). /v1 and KServe v2 examples alike. Then sends every 200 example at once from
  * parallel clients, so they are batched together, and checks the same answers again.
- * Expected responses come from PyTorch (proto/examples/make_examples.py).
+ * Expected responses come from PyTorch (proto/examples/make_examples.py). All of it twice:
+ * with the default flags, and with every body and answer on a codec thread.
  * Env: ATTND_BIN (daemon), ATTND_EXAMPLES_DIR (default proto/examples).
  */
 #include <jansson.h>
@@ -295,6 +296,15 @@ TEST_WITH(concurrent, const char *base_url, const example *exs, size_t n, const 
     printf("concurrent pass: %zu clients, largest batch %lld requests\n", started, (long long)largest);
 }
 
+/* The same two passes against a daemon that decodes every body and encodes every answer on a
+ * codec thread (names of their own: a case name runs once). */
+TEST_WITH(sequential_offloaded, const char *base_url, const example *exs, size_t n, const cmp_state *st) {
+    check_case_sequential(base_url, exs, n, st);
+}
+TEST_WITH(concurrent_offloaded, const char *base_url, const example *exs, size_t n, const cmp_state *st) {
+    check_case_concurrent(base_url, exs, n, st);
+}
+
 int main(void) {
     const char *dir = getenv("ATTND_EXAMPLES_DIR");
     if (!dir || !*dir) dir = "proto/examples";
@@ -320,12 +330,30 @@ int main(void) {
     for (size_t i = 0; i < n; i++)
         if (load_example(dir, json_array_get(list, i), &exs[i]) != 0) exs[i].name = NULL; /* skip */
 
-    int started = attnd_proc_start(&proc, NULL);
-    CHECK_MSG(started == 0, "attnd did not start (ATTND_BIN=%s)", getenv("ATTND_BIN"));
-    if (started != 0) goto done;
-    RUN_WITH(sequential, proc.base_url, exs, n, &st);
-    RUN_WITH(concurrent, proc.base_url, exs, n, &st);
-    CHECK_INT_EQ(attnd_proc_stop(&proc), 0);
+    /* Then with every body decoded and every answer encoded on a codec thread
+     * (--offload-codec-bytes 1; by default only large ones are): the same answers,
+     * errors included, and the daemon counts the offloaded work. */
+    for (int offload = 0; offload < 2; offload++) {
+        const char *args[] = {"--offload-codec-bytes", "1", NULL};
+        int started = attnd_proc_start(&proc, offload ? args : NULL);
+        CHECK_MSG(started == 0, "attnd did not start (ATTND_BIN=%s)", getenv("ATTND_BIN"));
+        if (started != 0) goto done;
+        if (offload) {
+            RUN_WITH(sequential_offloaded, proc.base_url, exs, n, &st);
+            RUN_WITH(concurrent_offloaded, proc.base_url, exs, n, &st);
+        } else {
+            RUN_WITH(sequential, proc.base_url, exs, n, &st);
+            RUN_WITH(concurrent, proc.base_url, exs, n, &st);
+        }
+        const double dec = attnd_proc_metric(&proc, "attnd_http_offloaded_total{work=\"decode\"}");
+        const double enc = attnd_proc_metric(&proc, "attnd_http_offloaded_total{work=\"encode\"}");
+        printf("offloaded: %.0f decodes, %.0f encodes\n", dec, enc);
+        if (offload) /* every example with a body that reaches a scheduler, twice */
+            CHECK_MSG(dec >= 20 && enc >= 20, "offloaded %.0f decodes and %.0f encodes", dec, enc);
+        else /* the examples are all far below the 64 KiB default */
+            CHECK_MSG(dec == 0 && enc == 0, "offloaded %.0f decodes and %.0f encodes", dec, enc);
+        CHECK_INT_EQ(attnd_proc_stop(&proc), 0);
+    }
 
 done:
     for (size_t i = 0; exs && i < n; i++) free_example(&exs[i]);
