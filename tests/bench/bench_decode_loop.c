@@ -9,7 +9,9 @@
  *     engine in process) for BENCH_LOOP_SECONDS (3) alone and while a 2048-row
  *     prefill arrives every 0.5 s (--prefill-every): decode p99 with prefills
  *     against alone (target <= 2x), and the prefills' rows/s against the same
- *     prefills with nothing else running (target >= 0.8x), and the longest
+ *     prefills with nothing else running (target >= 0.8x; with the cores the
+ *     daemon and the clients keep busy in each phase, /proc and getrusage, and
+ *     the bound they set: cpu_bound), and the longest
  *     step with prefills against the longest alone (<= 2x: a step waits for
  *     one piece, never a whole prefill; a closed-loop stream has one step in
  *     flight, so a whole prefill delays one step per stream, too few for p99
@@ -43,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -57,6 +60,54 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ------------------------------------------------------------ the cores' share */
+
+/* CPU seconds used so far by the daemon (its /proc stat: every thread) and by
+ * this process (the clients, attnd-load's engine among them): both run on the
+ * machine's cores. -1 when the daemon's cannot be read. */
+static double cpu_seconds(pid_t daemon)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)daemon);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    unsigned long long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2) return -1;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK) + (double)ru.ru_utime.tv_sec +
+           ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* Cores the daemon and the clients kept busy between start() and cores(). */
+typedef struct meter {
+    pid_t pid;
+    double cpu, wall;
+} meter;
+
+static meter meter_start(pid_t pid) { return (meter){pid, cpu_seconds(pid), now_s()}; }
+
+static double cores(const meter *m)
+{
+    const double cpu = cpu_seconds(m->pid), wall = now_s() - m->wall;
+    return cpu >= 0 && m->cpu >= 0 && wall > 0 ? (cpu - m->cpu) / wall : -1;
+}
+
+/* The prefills' rows/s beside the streams against alone can be at most the
+ * cores the streams leave them over the cores the prefills use alone: with
+ * the streams at half their rate (p99 <= 2x lets a closed-loop stream slow
+ * about that much) they still keep half the cores they keep alone. The
+ * clients count: they share the machine. -1 when unmeasured. */
+static double cpu_bound(double prefill_cores, double stream_cores)
+{
+    const double ncpu = (double)sysconf(_SC_NPROCESSORS_ONLN), left = ncpu - stream_cores / 2;
+    if (prefill_cores <= 0 || stream_cores < 0) return -1;
+    return left >= prefill_cores ? 1.0 : left / prefill_cores;
 }
 
 static double env_double(const char *name, double dflt)
@@ -453,7 +504,7 @@ static double oneshot_rows_per_s(const oneshot_prefills *a)
 /* 2b for one piece size: 4 and 16 binary decode streams alone and while a
  * 2048-row causal one-shot arrives every 0.5 s, against the one-shots alone.
  * Returns the number of failed runs. */
-static int oneshot_targets(const char *base, const char *chunk, double seconds)
+static int oneshot_targets(const char *base, pid_t pid, const char *chunk, double seconds)
 {
     /* built here, before any thread: attnd-load's option parser is getopt's,
      * whose state is global (decode_mix parses beside the prefill thread) */
@@ -462,15 +513,20 @@ static int oneshot_targets(const char *base, const char *chunk, double seconds)
     if (oneshot_request(base, 2048, &pool) != 0) return 1;
     static oneshot_prefills alone;
     alone = (oneshot_prefills){.base = base, .req = &pool.reqs[0], .rows = 2048, .count = 6};
+    meter mp = meter_start(pid);
     oneshot_prefill_main(&alone);
-    const double alone_rps = oneshot_rows_per_s(&alone);
-    printf("causal one-shots of 2048 rows (v2 binary) alone: %.0f rows/s\n", alone_rps);
+    const double alone_rps = oneshot_rows_per_s(&alone), prefill_cores = cores(&mp);
+    printf("causal one-shots of 2048 rows (v2 binary) alone: %.0f rows/s, %.2f cores busy\n", alone_rps,
+           prefill_cores);
     int failures = alone.failed > 0;
     for (int n = 4; n <= 16; n *= 4) {
         mix_result a = {0}, b = {0};
         static oneshot_prefills mix;
         mix = (oneshot_prefills){.base = base, .req = &pool.reqs[0], .rows = 2048, .every = 0.5};
-        if (decode_mix(base, n, 512, seconds, 0, 0, 1, &a) != 0 || a.errors) {
+        meter ms = meter_start(pid);
+        const int ra = decode_mix(base, n, 512, seconds, 0, 0, 1, &a);
+        const double bound = cpu_bound(prefill_cores, cores(&ms));
+        if (ra != 0 || a.errors) {
             failures++;
             continue;
         }
@@ -498,7 +554,7 @@ static int oneshot_targets(const char *base, const char *chunk, double seconds)
         snprintf(m, sizeof m, "%.2fx (%.2f / %.2f ms)", mr, b.max, a.max);
         bench_target(t, m, mr > 0 && mr <= 2);
         snprintf(t, sizeof t, "decode loop: %d streams, chunk %s, one-shot prefill rows/s >= 0.8x alone", n, chunk);
-        snprintf(m, sizeof m, "%.2fx (%.0f / %.0f rows/s)", tr, rps, alone_rps);
+        snprintf(m, sizeof m, "%.2fx (%.0f / %.0f rows/s; the cores' bound %.2fx)", tr, rps, alone_rps, bound);
         bench_target(t, m, tr >= 0.8);
     }
     load_pool_free(&pool);
@@ -508,27 +564,33 @@ static int oneshot_targets(const char *base, const char *chunk, double seconds)
 /* 2 for one piece size and transport: 4 and 16 streams alone and with
  * prefills arriving, against the prefills alone; the targets printed. Returns
  * the number of failed runs. */
-static int mix_targets(const char *base, const char *chunk, int binary, double seconds, uint64_t *rng)
+static int mix_targets(const char *base, pid_t pid, const char *chunk, int binary, double seconds,
+                       uint64_t *rng)
 {
     const char *how = binary ? "binary" : "JSON";
     int failures = 0;
+    meter mp = meter_start(pid);
     double alone_rps = prefill_alone(base, 2048, 6, binary, rng);
-    printf("%s bodies: prefills of 2048 rows alone: %.0f rows/s\n", how, alone_rps);
+    const double prefill_cores = cores(&mp);
+    printf("%s bodies: prefills of 2048 rows alone: %.0f rows/s, %.2f cores busy (daemon and client)\n", how,
+           alone_rps, prefill_cores);
     for (int n = 4; n <= 16; n *= 4) {
         mix_result a = {0}, b = {0};
-        if (decode_mix(base, n, 512, seconds, 0, 0, binary, &a) != 0 ||
-            decode_mix(base, n, 512, seconds, 0.5, 2048, binary, &b) != 0 || a.errors || b.errors) {
+        meter ms = meter_start(pid);
+        const int ra = decode_mix(base, n, 512, seconds, 0, 0, binary, &a);
+        const double stream_cores = cores(&ms), bound = cpu_bound(prefill_cores, stream_cores);
+        if (ra != 0 || decode_mix(base, n, 512, seconds, 0.5, 2048, binary, &b) != 0 || a.errors || b.errors) {
             failures++;
             continue;
         }
         /* A closed-loop stream has one step in flight, so a prefill holding the loop delays one
          * step per stream: few enough (one in ~100 at 16 streams, fewer at 4) that p99 can miss
          * it. The longest step shows the stall itself. */
-        printf("%2d streams (512 cached, %s): alone p50 %.2f p99 %.2f max %.2f ms %.0f tok/s, loop busy %.0f%% | "
-               "with a 2048-row prefill every 0.5 s: p50 %.2f p99 %.2f max %.2f ms %.0f tok/s, %ld prefills at "
-               "%.0f rows/s\n",
-               n, how, a.p50, a.p99, a.max, a.tokens_per_s, 100 * a.busy, b.p50, b.p99, b.max, b.tokens_per_s,
-               b.prefills, b.prefill_rows_per_s);
+        printf("%2d streams (512 cached, %s): alone p50 %.2f p99 %.2f max %.2f ms %.0f tok/s, loop busy %.0f%%, "
+               "%.2f cores busy | with a 2048-row prefill every 0.5 s: p50 %.2f p99 %.2f max %.2f ms %.0f tok/s, "
+               "%ld prefills at %.0f rows/s\n",
+               n, how, a.p50, a.p99, a.max, a.tokens_per_s, 100 * a.busy, stream_cores, b.p50, b.p99, b.max,
+               b.tokens_per_s, b.prefills, b.prefill_rows_per_s);
         char t[160], m[96];
         double pr = a.p99 > 0 ? b.p99 / a.p99 : 0, tr = alone_rps > 0 ? b.prefill_rows_per_s / alone_rps : 0;
         snprintf(t, sizeof t, "decode loop: %d streams, chunk %s, %s: p99 with prefills <= 2x alone", n, chunk, how);
@@ -541,7 +603,8 @@ static int mix_targets(const char *base, const char *chunk, int binary, double s
         bench_target(t, m, mr > 0 && mr <= 2);
         snprintf(t, sizeof t, "decode loop: %d streams, chunk %s, %s: prefill rows/s >= 0.8x alone", n, chunk,
                  how);
-        snprintf(m, sizeof m, "%.2fx (%.0f / %.0f rows/s)", tr, b.prefill_rows_per_s, alone_rps);
+        snprintf(m, sizeof m, "%.2fx (%.0f / %.0f rows/s; the cores' bound %.2fx)", tr, b.prefill_rows_per_s,
+                 alone_rps, bound);
         bench_target(t, m, tr >= 0.8);
     }
     return failures;
@@ -617,9 +680,9 @@ int main(void)
         snprintf(tr_list, sizeof tr_list, "%s", transports);
         char *save = NULL;
         for (char *tr = strtok_r(tr_list, ",", &save); tr; tr = strtok_r(NULL, ",", &save))
-            failures += mix_targets(proc.base_url, tok, strcmp(tr, "binary") == 0, seconds, &rng);
+            failures += mix_targets(proc.base_url, proc.pid, tok, strcmp(tr, "binary") == 0, seconds, &rng);
         if (getenv("BENCH_LOOP_ONESHOT") == NULL || atoi(getenv("BENCH_LOOP_ONESHOT")) != 0)
-            failures += oneshot_targets(proc.base_url, tok, seconds);
+            failures += oneshot_targets(proc.base_url, proc.pid, tok, seconds);
         if (attnd_proc_stop(&proc) != 0) failures++;
     }
     char cmd[1200];
