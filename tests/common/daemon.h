@@ -38,6 +38,7 @@ typedef struct http_result {
     long status;
     char *body;              /* NUL-terminated, malloc'd                    */
     size_t body_len;
+    size_t body_cap;         /* bytes allocated for body (it grows by doubling) */
     char content_type[128];
     char retry_after[32];
     char allow[64];          /* the Allow header, "" when absent            */
