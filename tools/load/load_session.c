@@ -1,5 +1,6 @@
 /* load_session.c — the --sessions engine of attnd-load (see load_session.h): a state machine
- * per stream (create -> prefill -> barrier -> decode -> delete -> done) driven by one CURLM.
+ * per stream (create -> prefill -> barrier -> decode -> delete -> done) driven by one CURLM;
+ * the decode mix's prefill client (--prefill-every) on a thread of its own (mixer).
  * Completion times are taken once per curl_multi_perform, before any answer is checked; the
  * next request of a stream is sent after the completions of that perform are handled. */
 #include "load_session.h"
@@ -7,6 +8,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -262,7 +264,6 @@ typedef struct stream {
     long long length;          /* positions the server committed (on every layer) */
     int steps_done;
     int parked;                /* --interleave: decoding, waiting for its client's turn */
-    int prefiller;             /* the decode mix's prefill client */
     body_set *set;             /* the current append's bodies */
     const qbody *body;
 } stream;
@@ -285,6 +286,24 @@ struct load_sess_runner {
     int tty, warned_length;
 };
 
+/* The decode mix's prefill client (--prefill-every) runs on a thread of its own, one
+ * blocking call at a time on its own connection (the runner's last stream): a JSON prefill's
+ * answer is megabytes to receive and check, and on the loop's thread that work would hold up
+ * every stream's next step, which is what the decode mix measures. Its counts go into stats
+ * of its own, added to the level's when it is joined. */
+typedef struct mixer {
+    load_sess_runner *r;
+    stream *s;
+    load_sess_stats st;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;          /* signalled by mix_stop */
+    int stop;                   /* under mu */
+    int started;
+    int64_t due;                /* when its next prefill starts */
+    size_t next_body;
+} mixer;
+
 /* Per-level state. */
 typedef struct level {
     load_sess_stats *st;
@@ -292,8 +311,7 @@ typedef struct level {
     int decode_started, stopping;
     int64_t t0, decode_start, decode_cap; /* decode_cap 0: no --duration */
     int64_t first_prefill, last_prefill_end, last_decode_end, last_progress;
-    stream *prefiller;          /* the decode mix's prefill client, or NULL */
-    int64_t next_mix;           /* when its next prefill is due */
+    mixer *mix;                 /* the decode mix's prefill client, or NULL */
 } level;
 
 static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
@@ -489,9 +507,7 @@ static void next_call(load_sess_runner *r, stream *s)
     s->tries = 0;
     s->set = NULL;
     s->body = NULL;
-    if (s->state == ST_PREFILL && s->prefiller)
-        s->set = &r->mix;
-    else if (s->state == ST_PREFILL)
+    if (s->state == ST_PREFILL)
         s->set = r->o->prefix - s->length >= r->chunk.rows && r->chunk.n ? &r->chunk : &r->tail;
     else if (s->state == ST_DECODE)
         s->set = &r->step;
@@ -505,7 +521,7 @@ static void next_call(load_sess_runner *r, stream *s)
 /* Moves s to state next; a state that sends queues its first request. */
 static void set_state(load_sess_runner *r, level *lv, stream *s, st_state next)
 {
-    if (!s->prefiller && pre_barrier_state(s->state) && !pre_barrier_state(next)) lv->pre_barrier--;
+    if (pre_barrier_state(s->state) && !pre_barrier_state(next)) lv->pre_barrier--;
     s->state = next;
     if (next == ST_BARRIER) {
         r->barrier[r->nbarrier++] = idx(r, s);
@@ -544,7 +560,7 @@ static int send_call(load_sess_runner *r, level *lv, stream *s, int64_t now)
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
     }
-    if (s->state == ST_PREFILL && !s->tries && s->length == 0 && s->layer == 0 && !s->prefiller) {
+    if (s->state == ST_PREFILL && !s->tries && s->length == 0 && s->layer == 0) {
         s->prefill_start = now;
         if (!lv->first_prefill) lv->first_prefill = now;
     }
@@ -581,8 +597,9 @@ static void fail_call(level *lv, stream *s, load_phase ph, int cc, long status, 
     load_sess_add_error(lv->st, ph, kind, detail);
 }
 
-/* The 201 of a create: takes the id, builds the stream's URLs. 0, or -1 (a bad answer). */
-static int take_session(load_sess_runner *r, stream *s)
+/* The 201 of a create: takes the id, builds the stream's URLs. 0, or -1 (a bad answer).
+ * *warned: the max_length warning was printed (it is, once). */
+static int take_session(load_sess_runner *r, stream *s, int *warned)
 {
     json_t *root = s->buf ? json_loadb(s->buf, s->len, 0, NULL) : NULL;
     const char *id = json_string_value(json_object_get(root, "id"));
@@ -614,8 +631,8 @@ static int take_session(load_sess_runner *r, stream *s)
         if (!ok) s->id[0] = 0;
     }
     long long total = (long long)r->o->prefix + r->o->steps;
-    if (ok && json_is_integer(max_len) && json_integer_value(max_len) < total && !r->warned_length) {
-        r->warned_length = 1;
+    if (ok && json_is_integer(max_len) && json_integer_value(max_len) < total && !*warned) {
+        *warned = 1;
         fprintf(stderr, "attnd-load: --prefix + --steps = %lld is beyond the sessions' max_length "
                         "%lld: appends past it will fail (use --window, or a larger --max-seq-len "
                         "on the server)\n", total, (long long)json_integer_value(max_len));
@@ -663,33 +680,6 @@ static void pass_turn(load_sess_runner *r, level *lv, size_t from, int64_t now)
         after_step(r, lv, j, now);
         if (j->state == ST_DECODE) return;
     }
-}
-
-/* The decode mix's prefill client between two prefills: done once the decode streams are
- * (or stopping), else its next prefill starts when due (at once when late). */
-static void mix_idle(load_sess_runner *r, level *lv, stream *s, int64_t now)
-{
-    reset_stream(s);
-    s->id[0] = 0;
-    s->length = 0;
-    if (lv->stopping || lv->active <= 1) {
-        s->state = ST_DONE;
-        lv->active--;
-        return;
-    }
-    s->state = ST_CREATE;
-    if (lv->next_mix <= now) {
-        lv->next_mix = now + (int64_t)(r->o->prefill_every_s * 1e9);
-        next_call(r, s);
-        return;
-    }
-    s->tries = 0;
-    s->set = NULL;
-    s->body = NULL;
-    s->waiting = 1;
-    s->send_at = lv->next_mix;
-    lv->waiting++;
-    lv->next_mix += (int64_t)(r->o->prefill_every_s * 1e9);
 }
 
 /* A binary append's answer (already checked as a v2 response) names s's session and the
@@ -751,18 +741,7 @@ static void complete(load_sess_runner *r, level *lv, stream *s, int cc, int64_t 
     if (s->layer_urls) ms = (double)(end - s->step_start) / 1e6; /* the step over every layer */
     switch (s->state) {
     case ST_CREATE:
-        if (s->prefiller) {
-            if (!cc && status == 201 && take_session(r, s) == 0) {
-                st->created++;
-                s->length = 0;
-                set_state(r, lv, s, lv->stopping || lv->active <= 1 ? ST_DELETE : ST_PREFILL);
-            } else {
-                fail_call(lv, s, LOAD_PHASE_CREATE, cc, status, !cc && status == 201);
-                mix_idle(r, lv, s, end);
-            }
-            return;
-        }
-        if (!cc && status == 201 && take_session(r, s) == 0) {
+        if (!cc && status == 201 && take_session(r, s, &r->warned_length) == 0) {
             st->created++;
             st->n_create++;
             st->sum_create_ms += ms;
@@ -781,12 +760,6 @@ static void complete(load_sess_runner *r, level *lv, stream *s, int cc, int64_t 
         }
         return;
     case ST_PREFILL:
-        if (s->prefiller) {
-            if (k != LOAD_OK) fail_call(lv, s, LOAD_PHASE_PREFILL, cc, status, bad);
-            else load_sess_add_ttft(st, s->set->rows, ms);
-            set_state(r, lv, s, ST_DELETE);
-            return;
-        }
         if (end > lv->last_prefill_end) lv->last_prefill_end = end;
         if (k != LOAD_OK) {
             fail_call(lv, s, LOAD_PHASE_PREFILL, cc, status, bad);
@@ -840,11 +813,222 @@ static void complete(load_sess_runner *r, level *lv, stream *s, int cc, int64_t 
             fail_call(lv, s, LOAD_PHASE_DELETE, cc, status, 0);
             st->leaked++; /* may still be there */
         }
-        if (s->prefiller) mix_idle(r, lv, s, end);
-        else set_state(r, lv, s, ST_DONE);
+        set_state(r, lv, s, ST_DONE);
         return;
     default: return;
     }
+}
+
+/* ---- the decode mix's prefill client ------------------------------------------------------- */
+
+/* One call of the mixer's, blocking: body (NULL: DELETE) to url. Returns the status (0 on a
+ * transport error, *cc). A 503 with Retry-After is retried as the streams' calls are, unless
+ * the mixer is stopping (a delete still is). */
+static long mix_call(mixer *x, const char *url, const qbody *body, struct curl_slist *headers, int *cc)
+{
+    stream *s = x->s;
+    CURL *e = s->easy;
+    for (s->tries = 0;; s->tries++) {
+        s->len = 0;
+        s->retry_after_s = -1;
+        s->header_len = -1;
+        curl_easy_setopt(e, CURLOPT_URL, url);
+        curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
+        if (body) {
+            curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, NULL);
+            curl_easy_setopt(e, CURLOPT_POST, 1L);
+            curl_easy_setopt(e, CURLOPT_POSTFIELDS, body->s);
+            curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body->len);
+        } else {
+            curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+            curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "DELETE");
+        }
+        long status = 0;
+        *cc = (int)curl_easy_perform(e);
+        if (!*cc) curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+        pthread_mutex_lock(&x->mu);
+        const int stopping = x->stop;
+        pthread_mutex_unlock(&x->mu);
+        if (*cc || status != 503 || s->retry_after_s < 0 || s->tries >= x->r->o->max_retries ||
+            (stopping && body))
+            return status;
+        char kind[64];
+        load_sess_kind(kind, sizeof kind, *cc, status, s->buf, s->len, 0);
+        load_sess_add_retry(&x->st, kind);
+        const double wait = s->retry_after_s < MAX_RETRY_WAIT_S ? s->retry_after_s : MAX_RETRY_WAIT_S;
+        struct timespec ts = {(time_t)wait, (long)((wait - floor(wait)) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void mix_fail(mixer *x, load_phase ph, int cc, long status, int bad)
+{
+    char kind[64], detail[300];
+    load_sess_kind(kind, sizeof kind, cc, status, x->s->buf, x->s->len, bad);
+    describe(detail, sizeof detail, cc, status, x->s, bad);
+    load_sess_add_error(&x->st, ph, kind, detail);
+}
+
+/* Waits until the next prefill is due (at once when it is late) and sets the one after.
+ * Returns 0 once the mixer is stopped. */
+static int mix_wait(mixer *x)
+{
+    const int64_t every = (int64_t)(x->r->o->prefill_every_s * 1e9);
+    pthread_mutex_lock(&x->mu);
+    int64_t now = now_ns();
+    if (x->due <= now) {
+        x->due = now + every;
+    } else {
+        while (!x->stop && (now = now_ns()) < x->due) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            const int64_t left = x->due - now, ns = ts.tv_nsec + left % 1000000000;
+            ts.tv_sec += (time_t)(left / 1000000000 + ns / 1000000000);
+            ts.tv_nsec = (long)(ns % 1000000000);
+            pthread_cond_timedwait(&x->cv, &x->mu, &ts);
+        }
+        x->due += every;
+    }
+    const int go = !x->stop;
+    pthread_mutex_unlock(&x->mu);
+    return go;
+}
+
+/* The prefill's appends (one per layer of a model group): 0 with its time, or -1 (counted). */
+static int mix_prefill(mixer *x, double *ms)
+{
+    load_sess_runner *r = x->r;
+    stream *s = x->s;
+    const body_set *set = &r->mix;
+    const qbody *b = &set->b[x->next_body++ % set->n];
+    const int layers = s->layer_urls ? r->m.layers : 1;
+    const int64_t t0 = now_ns();
+    for (int l = 0; l < layers; l++) {
+        int cc;
+        long status = mix_call(x, s->layer_urls ? s->layer_urls[l] : s->append_url, b,
+                               set->headers ? set->headers : r->headers, &cc);
+        x->st.calls++;
+        load_timing t;
+        load_kind k;
+        if (r->o->binary) {
+            k = cc ? load_kind_from_curl(cc)
+                   : load_check_response_v2(status, s->buf, s->len, s->header_len, &set->v2, &t);
+            if (k == LOAD_OK && !binary_session_ok(s, set->rows)) k = LOAD_ERR_BAD_SHAPE;
+        } else {
+            load_expect want = {.output = &set->shape, .session_id = s->id, .session_length = set->rows,
+                                .session_full = r->o->window == 0};
+            k = cc ? load_kind_from_curl(cc) : load_check_response(status, s->buf, s->len, &want, &t);
+        }
+        if (k != LOAD_OK) {
+            mix_fail(x, LOAD_PHASE_PREFILL, cc, status, k == LOAD_ERR_BAD_JSON || k == LOAD_ERR_BAD_SHAPE);
+            return -1;
+        }
+    }
+    *ms = (double)(now_ns() - t0) / 1e6;
+    return 0;
+}
+
+/* Deletes the prefill's session, as a stream's delete is counted. */
+static void mix_delete(mixer *x)
+{
+    int cc;
+    const int64_t t0 = now_ns();
+    long status = mix_call(x, x->s->session_url, NULL, x->r->headers, &cc);
+    const double ms = (double)(now_ns() - t0) / 1e6;
+    x->st.calls++;
+    if (!cc && status == 204) {
+        x->st.deleted++;
+        x->st.n_delete++;
+        x->st.sum_delete_ms += ms;
+        if (ms > x->st.max_delete_ms) x->st.max_delete_ms = ms;
+    } else if (!cc && (status == 404 || status == 410)) {
+        x->st.gone++;
+    } else {
+        mix_fail(x, LOAD_PHASE_DELETE, cc, status, 0);
+        x->st.leaked++;
+    }
+}
+
+/* Every --prefill-every from the decode's start: a session created, --prefill-rows rows
+ * appended in one append (timed: TTFT), the session deleted. A session created as the
+ * decode ended gets no prefill, and is deleted all the same. */
+static void *mix_main(void *arg)
+{
+    mixer *x = arg;
+    load_sess_runner *r = x->r;
+    stream *s = x->s;
+    const qbody create = {r->create_body, strlen(r->create_body)};
+    int warned = 1; /* the streams' creates warn about max_length */
+    while (mix_wait(x)) {
+        int cc;
+        long status = mix_call(x, r->create_url, &create, r->headers, &cc);
+        x->st.calls++;
+        if (cc || status != 201 || take_session(r, s, &warned) != 0) {
+            mix_fail(x, LOAD_PHASE_CREATE, cc, status, !cc && status == 201);
+            reset_stream(s);
+            continue;
+        }
+        x->st.created++;
+        pthread_mutex_lock(&x->mu);
+        const int stopping = x->stop;
+        pthread_mutex_unlock(&x->mu);
+        double ms;
+        if (!stopping && mix_prefill(x, &ms) == 0) load_sess_add_ttft(&x->st, r->mix.rows, ms);
+        mix_delete(x);
+        reset_stream(s);
+        s->id[0] = 0;
+    }
+    return NULL;
+}
+
+/* Starts the mixer at the decode's start: its first prefill at once. */
+static void mix_start(mixer *x, int64_t now)
+{
+    x->due = now;
+    x->started = pthread_create(&x->th, NULL, mix_main, x) == 0;
+    if (!x->started) load_sess_add_error(&x->st, LOAD_PHASE_PREFILL, "thread", "cannot start the prefill client");
+}
+
+/* Adds m's counts to st and frees m. */
+static void mix_merge(load_sess_stats *st, load_sess_stats *m)
+{
+    st->created += m->created;
+    st->deleted += m->deleted;
+    st->gone += m->gone;
+    st->leaked += m->leaked;
+    st->calls += m->calls;
+    st->errors += m->errors;
+    st->retries += m->retries;
+    st->n_delete += m->n_delete;
+    st->sum_delete_ms += m->sum_delete_ms;
+    if (m->max_delete_ms > st->max_delete_ms) st->max_delete_ms = m->max_delete_ms;
+    for (int ph = 0; ph < LOAD_PHASE_COUNT; ph++) st->errors_by_phase[ph] += m->errors_by_phase[ph];
+    for (size_t i = 0; i < m->errors_by_kind.n; i++)
+        load_counts_add(&st->errors_by_kind, m->errors_by_kind.v[i].name, m->errors_by_kind.v[i].n);
+    st->errors_by_kind.other += m->errors_by_kind.other;
+    for (size_t i = 0; i < m->retries_by_kind.n; i++)
+        load_counts_add(&st->retries_by_kind, m->retries_by_kind.v[i].name, m->retries_by_kind.v[i].n);
+    st->retries_by_kind.other += m->retries_by_kind.other;
+    if (!st->first_error[0]) memcpy(st->first_error, m->first_error, sizeof st->first_error);
+    st->mix_prefill_rows += m->mix_prefill_rows;
+    st->mix_prefill_s += m->mix_prefill_s;
+    for (size_t i = 0; i < m->n_ttft; i++)
+        if (push2(&st->ttft_ms, NULL, &st->n_ttft, &st->cap_ttft, m->ttft_ms[i], 0)) st->oom = 1;
+    st->oom |= m->oom;
+    load_sess_stats_free(m);
+}
+
+/* Stops the mixer (its call in flight finishes, and its session is deleted), joins it and
+ * adds its counts to st. */
+static void mix_stop(mixer *x, load_sess_stats *st)
+{
+    pthread_mutex_lock(&x->mu);
+    x->stop = 1;
+    pthread_cond_signal(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+    if (x->started) pthread_join(x->th, NULL);
+    x->started = 0;
+    mix_merge(st, &x->st);
 }
 
 /* Every stream has created and prefilled (or failed): the decode phase starts for all. */
@@ -867,17 +1051,13 @@ static void open_decode(load_sess_runner *r, level *lv, int64_t now)
     r->nbarrier = 0;
     for (long g0 = 0; k > 1 && g0 < lv->n; g0 += k)
         pass_turn(r, lv, (size_t)(g0 + k < lv->n ? g0 + k : lv->n) - 1, now);
-    if (lv->prefiller) {
-        lv->prefiller->state = ST_CREATE;
-        lv->next_mix = now + (int64_t)(r->o->prefill_every_s * 1e9);
-        next_call(r, lv->prefiller);
-    }
+    if (lv->mix) mix_start(lv->mix, now);
 }
 
 /* A due retry: sent again, or, once stopping, given up (the steps it carried are cut). */
 static int due_retries(load_sess_runner *r, level *lv, int64_t now, int64_t *next_wake)
 {
-    for (size_t i = 0; lv->waiting && i < (size_t)lv->n + (lv->prefiller != NULL); i++) {
+    for (size_t i = 0; lv->waiting && i < (size_t)lv->n; i++) {
         stream *s = &r->streams[i];
         if (!s->waiting) continue;
         if (lv->stopping && s->state != ST_DELETE) {
@@ -885,7 +1065,7 @@ static int due_retries(load_sess_runner *r, level *lv, int64_t now, int64_t *nex
             lv->waiting--;
             lv->st->steps_cut += r->o->steps - s->steps_done;
             set_state(r, lv, s, ST_DELETE);
-            if (r->o->interleave > 1 && !s->prefiller) pass_turn(r, lv, i, now);
+            if (r->o->interleave > 1) pass_turn(r, lv, i, now);
             continue;
         }
         if (s->send_at > now) {
@@ -931,14 +1111,7 @@ static int run_loop(load_sess_runner *r, level *lv, char *err, size_t el)
             if (send_call(r, lv, &r->streams[r->ready[i]], now))
                 return snprintf(err, el, "curl_multi_add_handle failed"), -1;
         r->nready = 0;
-        stream *mix = lv->prefiller;
-        if (mix && lv->active == 1 && mix->waiting) { /* the decode is over: no more prefills */
-            mix->waiting = 0;
-            lv->waiting--;
-            mix->state = ST_DONE;
-            lv->active--;
-        }
-        if (lv->active == 0) return 0;
+        if (lv->active == 0) return 0; /* the decode is over: the caller stops the prefills */
         progress(r, lv, now, 0);
         int running = 0, left;
         if (curl_multi_perform(r->multi, &running) != CURLM_OK)
@@ -977,16 +1150,17 @@ int load_sess_run_level(load_sess_runner *r, int n, load_sess_stats *st, char *e
     st->interleave = o->interleave;
     lv.st = st;
     lv.n = lv.active = lv.pre_barrier = n;
+    mixer mix; /* joined before this returns */
     if (o->prefill_every_s > 0) { /* the prefill client: starts with the decode phase */
-        stream *p = lv.prefiller = &r->streams[n];
         st->prefill_rows = o->prefill_rows;
-        p->prefiller = 1;
-        p->state = ST_BARRIER;
-        p->id[0] = 0;
-        p->length = 0;
-        p->steps_done = o->steps; /* it has no steps to cut */
-        p->waiting = p->parked = 0;
-        lv.active++;
+        mix = (mixer){.r = r, .s = &r->streams[n]};
+        pthread_mutex_init(&mix.mu, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&mix.cv, &ca);
+        pthread_condattr_destroy(&ca);
+        lv.mix = &mix;
     }
     lv.t0 = now_ns();
     r->nready = r->nbarrier = 0;
@@ -998,13 +1172,17 @@ int load_sess_run_level(load_sess_runner *r, int n, load_sess_stats *st, char *e
         s->steps_done = 0;
         s->waiting = 0;
         s->parked = 0;
-        s->prefiller = 0;
         next_call(r, s);
     }
     int rc = run_loop(r, &lv, err, el);
+    if (lv.mix) {
+        mix_stop(lv.mix, st);
+        pthread_cond_destroy(&lv.mix->cv);
+        pthread_mutex_destroy(&lv.mix->mu);
+    }
     progress(r, &lv, now_ns(), 1);
     if (rc) { /* a local failure: give the handles back; the server's TTL ends the sessions */
-        for (int i = 0; i < n + (lv.prefiller != NULL); i++) {
+        for (int i = 0; i < n; i++) {
             stream *s = &r->streams[i];
             if (s->busy) curl_multi_remove_handle(r->multi, s->easy);
             s->busy = 0;
