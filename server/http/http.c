@@ -743,8 +743,9 @@ static void decode_task(void *arg)
     MHD_resume_connection(mc); /* respond() goes on with submit_decoded */
 }
 
-/* A large body is decoded on a codec thread, c suspended meanwhile. Returns 1
- * (posted), or 0: c is not suspended, and its body is decoded here. */
+/* A large body is decoded on a codec thread, c suspended meanwhile (when the
+ * threads refuse it, here, the same way: resumed at once). Returns 1, or 0: not
+ * large, c is not suspended, and its body is decoded here. */
 static int decode_elsewhere(conn *c)
 {
     if (!offloads(c, (double)c->len))
@@ -752,12 +753,9 @@ static int decode_elsewhere(conn *c)
     atomic_store_explicit(&c->codec, CODEC_DECODING, memory_order_relaxed);
     suspend(c);
     c->job->task = (attnd_offload_task){.run = decode_task, .arg = c};
-    if (attnd_offload_post(c->http->codec, &c->job->task) == 0)
-        return 1;
-    atomic_store_explicit(&c->codec, CODEC_NONE, memory_order_relaxed); /* stopping: here after all */
-    MHD_resume_connection(c->mc);
-    unsuspended(c);
-    return 0;
+    if (attnd_offload_post(c->http->codec, &c->job->task) != 0)
+        decode_task(c);
+    return 1;
 }
 
 /* The body decoded into req: it goes to the scheduler of the exchange's model
@@ -1595,7 +1593,8 @@ void attnd_http_stop(attnd_http *h)
                   atomic_load(&h->suspended), STOP_WAIT_MS);
         return; /* the process is exiting: leak h rather than abort */
     }
-    attnd_offload_stop(h->codec); /* idle: each of its tasks holds a suspended connection */
     MHD_stop_daemon(h->daemon);
+    attnd_offload_stop(h->codec); /* idle (each task holds a suspended connection), and no
+                                     HTTP thread is left to post to it */
     free_http(h);
 }
