@@ -589,12 +589,29 @@ static void describe(char *buf, size_t n, int cc, long status, const stream *s, 
     json_decref(root);
 }
 
-static void fail_call(level *lv, stream *s, load_phase ph, int cc, long status, int bad)
+static void fail_call(load_sess_stats *st, stream *s, load_phase ph, int cc, long status, int bad)
 {
     char kind[64], detail[300];
     load_sess_kind(kind, sizeof kind, cc, status, s->buf, s->len, bad);
     describe(detail, sizeof detail, cc, status, s, bad);
-    load_sess_add_error(lv->st, ph, kind, detail);
+    load_sess_add_error(st, ph, kind, detail);
+}
+
+/* A delete's answer, counted: deleted, already gone (404/410: evicted or expired, not an
+ * error), or failed (the session may still be there). */
+static void count_delete(load_sess_stats *st, stream *s, int cc, long status, double ms)
+{
+    if (!cc && status == 204) {
+        st->deleted++;
+        st->n_delete++;
+        st->sum_delete_ms += ms;
+        if (ms > st->max_delete_ms) st->max_delete_ms = ms;
+    } else if (!cc && (status == 404 || status == 410)) {
+        st->gone++;
+    } else {
+        fail_call(st, s, LOAD_PHASE_DELETE, cc, status, 0);
+        st->leaked++;
+    }
 }
 
 /* The 201 of a create: takes the id, builds the stream's URLs. 0, or -1 (a bad answer).
@@ -695,6 +712,21 @@ static int binary_session_ok(const stream *s, long long length)
     return ok;
 }
 
+/* An append's answer (of set's bodies; cc: curl gave up) against what it must be: the
+ * output's shape, and s's session at length positions. *t gets its timing. */
+static load_kind check_append(const load_sess_runner *r, const stream *s, const body_set *set, int cc,
+                              long status, long long length, load_timing *t)
+{
+    if (cc) return load_kind_from_curl(cc);
+    if (r->o->binary) {
+        load_kind k = load_check_response_v2(status, s->buf, s->len, s->header_len, &set->v2, t);
+        return k == LOAD_OK && !binary_session_ok(s, length) ? LOAD_ERR_BAD_SHAPE : k;
+    }
+    load_expect want = {.output = &set->shape, .session_id = s->id, .session_length = length,
+                        .session_full = r->o->window == 0};
+    return load_check_response(status, s->buf, s->len, &want, t);
+}
+
 /* An answer to s's call arrived at end (or curl gave up: cc). */
 static void complete(load_sess_runner *r, level *lv, stream *s, int cc, int64_t end)
 {
@@ -719,16 +751,8 @@ static void complete(load_sess_runner *r, level *lv, stream *s, int cc, int64_t 
     double ms = (double)(end - s->call_start) / 1e6;
     load_timing t = {0};
     load_kind k = LOAD_OK;
-    if ((s->state == ST_PREFILL || s->state == ST_DECODE) && o->binary) {
-        k = cc ? load_kind_from_curl(cc)
-               : load_check_response_v2(status, s->buf, s->len, s->header_len, &s->set->v2, &t);
-        if (k == LOAD_OK && !binary_session_ok(s, s->length + s->set->rows)) k = LOAD_ERR_BAD_SHAPE;
-    } else if (s->state == ST_PREFILL || s->state == ST_DECODE) {
-        load_expect want = {.output = &s->set->shape, .session_id = s->id,
-                            .session_length = s->length + s->set->rows,
-                            .session_full = o->window == 0};
-        k = cc ? load_kind_from_curl(cc) : load_check_response(status, s->buf, s->len, &want, &t);
-    }
+    if (s->state == ST_PREFILL || s->state == ST_DECODE)
+        k = check_append(r, s, s->set, cc, status, s->length + s->set->rows, &t);
     int bad = k == LOAD_ERR_BAD_JSON || k == LOAD_ERR_BAD_SHAPE;
     if ((s->state == ST_PREFILL || s->state == ST_DECODE) && k == LOAD_OK && s->layer_urls &&
         s->layer + 1 < r->m.layers) {
@@ -753,7 +777,7 @@ static void complete(load_sess_runner *r, level *lv, stream *s, int cc, int64_t 
                 set_state(r, lv, s, o->prefix ? ST_PREFILL : ST_BARRIER);
             }
         } else {
-            fail_call(lv, s, LOAD_PHASE_CREATE, cc, status, !cc && status == 201);
+            fail_call(st, s, LOAD_PHASE_CREATE, cc, status, !cc && status == 201);
             st->failed++;
             st->steps_lost += o->steps;
             set_state(r, lv, s, ST_DONE);
@@ -762,7 +786,7 @@ static void complete(load_sess_runner *r, level *lv, stream *s, int cc, int64_t 
     case ST_PREFILL:
         if (end > lv->last_prefill_end) lv->last_prefill_end = end;
         if (k != LOAD_OK) {
-            fail_call(lv, s, LOAD_PHASE_PREFILL, cc, status, bad);
+            fail_call(st, s, LOAD_PHASE_PREFILL, cc, status, bad);
             st->failed++;
             st->steps_lost += o->steps;
             set_state(r, lv, s, ST_DELETE);
@@ -783,7 +807,7 @@ static void complete(load_sess_runner *r, level *lv, stream *s, int cc, int64_t 
     case ST_DECODE:
         if (end > lv->last_decode_end) lv->last_decode_end = end;
         if (k != LOAD_OK) {
-            fail_call(lv, s, LOAD_PHASE_DECODE, cc, status, bad);
+            fail_call(st, s, LOAD_PHASE_DECODE, cc, status, bad);
             st->failed++;
             st->steps_lost += o->steps - s->steps_done - 1;
             set_state(r, lv, s, ST_DELETE);
@@ -802,17 +826,7 @@ static void complete(load_sess_runner *r, level *lv, stream *s, int cc, int64_t 
         }
         return;
     case ST_DELETE:
-        if (!cc && status == 204) {
-            st->deleted++;
-            st->n_delete++;
-            st->sum_delete_ms += ms;
-            if (ms > st->max_delete_ms) st->max_delete_ms = ms;
-        } else if (!cc && (status == 404 || status == 410)) {
-            st->gone++; /* evicted or expired meanwhile: nothing left to delete */
-        } else {
-            fail_call(lv, s, LOAD_PHASE_DELETE, cc, status, 0);
-            st->leaked++; /* may still be there */
-        }
+        count_delete(st, s, cc, status, ms);
         set_state(r, lv, s, ST_DONE);
         return;
     default: return;
@@ -861,14 +875,6 @@ static long mix_call(mixer *x, const char *url, const qbody *body, struct curl_s
     }
 }
 
-static void mix_fail(mixer *x, load_phase ph, int cc, long status, int bad)
-{
-    char kind[64], detail[300];
-    load_sess_kind(kind, sizeof kind, cc, status, x->s->buf, x->s->len, bad);
-    describe(detail, sizeof detail, cc, status, x->s, bad);
-    load_sess_add_error(&x->st, ph, kind, detail);
-}
-
 /* Waits until the next prefill is due (at once when it is late) and sets the one after.
  * Returns 0 once the mixer is stopped. */
 static int mix_wait(mixer *x)
@@ -909,18 +915,9 @@ static int mix_prefill(mixer *x, double *ms)
                                set->headers ? set->headers : r->headers, &cc);
         x->st.calls++;
         load_timing t;
-        load_kind k;
-        if (r->o->binary) {
-            k = cc ? load_kind_from_curl(cc)
-                   : load_check_response_v2(status, s->buf, s->len, s->header_len, &set->v2, &t);
-            if (k == LOAD_OK && !binary_session_ok(s, set->rows)) k = LOAD_ERR_BAD_SHAPE;
-        } else {
-            load_expect want = {.output = &set->shape, .session_id = s->id, .session_length = set->rows,
-                                .session_full = r->o->window == 0};
-            k = cc ? load_kind_from_curl(cc) : load_check_response(status, s->buf, s->len, &want, &t);
-        }
+        const load_kind k = check_append(r, s, set, cc, status, set->rows, &t);
         if (k != LOAD_OK) {
-            mix_fail(x, LOAD_PHASE_PREFILL, cc, status, k == LOAD_ERR_BAD_JSON || k == LOAD_ERR_BAD_SHAPE);
+            fail_call(&x->st, x->s, LOAD_PHASE_PREFILL, cc, status, k == LOAD_ERR_BAD_JSON || k == LOAD_ERR_BAD_SHAPE);
             return -1;
         }
     }
@@ -934,19 +931,8 @@ static void mix_delete(mixer *x)
     int cc;
     const int64_t t0 = now_ns();
     long status = mix_call(x, x->s->session_url, NULL, x->r->headers, &cc);
-    const double ms = (double)(now_ns() - t0) / 1e6;
     x->st.calls++;
-    if (!cc && status == 204) {
-        x->st.deleted++;
-        x->st.n_delete++;
-        x->st.sum_delete_ms += ms;
-        if (ms > x->st.max_delete_ms) x->st.max_delete_ms = ms;
-    } else if (!cc && (status == 404 || status == 410)) {
-        x->st.gone++;
-    } else {
-        mix_fail(x, LOAD_PHASE_DELETE, cc, status, 0);
-        x->st.leaked++;
-    }
+    count_delete(&x->st, x->s, cc, status, (double)(now_ns() - t0) / 1e6);
 }
 
 /* Every --prefill-every from the decode's start: a session created, --prefill-rows rows
@@ -964,7 +950,7 @@ static void *mix_main(void *arg)
         long status = mix_call(x, r->create_url, &create, r->headers, &cc);
         x->st.calls++;
         if (cc || status != 201 || take_session(r, s, &warned) != 0) {
-            mix_fail(x, LOAD_PHASE_CREATE, cc, status, !cc && status == 201);
+            fail_call(&x->st, x->s, LOAD_PHASE_CREATE, cc, status, !cc && status == 201);
             reset_stream(s);
             continue;
         }
