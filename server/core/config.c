@@ -80,6 +80,11 @@ static const option options[] = {
      "one per iteration of the decode loop, each costing what this many rows at the start of a "
      "sequence cost (later pieces, whose rows see more positions, are fewer rows), so decode steps "
      "never wait for a whole prefill; 0 = whole appends and one-shots"},
+    {"inline-max-macs", NULL, NULL, OPT_I64, F(inline_max_macs), "1000000", 0, BIG, "N",
+     "a stateless request of at most this many multiply-adds (projections and attention) is "
+     "computed on the HTTP thread that read it when its model is idle (nothing queued or computing) and --max-queue-delay-us is 0, "
+     "instead of going to a worker and back (two thread wake-ups cost more than its arithmetic); "
+     "0 = every request goes to a worker"},
     {"max-queue", NULL, NULL, OPT_INT, F(max_queue), "256", 1, 1 << 24, "N",
      "requests waiting per model; beyond that: 503 queue_full"},
     {"max-body-bytes", NULL, NULL, OPT_SIZE, F(max_body_bytes), "64M", 1, BIG, "BYTES",

@@ -60,6 +60,7 @@ typedef struct attnd_config {
     int64_t max_queue_delay_us;
     int64_t max_stream_wait_us;  /* opt-in: an iteration waits for the other streams */
     int prefill_chunk_rows;      /* rows of a long append computed per iteration */
+    int64_t inline_max_macs;     /* a smaller stateless request runs on its HTTP thread */
     int max_queue;
     int64_t max_body_bytes;
     int max_seq_len;

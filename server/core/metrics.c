@@ -76,8 +76,9 @@ static const int statuses[] = {200, 400, 401, 403, 404, 405, 408, 411, 413,
 #define N_STATUS (sizeof statuses / sizeof statuses[0] + 1)
 
 
-/* The decode loop's per-model counters (attnd_metrics_decode_iteration). */
-enum { L_ITERATIONS, L_BUSY_US, L_STEPS, L_PIECES, L_PIECE_ROWS, L_COUNT };
+/* The scheduler's per-model counters: the decode loop's
+ * (attnd_metrics_decode_iteration), and requests computed inline. */
+enum { L_ITERATIONS, L_BUSY_US, L_STEPS, L_PIECES, L_PIECE_ROWS, L_INLINE, L_COUNT };
 static const struct {
     const char *name, *help;
     double scale; /* the family's unit per count */
@@ -91,6 +92,8 @@ static const struct {
     {"attnd_prefill_pieces_total",
      "Pieces of chunked prefills (long appends and long causal one-shots, --prefill-chunk-rows) computed.", 1},
     {"attnd_prefill_piece_rows_total", "Rows computed in those pieces.", 1},
+    {"attnd_inline_requests_total",
+     "Small stateless requests computed on the HTTP thread that read them (--inline-max-macs), not by a worker.", 1},
 };
 
 typedef struct model_slot {
@@ -261,6 +264,12 @@ void attnd_metrics_batch(attnd_metrics *m, int model, int n_requests, size_t n_t
             (int64_t)n_tokens);
 }
 
+void attnd_metrics_inline_request(attnd_metrics *m, int model)
+{
+    if (model >= 0 && model < m->n_models)
+        atomic_fetch_add_explicit(&m->models[model].loop[L_INLINE], 1, memory_order_relaxed);
+}
+
 void attnd_metrics_decode_iteration(attnd_metrics *m, int model, int iterations, int steps,
                                     int piece_rows, int64_t compute_us)
 {
@@ -416,7 +425,7 @@ static void render_requests(buf *b, attnd_metrics *m)
     }
 }
 
-/* The decode loop's counter families, per model. */
+/* The scheduler's counter families, per model. */
 static void render_decode_loop(buf *b, attnd_metrics *m)
 {
     for (int k = 0; k < L_COUNT; k++) {

@@ -52,6 +52,9 @@ void attnd_metrics_request_timing(attnd_metrics *m, int model, int64_t queue_us,
 /* Per batch (from the scheduler's hook, on a worker thread). */
 void attnd_metrics_batch(attnd_metrics *m, int model, int n_requests, size_t n_tokens);
 
+/* A stateless request computed on its HTTP thread (attnd_scheduler_run_inline). */
+void attnd_metrics_inline_request(attnd_metrics *m, int model);
+
 /* Model i's decode loop computed `iterations` (1, or 0 for the second part
  * of an iteration reported in two) with `steps` whole stream steps and a
  * piece of piece_rows rows of a chunked prefill (0: none) in compute_us:

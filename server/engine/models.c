@@ -18,11 +18,14 @@
 #include "core/request.h"
 #include "engine/kvlayout.h"
 
-/* Scheduler batch hook: runs on a worker thread after every batch. */
+/* Scheduler batch hook: runs on a worker thread after every batch (on an HTTP
+ * thread for a request computed inline). */
 static void on_batch(void *ctx, const attnd_batch_report *r)
 {
     attnd_model_slot *slot = ctx;
     if (!slot->metrics) return;
+    if (r->inline_run)
+        attnd_metrics_inline_request(slot->metrics, slot->index);
     if (r->part != ATTND_REPORT_PIECE) /* a piece's report: its iteration's second */
         attnd_metrics_batch(slot->metrics, slot->index, r->n_requests, r->n_tokens);
     if (r->loop)
@@ -195,6 +198,7 @@ static attnd_sched_config sched_config(const attnd_model_spec *spec, const attnd
         .max_stream_wait_us = cfg->max_stream_wait_us,
         .prefill_chunk_rows = spec->prefill_chunk_rows >= 0 ? spec->prefill_chunk_rows
                                                             : cfg->prefill_chunk_rows,
+        .inline_max_macs = cfg->inline_max_macs,
         .max_queue = cfg->max_queue,
         .workers = spec->workers > 0 ? spec->workers : cfg->workers,
     };
@@ -602,13 +606,14 @@ static const char *kv_dtype_name(attn_kv_dtype d)
 /* {"workers", "max_batch_requests", ...}: what the model's scheduler runs with. */
 static json_t *sched_object(const attnd_sched_config *sc)
 {
-    return json_pack("{s:i, s:i, s:I, s:I, s:I, s:I, s:i, s:i}", "workers", sc->workers,
+    return json_pack("{s:i, s:i, s:I, s:I, s:I, s:I, s:i, s:I, s:i}", "workers", sc->workers,
                      "max_batch_requests", sc->max_batch_requests, "max_batch_tokens",
                      (json_int_t)sc->max_batch_tokens, "max_batch_kv_bytes",
                      (json_int_t)sc->max_batch_kv_bytes, "max_queue_delay_us",
                      (json_int_t)sc->max_queue_delay_us, "max_stream_wait_us",
                      (json_int_t)sc->max_stream_wait_us, "prefill_chunk_rows",
-                     sc->prefill_chunk_rows, "max_queue", sc->max_queue);
+                     sc->prefill_chunk_rows, "inline_max_macs", (json_int_t)sc->inline_max_macs,
+                     "max_queue", sc->max_queue);
 }
 
 static json_t *info_object(const attnd_model *m)

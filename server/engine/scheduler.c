@@ -151,11 +151,15 @@ struct attnd_scheduler {
 
     attnd_streams streams;   /* streams whose steps were cut lately (mu)     */
     _Atomic int64_t last_batch_ns; /* the last iteration's compute time        */
-    _Atomic int computing;   /* workers inside run_batch now                  */
+    _Atomic int computing;   /* workers inside run_batch now, and a request
+                                computed inline                               */
     pthread_mutex_t drain_mu; /* serialises drain; guards joined              */
     int joined;
     sched_worker *workers;   /* cfg.workers entries                          */
     int n_started;           /* threads actually created                     */
+    attn_workspace *ws_inline; /* owned: a small request run on its caller's
+                                thread (attnd_scheduler_run_inline)            */
+    _Atomic int inline_busy;   /* ws_inline is in use                             */
 };
 
 /* ------------------------------------------------------------ small helpers */
@@ -303,15 +307,26 @@ static double kv_proj_macs(const attn_layer_info *in)
     return in->embed_k * g * in->head_dim_k + in->embed_v * g * in->head_dim_v;
 }
 
+/* Multiply-adds of one query row's projections: Q, and W_O when there is one. */
+static double query_proj_macs(const attn_layer_info *in)
+{
+    const double hd = (double)in->num_heads;
+    return in->embed_q * hd * in->head_dim_k + (in->has_out_proj ? hd * in->head_dim_v * in->embed_out : 0);
+}
+
+/* Multiply-adds of one query row's attention to one key (Q·K and P·V). */
+static double per_key_macs(const attn_layer_info *in)
+{
+    return (double)in->num_heads * (in->head_dim_k + in->head_dim_v);
+}
+
 /* Multiply-adds of n causal rows of a layer appended after `cached` rows (the
  * projections of each row, and each row's attention over the positions it
  * sees: all before it and itself, at most `window` when windowed). */
 static double piece_cost(const attn_layer_info *in, int window, long long cached, long long n)
 {
-    const double hd = (double)in->num_heads;
-    const double proj = in->embed_q * hd * in->head_dim_k + kv_proj_macs(in) +
-                        (in->has_out_proj ? hd * in->head_dim_v * in->embed_out : 0);
-    const double per_key = hd * (in->head_dim_k + in->head_dim_v);
+    const double proj = query_proj_macs(in) + kv_proj_macs(in);
+    const double per_key = per_key_macs(in);
     /* rows i in [0, n) see cached + i + 1 positions, capped at window */
     long long below = window > 0 ? window - cached - 1 : n; /* rows under the cap */
     below = below < 0 ? 0 : below > n ? n : below;
@@ -340,6 +355,23 @@ int attnd_piece_rows_all_keys(const attn_layer_info *in, long long keys, int lef
     long long n = (long long)(piece_cost(in, 0, 0, budget) / piece_cost(in, 0, keys - 1, 1));
     if (n < min_rows) n = min_rows;
     return n < hi ? (int)n : hi;
+}
+
+/* Multiply-adds of a whole request (its rows' projections, the key rows of
+ * cross-attention, every query row against every key; masks ignored, so an
+ * upper bound): what decides whether it may run on its caller's thread. */
+static double request_macs(const attnd_scheduler *s, const attnd_request *req)
+{
+    attn_layer_info in;
+    attn_layer_get_info(layer_of(s, req), &in);
+    double macs = 0;
+    for (int i = 0; i < req->n_seqs; i++) {
+        const attn_seq *q = &req->seqs[i];
+        const double projected_keys = q->key ? q->s : q->cache_k ? 0 : q->t;
+        macs += q->t * query_proj_macs(&in) + (q->cache_k ? q->t : projected_keys) * kv_proj_macs(&in) +
+                (double)q->t * q->s * per_key_macs(&in);
+    }
+    return macs;
 }
 
 /* A chunked one-shot that is not causal: every piece attends to all of its
@@ -949,6 +981,8 @@ static int check_config(const attnd_sched_config *c, char *err, size_t errlen)
         v = c->max_stream_wait_us;
     } else if (c->prefill_chunk_rows < 0 || c->prefill_chunk_rows > SCHED_MAX_CHUNK_ROWS) {
         field = "prefill_chunk_rows"; rule = "between 0 and 1048576"; v = c->prefill_chunk_rows;
+    } else if (c->inline_max_macs < 0) {
+        field = "inline_max_macs"; rule = "at least 0"; v = c->inline_max_macs;
     } else if (c->max_queue < 1) {
         field = "max_queue"; rule = "at least 1"; v = c->max_queue;
     } else if (c->workers < 1 || c->workers > SCHED_MAX_WORKERS) {
@@ -991,6 +1025,8 @@ static void free_workers(attnd_scheduler *s)
     }
     free(s->workers);
     s->workers = NULL;
+    attn_workspace_free(s->ws_inline);
+    s->ws_inline = NULL;
 }
 
 static int init_sync(attnd_scheduler *s)
@@ -1059,6 +1095,7 @@ attnd_scheduler *attnd_scheduler_create(const attn_layer *layer, const attnd_sch
                 goto fail;
         }
     }
+    if (cfg->inline_max_macs > 0 && attn_workspace_create(NULL, &s->ws_inline, NULL) != ATTN_OK) goto fail;
     int rc = pthread_create(&s->reaper, NULL, reaper_main, s);
     if (rc != 0) {
         snprintf(why, sizeof why, "cannot start the deadline thread: %s", strerror(rc));
@@ -1110,6 +1147,45 @@ attnd_submit_result attnd_scheduler_submit(attnd_scheduler *s, attnd_request *re
     if (req->deadline_ns != 0 && req->deadline_ns < s->reap_wake_ns) pthread_cond_signal(&s->cv_reap);
     pthread_mutex_unlock(&s->mu);
     return ATTND_SUBMIT_OK;
+}
+
+/* Computes req on this thread with ws_inline (inline_busy held by the caller):
+ * what a worker would, for a batch of one that waited for nothing. */
+static void compute_inline(attnd_scheduler *s, attnd_request *req)
+{
+    const int64_t start = attnd_now_ns();
+    req->outcome = ATTND_PENDING;
+    req->enqueued_ns = start;
+    req->deadline_ns = 0;
+    req->queue_us = 0;
+    req->batch_size = 1;
+    set_result(req, attn_forward(layer_of(s, req), req->seqs, req->n_seqs, s->ws_inline, NULL, &req->lib_error));
+    req->compute_us = us_between(start, attnd_now_ns());
+    if (s->hook == NULL) return;
+    const attnd_batch_report r = {
+        .n_requests = 1, .n_tokens = req->n_tokens, .compute_us = req->compute_us, .inline_run = 1,
+    };
+    s->hook(s->hook_ctx, &r);
+}
+
+int attnd_scheduler_run_inline(attnd_scheduler *s, attnd_request *req)
+{
+    if (s->ws_inline == NULL || req->stream != 0 || s->cfg.max_queue_delay_us > 0) return 0; /* a worker would wait */
+    measure(s, req);
+    if (req->chunked || request_macs(s, req) > (double)s->cfg.inline_max_macs) return 0;
+    if (atomic_exchange_explicit(&s->inline_busy, 1, memory_order_acquire)) return 0; /* another's */
+    pthread_mutex_lock(&s->mu);
+    /* only on an idle model: nothing queued to pass, no worker computing (so
+     * under load requests queue and batch as they did, and limits apply) */
+    const int now = !s->closing && s->oneshot.count == 0 && s->steps.count == 0 && atomic_load(&s->computing) == 0;
+    pthread_mutex_unlock(&s->mu);
+    if (now) {
+        atomic_fetch_add(&s->computing, 1); /* a worker starting meanwhile keeps to one core */
+        compute_inline(s, req);
+        atomic_fetch_sub(&s->computing, 1);
+    }
+    atomic_store_explicit(&s->inline_busy, 0, memory_order_release);
+    return now;
 }
 
 int attnd_scheduler_queue_depth(attnd_scheduler *s)

@@ -38,6 +38,9 @@ typedef struct attnd_sched_config {
     int prefill_chunk_rows;      /* 0..1048576: a longer append (or causal
                                     one-shot) is computed in pieces of this
                                     many rows' cost; 0 = whole                */
+    int64_t inline_max_macs;       /* >= 0: a stateless request of at most this
+                                    many multiply-adds may be computed on the
+                                    submitting thread (run_inline); 0 = never   */
     int max_queue;               /* requests waiting, >= 1; beyond -> FULL    */
     int workers;                 /* worker threads, >= 1                      */
 } attnd_sched_config;
@@ -61,6 +64,8 @@ typedef struct attnd_batch_report {
     int piece_rows;     /* rows of the chunked prefill's piece in it, or 0
                            (0 in a STEPS report: the PIECE report has them)   */
     attnd_report_part part;
+    int inline_run;     /* 1: one request computed on its caller's thread
+                           (attnd_scheduler_run_inline), not a worker's         */
 } attnd_batch_report;
 
 /* Called by a worker after each batch or part (a STEPS part before its steps
@@ -91,6 +96,18 @@ attnd_scheduler *attnd_scheduler_create(const attn_layer *layer, const attnd_sch
 /* Queues req (which must have on_done set). On anything but ATTND_SUBMIT_OK the
  * request is untouched and still the caller's. Thread-safe. */
 attnd_submit_result attnd_scheduler_submit(attnd_scheduler *s, attnd_request *req);
+
+/* Computes req now on the calling thread, if that is what a worker would do
+ * at once and it is small: stateless (no stream key, not chunked), at most
+ * inline_max_macs multiply-adds, on an idle model (no request queued, no
+ * worker computing: under load requests queue and batch as before) with no
+ * batching delay (max_queue_delay_us 0: a worker would wait), not draining, and no other caller computing here for this scheduler (one
+ * workspace, one thread at a time). Returns 1 with req's results filled
+ * (outcome, batch_size 1, queue_us 0, compute_us; the batch hook called) and
+ * on_done NOT called: the caller answers it. Returns 0 otherwise, req as it
+ * was: submit it. Saves a small request the hand-off to a worker and back
+ * (two thread wake-ups, costing more than its arithmetic). Thread-safe. */
+int attnd_scheduler_run_inline(attnd_scheduler *s, attnd_request *req);
 
 /* Requests waiting (not yet in a batch). Thread-safe, never blocks on compute. */
 int attnd_scheduler_queue_depth(attnd_scheduler *s);

@@ -758,6 +758,17 @@ static int decode_elsewhere(conn *c)
     return 1;
 }
 
+static void encode_answer(conn *c, attnd_reply *r);
+
+/* c->req was computed on this thread (attnd_scheduler_run_inline): answered
+ * at once, never suspended. */
+static enum MHD_Result answer_inline(conn *c)
+{
+    attnd_reply r;
+    encode_answer(c, &r);
+    return send_reply(c, &r);
+}
+
 /* The body decoded into req: it goes to the scheduler of the exchange's model
  * and the connection is suspended. The decoded request and an upper bound of
  * its response are counted before anything is computed. */
@@ -782,9 +793,11 @@ static enum MHD_Result submit_decoded(conn *c, attnd_request *req)
     req->on_done_ctx = c;
     req->layer = m->layer; /* one scheduler serves every version of the model */
     c->req = req;
-    c->submitted = 1;
     if (offloads(c, (double)bound))
         c->job->encode = 1;
+    else if (attnd_scheduler_run_inline(m->sched, req)) /* small: computed on this thread */
+        return answer_inline(c);
+    c->submitted = 1;
     atomic_fetch_add(&c->http->pending, 1);
     suspend(c); /* before submitting: on_done may resume us at any moment after */
     attnd_submit_result sr = attnd_scheduler_submit(m->sched, req);

@@ -40,3 +40,23 @@ void sb_matrix(sbuf *b, const float *m, int rows, int cols)
     }
     sb_printf(b, "]");
 }
+
+double sb_value(int seed, int row, int col)
+{
+    unsigned h = (unsigned)seed * 2654435761u ^ (unsigned)row * 2246822519u ^ (unsigned)col * 3266489917u;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    return (double)(h % 4000) / 1000.0 - 2.0;
+}
+
+void sb_rows(sbuf *b, int seed, int from, int n, int cols)
+{
+    sb_printf(b, "[");
+    for (int i = from; i < from + n; i++) {
+        sb_printf(b, "%s[", i > from ? "," : "");
+        for (int j = 0; j < cols; j++) sb_printf(b, "%s%.3f", j ? "," : "", sb_value(seed, i, j));
+        sb_printf(b, "]");
+    }
+    sb_printf(b, "]");
+}

@@ -18,4 +18,12 @@ void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3
  * float32 round-trips). */
 void sb_matrix(sbuf *b, const float *m, int rows, int cols);
 
+/* A deterministic number in [-2, 2) with three decimals for (seed, row, col):
+ * test inputs that any process can rebuild. */
+double sb_value(int seed, int row, int col);
+
+/* Appends rows [from, from + n) of `seed` (sb_value), cols numbers each, as
+ * nested JSON arrays ("%.3f": exact in the JSON a daemon parses). */
+void sb_rows(sbuf *b, int seed, int from, int n, int cols);
+
 #endif

@@ -32,26 +32,10 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* A deterministic number in [-2, 2) with three decimals, for (seed, row, col). */
-static double val(int seed, int row, int col)
-{
-    uint32_t h = (uint32_t)seed * 2654435761u ^ (uint32_t)row * 2246822519u ^ (uint32_t)col * 3266489917u;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    return (double)(h % 4000) / 1000.0 - 2.0;
-}
-
 /* Rows [from, from + n) of stream `seed` as a JSON array of E-number rows. */
 static void put_rows(sbuf *b, int seed, int from, int n)
 {
-    sb_printf(b, "[");
-    for (int i = from; i < from + n; i++) {
-        sb_printf(b, "%s[", i > from ? "," : "");
-        for (int j = 0; j < E; j++) sb_printf(b, "%s%.3f", j ? "," : "", val(seed, i, j));
-        sb_printf(b, "]");
-    }
-    sb_printf(b, "]");
+    sb_rows(b, seed, from, n, E);
 }
 
 /* {"query": n_seqs sequences of t rows}, causal when asked. */

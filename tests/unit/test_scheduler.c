@@ -785,6 +785,8 @@ TEST_WITH(config, const attn_layer *layer)
     expect_bad_config(layer, c, "max_stream_wait_us");
     c = ok; c.prefill_chunk_rows = -1;
     expect_bad_config(layer, c, "prefill_chunk_rows");
+    c = ok; c.inline_max_macs = -1;
+    expect_bad_config(layer, c, "inline_max_macs");
     c = ok; c.max_queue = 0;
     expect_bad_config(layer, c, "max_queue");
     c = ok; c.workers = 0;
@@ -793,6 +795,81 @@ TEST_WITH(config, const attn_layer *layer)
     CHECK(s != NULL);
     attnd_scheduler_free(s); /* never used: drain of an idle scheduler */
     CHECK(attnd_scheduler_create(NULL, &ok, NULL, NULL, NULL, 0) == NULL);
+}
+
+/* A self-attention request of one sequence of t rows, no cross keys. */
+static test_request *self_request(uint64_t *rng, int t)
+{
+    return make_request(rng, 1, t, t, SEQ_SELF);
+}
+
+static attnd_scheduler *make_inline_sched(const attn_layer *layer, int64_t macs, int64_t delay_us, hook_log *h)
+{
+    attnd_sched_config cfg = {.max_batch_requests = 16, .max_batch_tokens = 1000, .max_queue = 64,
+                              .workers = 1, .max_queue_delay_us = delay_us, .inline_max_macs = macs};
+    return sched_with(layer, &cfg, h);
+}
+
+/* attnd_scheduler_run_inline computes a small stateless request on the
+ * calling thread, answers what a worker answers (1e-6: float rounding of the
+ * same arithmetic), reports a batch of one and never calls on_done; and
+ * refuses (0, the request still the caller's to submit) a stream step, a
+ * request of more multiply-adds than inline_max_macs, one that would pass a
+ * queued stateless request, any when inline_max_macs is 0, and any once
+ * draining. The test layer: E 32, 4 heads of 8, so one query row's
+ * projections (Q, W_O) and one key row's (K, V) cost 2048 multiply-adds each
+ * and a row's attention to a key 64: a t-row self-attention costs
+ * t * 4096 + t * t * 64 (t = 4: 17408, t = 5: 22080). */
+TEST_WITH(run_inline_rules, const attn_layer *layer)
+{
+    uint64_t rng = 77;
+    hook_log h;
+    hook_init(&h, 0);
+    reset_done();
+    attnd_scheduler *s = make_inline_sched(layer, 17408, 0, &h);
+    test_request *small = self_request(&rng, 4), *over = self_request(&rng, 5), *st = self_request(&rng, 1);
+    small->req.on_done = over->req.on_done = st->req.on_done = on_done;
+    st->req.stream = 9;
+    CHECK_INT_EQ(attnd_scheduler_run_inline(s, &small->req), 1);
+    CHECK_INT_EQ(small->req.outcome, ATTND_DONE_OK);
+    CHECK_INT_EQ(small->req.batch_size, 1);
+    CHECK_INT_EQ(small->req.queue_us, 0);
+    CHECK(diff_vs_alone(layer, &small->req) <= 1e-6);
+    CHECK_INT_EQ(h.n_batches, 1); /* reported, on this thread */
+    CHECK_INT_EQ(h.sizes[0], 1);
+    CHECK_INT_EQ(attnd_scheduler_run_inline(s, &over->req), 0); /* 22080 > 17408 */
+    CHECK_INT_EQ(attnd_scheduler_run_inline(s, &st->req), 0);   /* a stream step: the loop's */
+    submit_ok(s, over);
+    submit_ok(s, st);
+    CHECK_INT_EQ(wait_done(2), 2);
+    CHECK_INT_EQ(small->done_calls, 0);
+    CHECK(diff_vs_alone(layer, &over->req) <= 1e-6);
+    attnd_scheduler_drain(s);
+    test_request *late = self_request(&rng, 4);
+    CHECK_INT_EQ(attnd_scheduler_run_inline(s, &late->req), 0); /* draining */
+    attnd_scheduler_free(s);
+    test_request_free(small);
+    test_request_free(over);
+    test_request_free(st);
+
+    /* A stateless request queued (held by a 10 s batching delay): none passes it. */
+    reset_done();
+    s = make_inline_sched(layer, 1000000, 10000000, &h);
+    test_request *queued = self_request(&rng, 2), *next = self_request(&rng, 2);
+    submit_ok(s, queued);
+    CHECK_INT_EQ(attnd_scheduler_run_inline(s, &next->req), 0);
+    attnd_scheduler_free(s); /* drains: the queued one is computed, without its delay */
+    CHECK_INT_EQ(wait_done(1), 1);
+    CHECK_INT_EQ(queued->req.outcome, ATTND_DONE_OK);
+
+    /* inline_max_macs 0: never. */
+    s = make_inline_sched(layer, 0, 0, &h);
+    CHECK_INT_EQ(attnd_scheduler_run_inline(s, &late->req), 0);
+    attnd_scheduler_free(s);
+    test_request_free(queued);
+    test_request_free(next);
+    test_request_free(late);
+    hook_fini(&h);
 }
 
 /* The recent-stream counter: distinct keys within the window, refreshed by a
@@ -1302,6 +1379,7 @@ int main(void)
     RUN_WITH(drain, layer);
     RUN_WITH(second_worker_collects, layer);
     RUN_WITH(drain_races_submit, layer);
+    RUN_WITH(run_inline_rules, layer);
     RUN(streams_counter);
     RUN_WITH(stream_steps_batch, layer);
     RUN_WITH(lone_stream_never_waits, layer);
