@@ -1176,6 +1176,7 @@ attn_status attn_forward(const attn_layer *layer, const attn_seq *seqs, int n_se
     size_t bytes = 0;
     int streamed = 0;
     st = plan_and_run(layer, seqs, n_seqs, w, &bytes, &streamed, err);
+    if (w->pool) attn__pool_rest(w->pool); /* no call of this forward follows */
     if (st == ATTN_OK) st = attn__check_results(layer, seqs, n_seqs, err);
     if (st == ATTN_OK && stats != NULL) {
         size_t n_q = 0, n_kv = 0;

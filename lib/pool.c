@@ -1,7 +1,13 @@
 /* pool.c — the worker pool behind threaded workspaces (see pool.h). Workers
- * sleep on a condition variable between calls (no spinning: the machine is
- * shared with OpenBLAS and with other processes) and claim tasks with an atomic
- * counter, so uneven tasks (causal query blocks) balance themselves.
+ * claim tasks with an atomic counter, so uneven tasks (causal query blocks)
+ * balance themselves. Between the calls of one forward they watch for the
+ * next call for a few tens of microseconds (SPIN_ROUNDS pauses), then sleep
+ * on a condition variable; the caller waits for the last worker the same way.
+ * A forward runs several calls back to back (projections, positions,
+ * attention, output): a wake-up through the kernel costs ~50-100 us in a VM,
+ * more than many of those calls, so a short watch saves it. After a forward's
+ * last call (attn__pool_rest) they sleep at once, leaving the cores to others
+ * (the HTTP threads, other processes) when no call may follow for long.
  */
 #include "pool.h"
 
@@ -11,6 +17,16 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+/* Pauses a watch lasts (~30-60 us: a pause is 40-140 cycles, by CPU). */
+#define SPIN_ROUNDS 2048
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 struct attn__pool {
     int n_threads;         /* the caller + workers */
     int n_started;         /* workers actually running (for cleanup) */
@@ -18,8 +34,9 @@ struct attn__pool {
     pthread_mutex_t mu;
     pthread_cond_t wake;   /* a new generation of work, or shutdown */
     pthread_cond_t idle;   /* the last worker of a generation finished */
-    unsigned long gen;     /* bumped by every attn__pool_run; guarded by mu */
-    int busy;              /* workers still inside the current generation */
+    _Atomic unsigned long gen; /* bumped by every attn__pool_run; written under mu */
+    _Atomic int busy;      /* workers still inside the current generation; written under mu */
+    _Atomic int resting;   /* no call follows soon (attn__pool_rest): workers sleep at once */
     int stop;
     /* the current parallel-for (written under mu before gen is bumped) */
     attn__task_fn fn;
@@ -47,8 +64,12 @@ static void *worker_main(void *v)
     free(v);
     attn__pool *p = wa.pool;
     unsigned long seen = 0;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
+        for (int i = 0; i < SPIN_ROUNDS && atomic_load_explicit(&p->gen, memory_order_relaxed) == seen &&
+                        !atomic_load_explicit(&p->resting, memory_order_relaxed);
+             i++)
+            cpu_relax();
+        pthread_mutex_lock(&p->mu); /* the caller's unlock published the call */
         while (!p->stop && p->gen == seen) pthread_cond_wait(&p->wake, &p->mu);
         if (p->stop) break;
         seen = p->gen;
@@ -59,6 +80,7 @@ static void *worker_main(void *v)
         drain(p, fn, arg, n, wa.id);
         pthread_mutex_lock(&p->mu);
         if (--p->busy == 0) pthread_cond_signal(&p->idle);
+        pthread_mutex_unlock(&p->mu);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -155,6 +177,7 @@ void attn__pool_run(attn__pool *p, int n_tasks, attn__task_fn fn, void *arg)
 {
     if (n_tasks <= 0) return;
     p->runs++;
+    atomic_store_explicit(&p->resting, 0, memory_order_relaxed);
     pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->arg = arg;
@@ -167,7 +190,14 @@ void attn__pool_run(attn__pool *p, int n_tasks, attn__task_fn fn, void *arg)
 
     drain(p, fn, arg, n_tasks, 0);
 
+    for (int i = 0; i < SPIN_ROUNDS && atomic_load_explicit(&p->busy, memory_order_relaxed) > 0; i++)
+        cpu_relax();
     pthread_mutex_lock(&p->mu); /* the workers' unlock publishes their writes */
     while (p->busy > 0) pthread_cond_wait(&p->idle, &p->mu);
     pthread_mutex_unlock(&p->mu);
+}
+
+void attn__pool_rest(attn__pool *p)
+{
+    atomic_store_explicit(&p->resting, 1, memory_order_relaxed);
 }

@@ -39,4 +39,8 @@ unsigned long attn__pool_runs(const attn__pool *pool);
  * so put the largest first. One call at a time per pool. */
 void attn__pool_run(attn__pool *pool, int n_tasks, attn__task_fn fn, void *arg);
 
+/* No call follows soon (the end of a forward): workers stop watching for one
+ * and sleep until the next attn__pool_run. Caller's thread only. */
+void attn__pool_rest(attn__pool *p);
+
 #endif /* ATTN_POOL_H */

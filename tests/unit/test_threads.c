@@ -375,8 +375,9 @@ TEST(concurrent_workspaces)
 }
 
 /* The pool itself: every task of every call runs once and its writes are
- * seen when attn__pool_run returns, whether the calls follow each other or
- * the workers have gone to sleep between them. */
+ * seen when attn__pool_run returns, whether the calls follow each other (the
+ * workers catch them while watching), the workers were told to rest
+ * (attn__pool_rest) or have gone to sleep between them after their watch. */
 static int pool_slot[8];
 static void stamp_task(void *arg, int task, int worker)
 {
@@ -396,7 +397,8 @@ TEST(pool_tasks_seen)
         const int n = 1 + run % 8;
         attn__pool_run(p, n, stamp_task, &run);
         for (int t = 0; t < n; t++) stale += pool_slot[t] != run;
-        if (run % 500 == 0) { /* now and then a pause */
+        if (run % 7 == 0) attn__pool_rest(p); /* the workers sleep at once: woken by the next run */
+        if (run % 500 == 0) { /* now and then a pause: past the workers' watch */
             struct timespec pause = {0, 200000};
             nanosleep(&pause, NULL);
         }
