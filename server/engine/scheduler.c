@@ -367,9 +367,8 @@ static double request_macs(const attnd_scheduler *s, const attnd_request *req)
     double macs = 0;
     for (int i = 0; i < req->n_seqs; i++) {
         const attn_seq *q = &req->seqs[i];
-        const double projected_keys = q->key ? q->s : q->cache_k ? 0 : q->t;
-        macs += q->t * query_proj_macs(&in) + (q->cache_k ? q->t : projected_keys) * kv_proj_macs(&in) +
-                (double)q->t * q->s * per_key_macs(&in);
+        const double kv_rows = q->key ? q->s : q->t; /* cross-attention's keys, or its own rows */
+        macs += q->t * query_proj_macs(&in) + kv_rows * kv_proj_macs(&in) + (double)q->t * q->s * per_key_macs(&in);
     }
     return macs;
 }
