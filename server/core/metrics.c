@@ -82,7 +82,7 @@ enum { L_ITERATIONS, L_BUSY_US, L_STEPS, L_PIECES, L_PIECE_ROWS, L_INLINE, L_COU
 static const struct {
     const char *name, *help;
     double scale; /* the family's unit per count */
-} loop_defs[L_COUNT] = {
+} sched_defs[L_COUNT] = {
     {"attnd_decode_iterations_total",
      "Iterations of the model's decode loop (batches of session appends, with at most one prefill piece each).", 1},
     {"attnd_decode_busy_seconds_total",
@@ -102,7 +102,7 @@ typedef struct model_slot {
     _Atomic int loaded;
     attn_layer_info info;
     hist h[H_COUNT];
-    _Atomic uint64_t loop[L_COUNT]; /* the decode loop's counters (loop_defs) */
+    _Atomic uint64_t sched[L_COUNT]; /* the scheduler's counters (sched_defs) */
 } model_slot;
 
 struct attnd_metrics {
@@ -181,7 +181,7 @@ void attnd_metrics_rename_model(attnd_metrics *m, int model, const char *name)
         atomic_store_explicit(&ms->h[h].sum, 0, memory_order_relaxed);
     }
     for (int k = 0; k < L_COUNT; k++)
-        atomic_store_explicit(&ms->loop[k], 0, memory_order_relaxed);
+        atomic_store_explicit(&ms->sched[k], 0, memory_order_relaxed);
     size_t row = (size_t)(model + 1) * (size_t)m->n_routes * N_STATUS;
     for (size_t i = 0; i < (size_t)m->n_routes * N_STATUS; i++)
         atomic_store_explicit(&m->requests[row + i], 0, memory_order_relaxed);
@@ -267,7 +267,7 @@ void attnd_metrics_batch(attnd_metrics *m, int model, int n_requests, size_t n_t
 void attnd_metrics_inline_request(attnd_metrics *m, int model)
 {
     if (model >= 0 && model < m->n_models)
-        atomic_fetch_add_explicit(&m->models[model].loop[L_INLINE], 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&m->models[model].sched[L_INLINE], 1, memory_order_relaxed);
 }
 
 void attnd_metrics_decode_iteration(attnd_metrics *m, int model, int iterations, int steps,
@@ -275,7 +275,7 @@ void attnd_metrics_decode_iteration(attnd_metrics *m, int model, int iterations,
 {
     if (model < 0 || model >= m->n_models)
         return;
-    _Atomic uint64_t *c = m->models[model].loop;
+    _Atomic uint64_t *c = m->models[model].sched;
     atomic_fetch_add_explicit(&c[L_ITERATIONS], (uint64_t)(iterations > 0 ? iterations : 0),
                               memory_order_relaxed);
     atomic_fetch_add_explicit(&c[L_BUSY_US], (uint64_t)(compute_us > 0 ? compute_us : 0),
@@ -426,15 +426,15 @@ static void render_requests(buf *b, attnd_metrics *m)
 }
 
 /* The scheduler's counter families, per model. */
-static void render_decode_loop(buf *b, attnd_metrics *m)
+static void render_scheduler_counters(buf *b, attnd_metrics *m)
 {
     for (int k = 0; k < L_COUNT; k++) {
-        family(b, loop_defs[k].name, "counter", loop_defs[k].help);
+        family(b, sched_defs[k].name, "counter", sched_defs[k].help);
         for (int i = 0; i < m->n_models; i++)
             if (named(m, i))
-                put(b, "%s{model=\"%s\"} %.9g\n", loop_defs[k].name, m->models[i].name,
-                    (double)atomic_load_explicit(&m->models[i].loop[k], memory_order_relaxed) *
-                        loop_defs[k].scale);
+                put(b, "%s{model=\"%s\"} %.9g\n", sched_defs[k].name, m->models[i].name,
+                    (double)atomic_load_explicit(&m->models[i].sched[k], memory_order_relaxed) *
+                        sched_defs[k].scale);
     }
 }
 
@@ -450,7 +450,7 @@ static void render_models(buf *b, attnd_metrics *m, const int *queue_depths)
             m->models[i].name, in->num_heads, in->embed_q, in->embed_k, in->embed_v,
             in->embed_out, in->head_dim_k, in->source_dtype[0] ? in->source_dtype : "F32");
     }
-    render_decode_loop(b, m);
+    render_scheduler_counters(b, m);
     family(b, "attnd_queue_depth", "gauge", "Requests waiting for a batch, per model.");
     for (int i = 0; i < m->n_models; i++)
         if (queue_depths && queue_depths[i] >= 0 && named(m, i))
