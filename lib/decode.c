@@ -16,7 +16,12 @@
  * same keys for every layout, so a paged float32 cache gives results
  * bit-identical to the contiguous one. INT8 scales are folded in per run and
  * head: into the scores (q . k_int * s_k) and into the probabilities before
- * the axpys (p * s_v).
+ * the axpys (p * s_v). On CPUs with AVX-512 VNNI an INT8 cache's scores are
+ * exact integer dot products instead, of the int8 keys with the queries
+ * rounded to int8 once a job (per row, max|q| / 127: qk8), sixteen keys a
+ * register (vpdpbusd over keys transposed in registers); the rounding of
+ * the queries is far below that of the cache (test_decode bounds the
+ * difference to float queries; attn.h states it).
  */
 #include "decode.h"
 
@@ -24,6 +29,7 @@
 #include "mask.h"
 #include "softmax.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -49,11 +55,12 @@
 #define DECODE_K_AHEAD 4 /* the three-phase tiles: own K rows prefetched this many keys ahead */
 /* The pipelined tiles: how far ahead each pass brings its stream into L2,
  * in bytes of the job's rows (all its KV heads), as keys within [16, 128].
- * 64 KiB: F32 rows of 8 KV heads x 64 are 2 KiB, so 32 keys, which took
- * 0.88 of the step time 128 keys took on a Zen 5 (16 sessions, P = 8192,
- * two runs; 16 keys 0.84-0.97, 48 keys 0.85-0.91; F16/BF16/INT8,
- * compute-bound there, the same within noise). */
-#define DECODE_AHEAD_BYTES (64 << 10)
+ * 8 KiB: rows of 8 KV heads x 64 (512 B INT8 to 2 KiB F32) then go one
+ * sub-block (DECODE_SUB keys) ahead, which took 0.91-0.95 of the step time
+ * of the 64 KiB distance before it (32 keys of F32, 64 of F16/BF16, 128 of
+ * INT8) for every dtype on a Zen 5 (in-run A/B, 16 sessions, P = 8192, two
+ * runs of five rounds); 12 keys 0.85-1.05, 24 keys 1.01-1.03. */
+#define DECODE_AHEAD_BYTES (8 << 10)
 #define DECODE_AHEAD_MIN 16
 #define DECODE_AHEAD_MAX 128
 
@@ -61,8 +68,10 @@ int attn__decode_portable_only = 0;
 int attn__decode_no_avx512 = 0;
 int attn__decode_sub_bytes = 0, attn__decode_k_ahead = 0, attn__decode_cross = 0;
 int attn__decode_three_phase = 0;
+int attn__decode_int8_queries = 0;
 
 static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
+static size_t round_up64(size_t n) { return (n + 63) / 64 * 64; }
 
 int attn__decode_applies(const attn_seq *s) { return s->cache_k != NULL && s->t <= ATTN__DECODE_MAX_T; }
 
@@ -97,11 +106,19 @@ size_t attn__decode_part_floats(const attn_layer *l, int t, int heads)
     return round16(rows * (2 + (size_t)l->d_v));
 }
 
+/* Scratch floats of a job's int8 queries (INT8 caches on VNNI CPUs): rows
+ * of d_k int8 padded to whole 64-byte blocks, and each row's scale and sum. */
+static size_t q8_floats(const attn_layer *l, size_t rows)
+{
+    const size_t pad = round_up64((size_t)l->d_k);
+    return round16(rows * pad / 4) + 2 * round16(rows);
+}
+
 size_t attn__decode_scratch_floats(const attn_layer *l, int t, int heads)
 {
     const size_t rows = (size_t)heads * (size_t)(l->h / l->g) * (size_t)t;
     return round16(rows * (size_t)l->d_k) + 2 * round16(rows * DECODE_TILE) + attn__decode_part_floats(l, t, heads) +
-           2 * round16((size_t)t);
+           2 * round16((size_t)t) + q8_floats(l, rows);
 }
 
 /* ------------------------------------------------------- element loads */
@@ -906,6 +923,196 @@ static void pv_run(int avx2, const float *p, int ldp, const dims *x, const void 
     pv_portable(p, ldp, x, v, acc);
 }
 
+/* ------------------------------------------ INT8 scores on int8 queries */
+
+/* A job's queries for an INT8 cache, quantised once a job: row r is
+ * q[r * pad, + d_k) (zeros up to pad, a multiple of 64), each element
+ * round_half_even(qb / scale[r]) with scale[r] = max|qb row| / 127, and
+ * sum[r] the sum of the row's int8 elements. The score of (row, key) is
+ * then the exact integer dot product of two int8 rows, scaled: every kernel
+ * below computes the same integer, whatever its order, so they agree to the
+ * bit (test_decode's int8_queries_vnni_equals_portable). */
+typedef struct qk8 {
+    const int8_t *q;
+    const float *scale;
+    const int32_t *sum;
+    size_t pad;
+} qk8;
+
+/* The score from the integer dot product, in this order on every kernel. */
+static inline float q8_score(int32_t dot, float qs, float sk) { return ((float)dot * qs) * sk; }
+
+/* out[row*ldo + j] = the score of row and key j (head jh's columns). */
+static void qk8_portable(const qk8 *q, const dims *x, const void *k, const float *sk, float *out, int ldo)
+{
+    const int8_t *kb = k;
+    for (int j = 0; j < x->m; j++)
+        for (int jh = 0; jh < x->nh; jh++)
+            for (int rr = 0; rr < x->rh; rr++) {
+                const int row = jh * x->rh + rr;
+                const int8_t *qr = q->q + (size_t)row * q->pad, *kr = kb + (size_t)j * x->stride + (size_t)jh * x->d;
+                int32_t dot = 0;
+                for (int c = 0; c < x->d; c++) dot += (int32_t)qr[c] * kr[c];
+                out[(size_t)row * ldo + j] = q8_score(dot, q->scale[row], sk ? sk[jh] : 1.0f);
+            }
+}
+
+#ifdef DECODE_AVX2
+#define VNNI_FN __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define VNNI_INLINE __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"), always_inline)) static inline
+#define Q8_MAX_BLOCKS 8 /* 64-byte blocks of a K row the VNNI kernel takes: d_k <= 512 */
+
+/* r[c] becomes the vector whose lane i is dword c of the old r[i]: a 16 x 16
+ * transpose of 32-bit elements (interleave dwords, then qwords, then 128-bit
+ * lanes twice). */
+VNNI_INLINE void transpose16_epi32(__m512i r[16])
+{
+    __m512i a[16], b[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) { /* b[4g + e], 128-bit lane L: column 4L + e of rows 4g..4g+3 */
+        b[4 * g] = _mm512_unpacklo_epi64(a[4 * g], a[4 * g + 2]);
+        b[4 * g + 1] = _mm512_unpackhi_epi64(a[4 * g], a[4 * g + 2]);
+        b[4 * g + 2] = _mm512_unpacklo_epi64(a[4 * g + 1], a[4 * g + 3]);
+        b[4 * g + 3] = _mm512_unpackhi_epi64(a[4 * g + 1], a[4 * g + 3]);
+    }
+#pragma GCC unroll 4
+    for (int e = 0; e < 4; e++) {
+        const __m512i x0 = _mm512_shuffle_i32x4(b[e], b[4 + e], 0x44), x1 = _mm512_shuffle_i32x4(b[e], b[4 + e], 0xEE);
+        const __m512i x2 = _mm512_shuffle_i32x4(b[8 + e], b[12 + e], 0x44),
+                      x3 = _mm512_shuffle_i32x4(b[8 + e], b[12 + e], 0xEE);
+        r[e] = _mm512_shuffle_i32x4(x0, x2, 0x88);
+        r[4 + e] = _mm512_shuffle_i32x4(x0, x2, 0xDD);
+        r[8 + e] = _mm512_shuffle_i32x4(x1, x3, 0x88);
+        r[12 + e] = _mm512_shuffle_i32x4(x1, x3, 0xDD);
+    }
+}
+
+/* Four int8 elements of a query row as one dword, broadcast. */
+VNNI_INLINE __m512i bcast_dword(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm512_set1_epi32(v);
+}
+
+/* The scores of ROWS query rows from `row` against the 16 keys whose
+ * transposed 64-byte blocks are t (DW dwords; lanes past n unused), stored
+ * for the n keys: vpdpbusd multiplies unsigned by signed bytes, so the keys
+ * were offset by 128 (k ^ 0x80) and each row starts from -128 * its sum.
+ * Two chains a row (even and odd dwords). */
+#define Q8_ROWS(NAME, ROWS)                                                                                      \
+    VNNI_INLINE void NAME(const qk8 *q, const __m512i *t, const int dw, int row, float sk, int n, float *out,    \
+                          int ldo)                                                                               \
+    {                                                                                                            \
+        __m512i e[ROWS], o[ROWS];                                                                                \
+        const int8_t *qr[ROWS];                                                                                  \
+        _Pragma("GCC unroll 4") for (int i = 0; i < (ROWS); i++)                                                 \
+        {                                                                                                        \
+            e[i] = _mm512_set1_epi32(-128 * q->sum[row + i]);                                                    \
+            o[i] = _mm512_setzero_si512();                                                                       \
+            qr[i] = q->q + (size_t)(row + i) * q->pad;                                                           \
+        }                                                                                                        \
+        _Pragma("GCC unroll 16") for (int c = 0; c < dw; c += 2)                                                 \
+        {                                                                                                        \
+            _Pragma("GCC unroll 4") for (int i = 0; i < (ROWS); i++)                                             \
+            {                                                                                                    \
+                e[i] = _mm512_dpbusd_epi32(e[i], t[c], bcast_dword(qr[i] + 4 * c));                              \
+                o[i] = _mm512_dpbusd_epi32(o[i], t[c + 1], bcast_dword(qr[i] + 4 * c + 4));                      \
+            }                                                                                                    \
+        }                                                                                                        \
+        const __mmask16 keep = (__mmask16)((1u << n) - 1);                                                       \
+        _Pragma("GCC unroll 4") for (int i = 0; i < (ROWS); i++)                                                 \
+        {                                                                                                        \
+            const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(e[i], o[i]));                                 \
+            const __m512 z = _mm512_mul_ps(_mm512_mul_ps(dot, _mm512_set1_ps(q->scale[row + i])), _mm512_set1_ps(sk)); \
+            _mm512_mask_storeu_ps(out + (size_t)(row + i) * ldo, keep, z);                                       \
+        }                                                                                                        \
+    }
+Q8_ROWS(q8_rows4, 4)
+Q8_ROWS(q8_rows1, 1)
+#undef Q8_ROWS
+
+/* qk8_portable's scores, 16 keys at a time: each key's row of KV head jh
+ * (d bytes, 64 a block, the last one masked; keys past m masked out, read
+ * as zeros) offset to unsigned, the 16 rows transposed so lane i holds key
+ * i, then one vpdpbusd per four elements and query row gives the 16 keys'
+ * dot products in one register. Prefetches as QK_FOURS's. dc: d as a
+ * constant (64, 128: the loops unroll and t stays in registers) or 0 (any
+ * d <= 64 * Q8_MAX_BLOCKS, run time). */
+VNNI_INLINE void qk8_vnni_t(const qk8 *q, const dims *x, const void *k, const float *sk, float *out, int ldo,
+                            const int dc)
+{
+    const int d = dc ? dc : x->d, rh = x->rh, nb = (d + 63) / 64;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const size_t row_elems = (size_t)x->nh * (size_t)d;
+    const int ahead = attn__decode_k_ahead > 0 ? attn__decode_k_ahead : DECODE_K_AHEAD;
+    __m512i t[Q8_MAX_BLOCKS * 16];
+    for (int j = 0; j < x->m; j += 16) {
+        const int n = x->m - j < 16 ? x->m - j : 16;
+        for (int i = 0; x->own && i < n; i++) prefetch(k, (size_t)(j + ahead + i) * x->stride, row_elems, x->dt);
+        for (int i = 0; x->own && i < n; i++) prefetch_other(x, j + i);
+        pf_walk w;
+        pf_walk_init(&w, x, j, n, x->nh, !x->own);
+        for (int jh = 0; jh < x->nh; jh++) {
+            pf_walk_step(&w);
+            const int8_t *kj = (const int8_t *)k + (size_t)j * x->stride + (size_t)jh * d;
+            _Pragma("GCC unroll 2") for (int b = 0; b < nb; b++)
+            {
+                const int bytes = d - 64 * b < 64 ? d - 64 * b : 64;
+                const __mmask64 cols = bytes == 64 ? ~(__mmask64)0 : ((__mmask64)1 << bytes) - 1;
+                __m512i *tb = t + 16 * b;
+                _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++)
+                {
+                    const __mmask64 mask = i < n ? cols : 0; /* masked-out bytes are not read */
+                    tb[i] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, kj + (size_t)i * x->stride + 64 * (size_t)b),
+                                             flip);
+                }
+                transpose16_epi32(tb);
+            }
+            const float s = sk ? sk[jh] : 1.0f;
+            float *oh = out + j;
+            int r = 0;
+            for (; r + 4 <= rh; r += 4) q8_rows4(q, t, 16 * nb, jh * rh + r, s, n, oh, ldo);
+            for (; r < rh; r++) q8_rows1(q, t, 16 * nb, jh * rh + r, s, n, oh, ldo);
+        }
+    }
+}
+
+VNNI_FN static void qk8_vnni(const qk8 *q, const dims *x, const void *k, const float *sk, float *out, int ldo)
+{
+    switch (x->d) {
+    case 64: qk8_vnni_t(q, x, k, sk, out, ldo, 64); break;
+    case 128: qk8_vnni_t(q, x, k, sk, out, ldo, 128); break;
+    default: qk8_vnni_t(q, x, k, sk, out, ldo, 0); break;
+    }
+}
+
+/* AVX-512 with VNNI and BW (masked byte loads), and the AVX-512VL kernels. */
+static int cpu_has_vnni(void)
+{
+    return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+}
+#endif
+
+/* The scores of an INT8 cache's keys on int8 queries: the VNNI kernel when
+ * vnni, else the portable one. */
+static void qk8_run(int vnni, const qk8 *q, const dims *x, const void *k, const float *sk, float *out, int ldo)
+{
+#ifdef DECODE_AVX2
+    if (vnni) {
+        qk8_vnni(q, x, k, sk, out, ldo);
+        return;
+    }
+#endif
+    (void)vnni;
+    qk8_portable(q, x, k, sk, out, ldo);
+}
+
 /* ------------------------------------------------------------ the job */
 
 /* One job's working state. Row (jh*r + hh)*T + t is query row t of query
@@ -915,6 +1122,8 @@ typedef struct decode_job {
     const attn_seq *s;
     attn__kv kv;
     int kvh, nh, h0, T, R, avx2;
+    int q8_kernel; /* INT8 scores on int8 queries (q8): 0 no (float queries), 1 portable, 2 VNNI */
+    qk8 q8;
     int ahead[2]; /* keys ahead the pipelined passes prefetch K (0) and V (1): ahead_keys */
     float *qb;   /* (R, d_k) queries, pre-multiplied by the 1/sqrt(d_k) scale */
     float *tile; /* (R, DECODE_TILE) scores, then probabilities */
@@ -985,6 +1194,13 @@ static int softmax_tile(const decode_job *dj, float *tile, int s0, int n)
     return any;
 }
 
+/* The scores of x's keys at k into out (rows DECODE_TILE apart). */
+static void job_scores(const decode_job *dj, const dims *x, const void *k, const float *sk, float *out)
+{
+    if (dj->q8_kernel) qk8_run(dj->q8_kernel == 2, &dj->q8, x, k, sk, out, DECODE_TILE);
+    else qk_run(dj->avx2, dj->qb, x, k, sk, out, DECODE_TILE);
+}
+
 /* The previous kernel's tile, kept for benches' and tests' A/B
  * (attn__decode_three_phase): keys [s0, s0+n) (n <= DECODE_TILE) in three
  * phases, scores, online softmax, acc += P V, each pass prefetching its own
@@ -1000,7 +1216,7 @@ static void tile_step(const decode_job *dj, int s0, int n, int s1, int n1)
         const char *k = attn__kv_run(l, &dj->kv, 0, j, s0 + n - j, &x.m, &x.stride, &sk);
         k += (size_t)dj->kvh * l->d_k * elem_bytes(x.dt);
         other_stream(dj, 1, j, x.m, &x); /* this run's V, for the P.V pass */
-        qk_run(dj->avx2, dj->qb, &x, k, sk ? sk + dj->kvh : NULL, dj->tile + (j - s0), DECODE_TILE);
+        job_scores(dj, &x, k, sk ? sk + dj->kvh : NULL, dj->tile + (j - s0));
         j += x.m;
     }
     if (!softmax_tile(dj, dj->tile, s0, n)) return; /* every key of the tile blocked for every row */
@@ -1050,7 +1266,7 @@ static void qk_keys(const decode_job *dj, float *tile, int s0, int j0, int j1, i
         const char *k = attn__kv_run(l, &dj->kv, 0, j, j1 - j, &x.m, &x.stride, &sk);
         k += (size_t)dj->kvh * l->d_k * elem_bytes(x.dt);
         ahead_stream(dj, 0, j, end, &x);
-        qk_run(dj->avx2, dj->qb, &x, k, sk ? sk + dj->kvh : NULL, tile + (j - s0), DECODE_TILE);
+        job_scores(dj, &x, k, sk ? sk + dj->kvh : NULL, tile + (j - s0));
         j += x.m;
     }
 }
@@ -1100,6 +1316,52 @@ static void tiles_pipelined(decode_job *dj, int a, int b)
         nxt = t;
         n = n1;
     }
+}
+
+/* Which scores kernel dj's INT8 cache gets (decode_job.q8_kernel): int8
+ * queries on CPUs with AVX-512 VNNI (attn__decode_int8_queries: tests can
+ * force them off, or on the portable kernel anywhere), float ones elsewhere. */
+static int q8_kernel_for(const decode_job *dj)
+{
+    if (dj->kv.dtype != ATTN_KV_INT8 || attn__decode_int8_queries < 0) return 0;
+    if (attn__decode_int8_queries > 0) return 1;
+#ifdef DECODE_AVX2
+    if (dj->avx2 == 3 && cpu_has_vnni() && dj->l->d_k <= 64 * Q8_MAX_BLOCKS) return 2;
+#endif
+    return 0;
+}
+
+/* dj's queries as int8 (see qk8) into `at` (q8_floats of scratch); 0, and
+ * nothing set, when a query element is not finite (the float kernels then
+ * take the job and give what they give). */
+static int quantize_queries(decode_job *dj, float *at)
+{
+    const int dk = dj->l->d_k;
+    const size_t R = (size_t)dj->R, pad = round_up64((size_t)dk);
+    int8_t *q8 = (int8_t *)at;
+    float *scale = at + round16(R * pad / 4);
+    int32_t *sum = (int32_t *)(scale + round16(R));
+    for (size_t row = 0; row < R; row++) {
+        const float *qr = dj->qb + row * (size_t)dk;
+        float amax = 0.0f;
+        for (int c = 0; c < dk; c++) {
+            if (!(fabsf(qr[c]) <= FLT_MAX)) return 0;
+            amax = fabsf(qr[c]) > amax ? fabsf(qr[c]) : amax;
+        }
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int8_t *o = q8 + row * pad;
+        int32_t total = 0;
+        for (int c = 0; c < dk; c++) {
+            const float v = nearbyintf(qr[c] * inv); /* half to even: the default rounding mode */
+            o[c] = (int8_t)(v > 127.0f ? 127 : v < -127.0f ? -127 : (int)v);
+            total += o[c];
+        }
+        memset(o + dk, 0, pad - (size_t)dk);
+        scale[row] = amax / 127.0f;
+        sum[row] = total;
+    }
+    dj->q8 = (qk8){.q = q8, .scale = scale, .sum = sum, .pad = pad};
+    return 1;
 }
 
 void attn__decode_keys(const attn_seq *s, const attn__head_job *job, int *lo, int *hi)
@@ -1162,6 +1424,8 @@ void attn__head_decode(const attn__fwd_ctx *ctx, const attn__head_job *job, floa
             for (int c = 0; c < dk; c++) dj.qb[(size_t)row * dk + c] = q[c] * ctx->scale;
         }
         attn__kv_from_seq(l, dj.s, &dj.kv);
+        dj.q8_kernel = q8_kernel_for(&dj);
+        if (dj.q8_kernel && !quantize_queries(&dj, dj.tile2 + round16(R * DECODE_TILE))) dj.q8_kernel = 0;
         dj.ahead[0] = ahead_keys(&dj, 0);
         dj.ahead[1] = ahead_keys(&dj, 1);
         if (!attn__decode_three_phase) tiles_pipelined(&dj, a, b);

@@ -66,6 +66,12 @@ extern int attn__decode_no_avx512;
  * key's arithmetic does not depend on its sub-block. */
 extern int attn__decode_sub_bytes, attn__decode_k_ahead, attn__decode_cross;
 
+/* Tests and benches only: 0 (the default) computes an INT8 cache's scores
+ * on int8 queries where the CPU has AVX-512 VNNI, on float queries
+ * elsewhere; < 0 on float queries everywhere; > 0 on int8 queries
+ * everywhere, by the portable integer kernel (the VNNI kernel's bits). */
+extern int attn__decode_int8_queries;
+
 /* Benches and tests only: nonzero runs the previous kernel (three phases per
  * tile, burst prefetches, two-key scores), for in-run A/B; same results. */
 extern int attn__decode_three_phase;

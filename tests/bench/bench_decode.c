@@ -544,6 +544,8 @@ int main(void)
     if (getenv("BENCH_K_AHEAD")) attn__decode_k_ahead = atoi(getenv("BENCH_K_AHEAD"));
     if (getenv("BENCH_CROSS")) attn__decode_cross = atoi(getenv("BENCH_CROSS"));
     if (getenv("BENCH_NO_AVX512")) attn__decode_no_avx512 = atoi(getenv("BENCH_NO_AVX512"));
+    if (getenv("BENCH_INT8_QUERIES")) /* -1: INT8 scores on float queries (the kernels before VNNI) */
+        attn__decode_int8_queries = atoi(getenv("BENCH_INT8_QUERIES"));
     if (getenv("BENCH_PROFILE")) return profile_only(getenv("BENCH_PROFILE"));
     bench_start("bench_decode");
     openblas_set_num_threads(1);

@@ -451,7 +451,9 @@ TEST(portable_equals_avx2)
         if (twin_init(&w, &r, &sh, rng_int(&r, 1, 700), rng_int(&r, 1, 8), dt, (int[]){1, 8, 128}[c % 3]) != 0)
             return;
         const masks m = {.seed = rng_next(&r), .kpm = c % 2, .window = c % 3 ? 0 : 50};
+        attn__decode_int8_queries = -1; /* INT8: the float kernels (int8 queries: int8_queries_kernels_agree) */
         const double e = twin_run(&w, &m, ws, ws, 1);
+        attn__decode_int8_queries = 0;
         keep_max(&worst.portable, e);
         CHECK_MSG(e <= 2e-6, "case %d %s: portable vs AVX2 %.3g", c, dtype_name[dt], e);
         twin_free(&w);
@@ -478,10 +480,12 @@ TEST(avx512_equals_avx2)
         if (twin_init(&w, &r, &sh, rng_int(&r, 1, 700), rng_int(&r, 1, 8), dt, (int[]){1, 8, 128}[c % 3]) != 0)
             return;
         const masks m = {.seed = rng_next(&r), .kpm = c % 2, .window = c % 3 ? 0 : 50};
+        attn__decode_int8_queries = -1; /* INT8: the float kernels (int8 queries: int8_queries_kernels_agree) */
         attn__decode_no_avx512 = 1;
         const int ok1 = append(w.l, &w.a, w.xt, w.P, w.T, &m, ws, w.o1, 0) == ATTN_OK;
         attn__decode_no_avx512 = 0;
         const int ok2 = append(w.l, &w.b, w.xt, w.P, w.T, &m, ws, w.o2, 0) == ATTN_OK;
+        attn__decode_int8_queries = 0;
         CHECK(ok1 && ok2);
         CHECK_MSG(memcmp(w.o1, w.o2, fsz((size_t)w.T * w.sh.e_out)) == 0, "case %d %s (d_v %d): AVX-512 vs AVX2",
                   c, dtype_name[dt], sh.d_v);
@@ -546,6 +550,74 @@ TEST(pipelined_equals_three_phase)
     attn_workspace_free(ws);
 }
 
+/* 1 when this CPU runs an INT8 cache's scores on the VNNI kernel by default
+ * (decode.c's q8_kernel_for: AVX-512F, VL, BW and VNNI). */
+static int cpu_runs_vnni(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vnni");
+#else
+    return 0;
+#endif
+}
+
+/* INT8 caches' scores on int8 queries (attn__decode_int8_queries): the
+ * VNNI kernel (the default on CPUs that have it) gives the portable integer
+ * kernel's bits — head sizes with and without 64-byte tails (2 .. 200), key
+ * runs that end inside a 16-key group (blocks of 1, 8, 128), rows per KV
+ * head not a multiple of 4, masks, windows, the three-phase tiles — and
+ * both stay within a small distance of the float-query kernels (the query
+ * rounding is far below the cache's own int8 rounding). Without VNNI the
+ * default is the float kernels: then only the portable integer kernel is
+ * checked, against them. */
+TEST(int8_queries_kernels_agree)
+{
+    static const int heads[] = {2, 24, 64, 66, 128, 200};
+    test_rng r = {0x71386b72u};
+    attn_workspace *ws = test_ws(ATTN_KERNEL_AUTO, 1, 0);
+    const int vnni = cpu_runs_vnni();
+    double worst_q = 0.0;
+    for (int c = 0; c < 24; c++) {
+        gqa_shape sh = random_shape(&r);
+        sh.d_k = heads[c % 6];
+        if (c % 4 == 1) sh = (gqa_shape){.g = 2, .h = 8, .d_k = 64, .d_v = 64, .e = 32, .out_proj = 1, .e_out = 16,
+                                         .rope = {.style = ATTN_ROPE_HALF}}; /* Llama's four rows a KV head */
+        twin w;
+        if (twin_init(&w, &r, &sh, rng_int(&r, 1, 700), rng_int(&r, 1, 8), ATTN_KV_INT8, (int[]){1, 8, 128}[c % 3]) != 0)
+            return;
+        const masks m = {.seed = rng_next(&r), .kpm = c % 2, .window = c % 3 ? 0 : 50};
+        dcache f; /* a third copy of the prefix, for the float-query kernels */
+        dcache_copy(&f, &w.a);
+        float *of = malloc(fsz((size_t)w.T * w.sh.e_out));
+        attn__decode_three_phase = c % 5 == 4;
+        attn__decode_int8_queries = -1;
+        const int ok0 = append(w.l, &f, w.xt, w.P, w.T, &m, ws, of, 0) == ATTN_OK;
+        attn__decode_int8_queries = 1; /* the portable integer kernel */
+        const int ok1 = append(w.l, &w.a, w.xt, w.P, w.T, &m, ws, w.o1, 0) == ATTN_OK;
+        attn__decode_int8_queries = vnni ? 0 : -1; /* the VNNI kernel, or the float ones */
+        const int ok2 = append(w.l, &w.b, w.xt, w.P, w.T, &m, ws, w.o2, 0) == ATTN_OK;
+        attn__decode_int8_queries = 0;
+        attn__decode_three_phase = 0;
+        CHECK(ok0 && ok1 && ok2);
+        const size_t n = (size_t)w.T * w.sh.e_out;
+        if (vnni)
+            CHECK_MSG(memcmp(w.o1, w.o2, fsz(n)) == 0, "case %d (d_k %d, h %d, g %d, T %d): VNNI vs portable", c,
+                      sh.d_k, sh.h, sh.g, w.T);
+        const double e = rel_err(w.o1, of, n);
+        keep_max(&worst_q, e);
+        CHECK_MSG(e <= 5e-3, "case %d (d_k %d): int8 vs float queries %.3g", c, sh.d_k, e);
+        dcache_free(&f);
+        free(of);
+        twin_free(&w);
+    }
+    attn_workspace_free(ws);
+    printf("int8 queries: %s; max rel. difference to float queries %.3g\n",
+           vnni ? "VNNI kernel bit-identical to the portable one" : "no AVX-512 VNNI here, portable kernel only",
+           worst_q);
+}
+
 /* attn__forward_kv_bytes (bench_decode's K/V byte count): every visible row
  * of every KV head once, in the cache's element size, split or not. */
 TEST(kv_bytes)
@@ -588,6 +660,7 @@ int main(void)
     RUN(sub_blocks_and_prefetch_bit_identical);
     RUN(avx512_equals_avx2);
     RUN(pipelined_equals_three_phase);
+    RUN(int8_queries_kernels_agree);
     RUN(kv_bytes);
     return check_summary();
 }
