@@ -582,11 +582,11 @@ attn_status attn_project_kv(const attn_layer *layer, const float *key, const flo
  * (random layers incl. GQA/RoPE, inputs |x| <= 1, streams of up to 300 rows,
  * error relative to max(1, max|output|)): F16 <= 1e-3, BF16 <= 1e-2, INT8
  * <= 3e-2. Measured maxima there: F16 2.4e-4, BF16 2.0e-3, INT8 8.2e-3
- * (the test prints them). On CPUs with AVX-512 VNNI the decode kernel (at
- * most 8 new rows) computes an INT8 cache's scores on the queries rounded to
- * int8 (per query row and head, scale max|q| / 127), as exact integer dot
- * products: results then differ from other CPUs' (float queries) by up to
- * ~1e-3 relative (test_decode bounds it by 5e-3), far inside the bound above.
+ * (the test prints them). The decode kernel (at most 8 new rows) computes
+ * an INT8 cache's scores on the queries rounded to int8 (per query row and
+ * head, scale max|q| / 127), as exact integer dot products, the same bits
+ * on every CPU; against float queries that moves outputs by ~1e-3 relative
+ * at most (test_decode bounds it by 5e-3), far inside the bound above.
  *
  * Storage of KV head j's d (= d_k for K, d_v for V) elements of row i:
  *   contiguous (F32, F16, BF16): elements [i*g*d + j*d, +d) of the buffer,

@@ -16,12 +16,13 @@
  * same keys for every layout, so a paged float32 cache gives results
  * bit-identical to the contiguous one. INT8 scales are folded in per run and
  * head: into the scores (q . k_int * s_k) and into the probabilities before
- * the axpys (p * s_v). On CPUs with AVX-512 VNNI an INT8 cache's scores are
- * exact integer dot products instead, of the int8 keys with the queries
- * rounded to int8 once a job (per row, max|q| / 127: qk8), sixteen keys a
- * register (vpdpbusd over keys transposed in registers); the rounding of
- * the queries is far below that of the cache (test_decode bounds the
- * difference to float queries; attn.h states it).
+ * the axpys (p * s_v). An INT8 cache's scores are exact integer dot
+ * products instead, of the int8 keys with the queries rounded to int8 once
+ * a job (per row, max|q| / 127: qk8), keys transposed in registers so a
+ * register holds 16 (AVX-512 VNNI: vpdpbusd) or 8 (AVX2: vpmaddubsw)
+ * keys' sums: every CPU gets the same bits; the rounding of the queries is
+ * far below that of the cache (test_decode bounds the difference to float
+ * queries; attn.h states it).
  */
 #include "decode.h"
 
@@ -962,6 +963,18 @@ static void qk8_portable(const qk8 *q, const dims *x, const void *k, const float
 #define VNNI_INLINE __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"), always_inline)) static inline
 #define Q8_MAX_BLOCKS 8 /* 64-byte blocks of a K row the VNNI kernel takes: d_k <= 512 */
 
+/* The prefetches of the int8 kernels' group of n keys from key j, as
+ * QK_FOURS's: the pass's own next rows (the three-phase tiles), or the
+ * walk of its other stream into *w (stepped once a KV head). */
+AVX2_INLINE void group_prefetch(const dims *x, const void *k, int j, int n, pf_walk *w)
+{
+    const size_t row_elems = (size_t)x->nh * (size_t)x->d;
+    const int ahead = attn__decode_k_ahead > 0 ? attn__decode_k_ahead : DECODE_K_AHEAD;
+    for (int i = 0; x->own && i < n; i++) prefetch(k, (size_t)(j + ahead + i) * x->stride, row_elems, x->dt);
+    for (int i = 0; x->own && i < n; i++) prefetch_other(x, j + i);
+    pf_walk_init(w, x, j, n, x->nh, !x->own);
+}
+
 /* r[c] becomes the vector whose lane i is dword c of the old r[i]: a 16 x 16
  * transpose of 32-bit elements (interleave dwords, then qwords, then 128-bit
  * lanes twice). */
@@ -1051,15 +1064,11 @@ VNNI_INLINE void qk8_vnni_t(const qk8 *q, const dims *x, const void *k, const fl
 {
     const int d = dc ? dc : x->d, rh = x->rh, nb = (d + 63) / 64;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
-    const size_t row_elems = (size_t)x->nh * (size_t)d;
-    const int ahead = attn__decode_k_ahead > 0 ? attn__decode_k_ahead : DECODE_K_AHEAD;
     __m512i t[Q8_MAX_BLOCKS * 16];
     for (int j = 0; j < x->m; j += 16) {
         const int n = x->m - j < 16 ? x->m - j : 16;
-        for (int i = 0; x->own && i < n; i++) prefetch(k, (size_t)(j + ahead + i) * x->stride, row_elems, x->dt);
-        for (int i = 0; x->own && i < n; i++) prefetch_other(x, j + i);
         pf_walk w;
-        pf_walk_init(&w, x, j, n, x->nh, !x->own);
+        group_prefetch(x, k, j, n, &w);
         for (int jh = 0; jh < x->nh; jh++) {
             pf_walk_step(&w);
             const int8_t *kj = (const int8_t *)k + (size_t)j * x->stride + (size_t)jh * d;
@@ -1099,6 +1108,129 @@ VNNI_FN static void qk8_vnni(const qk8 *q, const dims *x, const void *k, const f
     }
 }
 
+/* r[c] becomes the vector whose lane i is dword c of the old r[i]: an 8 x 8
+ * transpose of 32-bit elements. */
+AVX2_INLINE void transpose8_epi32(__m256i r[8])
+{
+    const __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+    const __m256i t4 = _mm256_unpacklo_epi32(r[4], r[5]), t5 = _mm256_unpackhi_epi32(r[4], r[5]);
+    const __m256i t6 = _mm256_unpacklo_epi32(r[6], r[7]), t7 = _mm256_unpackhi_epi32(r[6], r[7]);
+    /* u_e, 128-bit lane L: column 4L + e of rows 0..3 (u0..u3) or 4..7 (u4..u7) */
+    const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+    const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+    const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+    const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+    r[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
+    r[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
+    r[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
+    r[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
+    r[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
+    r[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
+    r[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
+    r[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
+}
+
+/* The sum of four int8 products in each dword lane of k and q (q one
+ * dword broadcast), exact: |q| times k with q's sign (vpmaddubsw's pairs
+ * stay within int16: 2 * 127 * 127), the pairs then added (vpmaddwd). */
+AVX2_INLINE __m256i dot4_epi8(__m256i k, __m256i q)
+{
+    const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(k, q));
+    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+
+/* The scores of ROWS query rows from `row` against the 8 keys whose
+ * transposed 32-byte blocks are t (DW dwords), stored for the n keys. */
+#define Q8_ROWS_AVX2(NAME, ROWS)                                                                                 \
+    AVX2_INLINE void NAME(const qk8 *q, const __m256i *t, const int dw, int row, float sk, int n, float *out,    \
+                          int ldo)                                                                               \
+    {                                                                                                            \
+        __m256i e[ROWS], o[ROWS];                                                                                \
+        const int8_t *qr[ROWS];                                                                                  \
+        _Pragma("GCC unroll 4") for (int i = 0; i < (ROWS); i++)                                                 \
+        {                                                                                                        \
+            e[i] = o[i] = _mm256_setzero_si256();                                                                \
+            qr[i] = q->q + (size_t)(row + i) * q->pad;                                                           \
+        }                                                                                                        \
+        _Pragma("GCC unroll 16") for (int c = 0; c < dw; c += 2)                                                 \
+        {                                                                                                        \
+            _Pragma("GCC unroll 4") for (int i = 0; i < (ROWS); i++)                                             \
+            {                                                                                                    \
+                int32_t a, b;                                                                                    \
+                memcpy(&a, qr[i] + 4 * c, 4);                                                                    \
+                memcpy(&b, qr[i] + 4 * c + 4, 4);                                                                \
+                e[i] = _mm256_add_epi32(e[i], dot4_epi8(t[c], _mm256_set1_epi32(a)));                            \
+                o[i] = _mm256_add_epi32(o[i], dot4_epi8(t[c + 1], _mm256_set1_epi32(b)));                        \
+            }                                                                                                    \
+        }                                                                                                        \
+        _Pragma("GCC unroll 4") for (int i = 0; i < (ROWS); i++)                                                 \
+        {                                                                                                        \
+            const __m256 dot = _mm256_cvtepi32_ps(_mm256_add_epi32(e[i], o[i]));                                 \
+            const __m256 z = _mm256_mul_ps(_mm256_mul_ps(dot, _mm256_set1_ps(q->scale[row + i])), _mm256_set1_ps(sk)); \
+            float *dst = out + (size_t)(row + i) * ldo;                                                          \
+            if (n == 8) _mm256_storeu_ps(dst, z);                                                                \
+            else {                                                                                               \
+                float zz[8];                                                                                     \
+                _mm256_storeu_ps(zz, z);                                                                         \
+                memcpy(dst, zz, (size_t)n * sizeof *zz);                                                         \
+            }                                                                                                    \
+        }                                                                                                        \
+    }
+Q8_ROWS_AVX2(q8_rows4_avx2, 4)
+Q8_ROWS_AVX2(q8_rows1_avx2, 1)
+#undef Q8_ROWS_AVX2
+
+/* qk8_portable's scores on AVX2, 8 keys a register: each key's row of KV
+ * head jh in 32-byte blocks (a short last block, or keys past m, copied
+ * into zeros first), transposed so lane i holds key i, then per four
+ * elements and query row the exact sum of their products (dot4_epi8).
+ * Prefetches as QK_FOURS's. d <= 64 * Q8_MAX_BLOCKS. */
+AVX2_INLINE void qk8_avx2_t(const qk8 *q, const dims *x, const void *k, const float *sk, float *out, int ldo,
+                            const int dc)
+{
+    const int d = dc ? dc : x->d, rh = x->rh, nb = (d + 31) / 32;
+    __m256i t[Q8_MAX_BLOCKS * 2 * 8];
+    for (int j = 0; j < x->m; j += 8) {
+        const int n = x->m - j < 8 ? x->m - j : 8;
+        pf_walk w;
+        group_prefetch(x, k, j, n, &w);
+        for (int jh = 0; jh < x->nh; jh++) {
+            pf_walk_step(&w);
+            const int8_t *kj = (const int8_t *)k + (size_t)j * x->stride + (size_t)jh * d;
+            _Pragma("GCC unroll 4") for (int b = 0; b < nb; b++)
+            {
+                const int bytes = d - 32 * b < 32 ? d - 32 * b : 32;
+                __m256i *tb = t + 8 * b;
+                if (n == 8 && bytes == 32) {
+                    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++)
+                        tb[i] = _mm256_loadu_si256((const __m256i *)(kj + (size_t)i * x->stride + 32 * (size_t)b));
+                } else {
+                    int8_t rows[8][32];
+                    memset(rows, 0, sizeof rows);
+                    for (int i = 0; i < n; i++) memcpy(rows[i], kj + (size_t)i * x->stride + 32 * (size_t)b, (size_t)bytes);
+                    for (int i = 0; i < 8; i++) tb[i] = _mm256_loadu_si256((const __m256i *)rows[i]);
+                }
+                transpose8_epi32(tb);
+            }
+            const float s = sk ? sk[jh] : 1.0f;
+            float *oh = out + j;
+            int r = 0;
+            for (; r + 4 <= rh; r += 4) q8_rows4_avx2(q, t, 8 * nb, jh * rh + r, s, n, oh, ldo);
+            for (; r < rh; r++) q8_rows1_avx2(q, t, 8 * nb, jh * rh + r, s, n, oh, ldo);
+        }
+    }
+}
+
+AVX2_FN static void qk8_avx2(const qk8 *q, const dims *x, const void *k, const float *sk, float *out, int ldo)
+{
+    switch (x->d) {
+    case 64: qk8_avx2_t(q, x, k, sk, out, ldo, 64); break;
+    case 128: qk8_avx2_t(q, x, k, sk, out, ldo, 128); break;
+    default: qk8_avx2_t(q, x, k, sk, out, ldo, 0); break;
+    }
+}
+
 /* AVX-512 with VNNI and BW (masked byte loads), and the AVX-512VL kernels. */
 static int cpu_has_vnni(void)
 {
@@ -1106,17 +1238,23 @@ static int cpu_has_vnni(void)
 }
 #endif
 
-/* The scores of an INT8 cache's keys on int8 queries: the VNNI kernel when
- * vnni, else the portable one. */
-static void qk8_run(int vnni, const qk8 *q, const dims *x, const void *k, const float *sk, float *out, int ldo)
+/* Which kernel computes an INT8 cache's scores (decode_job.q8_kernel). */
+enum { Q8_FLOAT = 0, Q8_PORTABLE, Q8_AVX2, Q8_VNNI };
+
+/* The scores of an INT8 cache's keys on int8 queries, on `kernel`. */
+static void qk8_run(int kernel, const qk8 *q, const dims *x, const void *k, const float *sk, float *out, int ldo)
 {
 #ifdef DECODE_AVX2
-    if (vnni) {
+    if (kernel == Q8_VNNI) {
         qk8_vnni(q, x, k, sk, out, ldo);
         return;
     }
+    if (kernel == Q8_AVX2) {
+        qk8_avx2(q, x, k, sk, out, ldo);
+        return;
+    }
 #endif
-    (void)vnni;
+    (void)kernel;
     qk8_portable(q, x, k, sk, out, ldo);
 }
 
@@ -1129,7 +1267,7 @@ typedef struct decode_job {
     const attn_seq *s;
     attn__kv kv;
     int kvh, nh, h0, T, R, avx2;
-    int q8_kernel; /* INT8 scores on int8 queries (q8): 0 no (float queries), 1 portable, 2 VNNI */
+    int q8_kernel; /* an INT8 cache's scores: Q8_FLOAT (float queries), or on int8 queries (q8) */
     qk8 q8;
     int ahead[2]; /* keys ahead the pipelined passes prefetch K (0) and V (1): ahead_keys */
     float *qb;   /* (R, d_k) queries, pre-multiplied by the 1/sqrt(d_k) scale */
@@ -1204,7 +1342,7 @@ static int softmax_tile(const decode_job *dj, float *tile, int s0, int n)
 /* The scores of x's keys at k into out (rows DECODE_TILE apart). */
 static void job_scores(const decode_job *dj, const dims *x, const void *k, const float *sk, float *out)
 {
-    if (dj->q8_kernel) qk8_run(dj->q8_kernel == 2, &dj->q8, x, k, sk, out, DECODE_TILE);
+    if (dj->q8_kernel != Q8_FLOAT) qk8_run(dj->q8_kernel, &dj->q8, x, k, sk, out, DECODE_TILE);
     else qk_run(dj->avx2, dj->qb, x, k, sk, out, DECODE_TILE);
 }
 
@@ -1327,17 +1465,21 @@ static void tiles_pipelined(decode_job *dj, int a, int b)
     }
 }
 
-/* Which scores kernel dj's INT8 cache gets (decode_job.q8_kernel): int8
- * queries on CPUs with AVX-512 VNNI (attn__decode_int8_queries: tests can
- * force them off, or on the portable kernel anywhere), float ones elsewhere. */
+/* Which kernel computes dj's scores (decode_job.q8_kernel): for an INT8
+ * cache, int8 queries on the VNNI kernel, else the AVX2 one, else the
+ * portable one — the same bits on each; attn__decode_int8_queries: tests
+ * and benches can force the float kernels, or the portable one. */
 static int q8_kernel_for(const decode_job *dj)
 {
-    if (dj->kv.dtype != ATTN_KV_INT8 || attn__decode_int8_queries < 0) return 0;
-    if (attn__decode_int8_queries > 0) return 1;
+    if (dj->kv.dtype != ATTN_KV_INT8 || attn__decode_int8_queries < 0) return Q8_FLOAT;
+    if (attn__decode_int8_queries > 0 || dj->avx2 == 0) return Q8_PORTABLE;
 #ifdef DECODE_AVX2
-    if (dj->avx2 == 3 && cpu_has_vnni() && dj->l->d_k <= 64 * Q8_MAX_BLOCKS) return 2;
+    if (dj->l->d_k > 64 * Q8_MAX_BLOCKS) return Q8_PORTABLE;
+    if (dj->avx2 == 3 && cpu_has_vnni()) return Q8_VNNI;
+    return Q8_AVX2;
+#else
+    return Q8_PORTABLE;
 #endif
-    return 0;
 }
 
 /* dj's queries as int8 (see qk8) into `at` (q8_floats of scratch); 0, and
@@ -1434,7 +1576,8 @@ void attn__head_decode(const attn__fwd_ctx *ctx, const attn__head_job *job, floa
         }
         attn__kv_from_seq(l, dj.s, &dj.kv);
         dj.q8_kernel = q8_kernel_for(&dj);
-        if (dj.q8_kernel && !quantize_queries(&dj, dj.tile2 + round16(R * DECODE_TILE))) dj.q8_kernel = 0;
+        if (dj.q8_kernel != Q8_FLOAT && !quantize_queries(&dj, dj.tile2 + round16(R * DECODE_TILE)))
+            dj.q8_kernel = Q8_FLOAT;
         dj.ahead[0] = ahead_keys(&dj, 0);
         dj.ahead[1] = ahead_keys(&dj, 1);
         if (!attn__decode_three_phase) tiles_pipelined(&dj, a, b);

@@ -67,9 +67,9 @@ extern int attn__decode_no_avx512;
 extern int attn__decode_sub_bytes, attn__decode_k_ahead, attn__decode_cross;
 
 /* Tests and benches only: 0 (the default) computes an INT8 cache's scores
- * on int8 queries where the CPU has AVX-512 VNNI, on float queries
- * elsewhere; < 0 on float queries everywhere; > 0 on int8 queries
- * everywhere, by the portable integer kernel (the VNNI kernel's bits). */
+ * on int8 queries, by the best integer kernel the CPU has (AVX-512 VNNI,
+ * AVX2, portable: the same bits); > 0 by the portable one; < 0 on float
+ * queries (the float kernels the other dtypes use, for A/B). */
 extern int attn__decode_int8_queries;
 
 /* Benches and tests only: nonzero runs the previous kernel (three phases per

@@ -550,34 +550,45 @@ TEST(pipelined_equals_three_phase)
     attn_workspace_free(ws);
 }
 
-/* 1 when this CPU runs an INT8 cache's scores on the VNNI kernel by default
- * (decode.c's q8_kernel_for: AVX-512F, VL, BW and VNNI). */
-static int cpu_runs_vnni(void)
+/* The INT8 scores kernel this CPU runs by default (decode.c's q8_kernel_for). */
+static const char *int8_kernel_here(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx512f") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vnni");
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return "portable";
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni"))
+        return "AVX-512 VNNI";
+    return "AVX2";
 #else
-    return 0;
+    return "portable";
 #endif
 }
 
+/* One append of w's rows onto cache d into o with attn__decode_int8_queries
+ * = q8 and attn__decode_no_avx512 = no512; 1 if it succeeded. */
+static int int8_append(const twin *w, const dcache *d, const masks *m, attn_workspace *ws, float *o, int q8, int no512)
+{
+    attn__decode_int8_queries = q8;
+    attn__decode_no_avx512 = no512;
+    const int ok = append(w->l, d, w->xt, w->P, w->T, m, ws, o, 0) == ATTN_OK;
+    attn__decode_int8_queries = 0;
+    attn__decode_no_avx512 = 0;
+    return ok;
+}
+
 /* INT8 caches' scores on int8 queries (attn__decode_int8_queries): the
- * VNNI kernel (the default on CPUs that have it) gives the portable integer
- * kernel's bits — head sizes with and without 64-byte tails (2 .. 200), key
- * runs that end inside a 16-key group (blocks of 1, 8, 128), rows per KV
- * head not a multiple of 4, masks, windows, the three-phase tiles — and
- * both stay within a small distance of the float-query kernels (the query
- * rounding is far below the cache's own int8 rounding). Without VNNI the
- * default is the float kernels: then only the portable integer kernel is
- * checked, against them. */
+ * default kernel (AVX-512 VNNI where the CPU has it, else AVX2) and the
+ * AVX2 one give the portable integer kernel's bits — head sizes with and
+ * without whole blocks (2 .. 200), key runs that end inside a group of
+ * 16 / 8 keys (blocks of 1, 8, 128), rows per KV head not a multiple of 4,
+ * masks, windows, the three-phase tiles — and all stay within a small
+ * distance of the float-query kernels (the queries' rounding is far below
+ * the cache's own). */
 TEST(int8_queries_kernels_agree)
 {
     static const int heads[] = {2, 24, 64, 66, 128, 200};
     test_rng r = {0x71386b72u};
     attn_workspace *ws = test_ws(ATTN_KERNEL_AUTO, 1, 0);
-    const int vnni = cpu_runs_vnni();
     double worst_q = 0.0;
     for (int c = 0; c < 24; c++) {
         gqa_shape sh = random_shape(&r);
@@ -588,34 +599,33 @@ TEST(int8_queries_kernels_agree)
         if (twin_init(&w, &r, &sh, rng_int(&r, 1, 700), rng_int(&r, 1, 8), ATTN_KV_INT8, (int[]){1, 8, 128}[c % 3]) != 0)
             return;
         const masks m = {.seed = rng_next(&r), .kpm = c % 2, .window = c % 3 ? 0 : 50};
-        dcache f; /* a third copy of the prefix, for the float-query kernels */
+        dcache f, g; /* two more copies of the prefix: the AVX2 and the float-query kernels */
         dcache_copy(&f, &w.a);
-        float *of = malloc(fsz((size_t)w.T * w.sh.e_out));
-        attn__decode_three_phase = c % 5 == 4;
-        attn__decode_int8_queries = -1;
-        const int ok0 = append(w.l, &f, w.xt, w.P, w.T, &m, ws, of, 0) == ATTN_OK;
-        attn__decode_int8_queries = 1; /* the portable integer kernel */
-        const int ok1 = append(w.l, &w.a, w.xt, w.P, w.T, &m, ws, w.o1, 0) == ATTN_OK;
-        attn__decode_int8_queries = vnni ? 0 : -1; /* the VNNI kernel, or the float ones */
-        const int ok2 = append(w.l, &w.b, w.xt, w.P, w.T, &m, ws, w.o2, 0) == ATTN_OK;
-        attn__decode_int8_queries = 0;
-        attn__decode_three_phase = 0;
-        CHECK(ok0 && ok1 && ok2);
+        dcache_copy(&g, &w.a);
         const size_t n = (size_t)w.T * w.sh.e_out;
-        if (vnni)
-            CHECK_MSG(memcmp(w.o1, w.o2, fsz(n)) == 0, "case %d (d_k %d, h %d, g %d, T %d): VNNI vs portable", c,
-                      sh.d_k, sh.h, sh.g, w.T);
+        float *of = malloc(fsz(n)), *og = malloc(fsz(n));
+        attn__decode_three_phase = c % 5 == 4;
+        const int ok = int8_append(&w, &w.a, &m, ws, w.o1, 1, 0) && int8_append(&w, &w.b, &m, ws, w.o2, 0, 0) &&
+                       int8_append(&w, &g, &m, ws, og, 0, 1) && int8_append(&w, &f, &m, ws, of, -1, 0);
+        attn__decode_three_phase = 0;
+        CHECK(ok);
+        CHECK_MSG(memcmp(w.o1, w.o2, fsz(n)) == 0, "case %d (d_k %d, h %d, g %d, T %d): %s vs portable", c, sh.d_k,
+                  sh.h, sh.g, w.T, int8_kernel_here());
+        CHECK_MSG(memcmp(w.o1, og, fsz(n)) == 0, "case %d (d_k %d, h %d, g %d, T %d): AVX2 vs portable", c, sh.d_k,
+                  sh.h, sh.g, w.T);
         const double e = rel_err(w.o1, of, n);
         keep_max(&worst_q, e);
         CHECK_MSG(e <= 5e-3, "case %d (d_k %d): int8 vs float queries %.3g", c, sh.d_k, e);
         dcache_free(&f);
+        dcache_free(&g);
         free(of);
+        free(og);
         twin_free(&w);
     }
     attn_workspace_free(ws);
-    printf("int8 queries: %s; max rel. difference to float queries %.3g\n",
-           vnni ? "VNNI kernel bit-identical to the portable one" : "no AVX-512 VNNI here, portable kernel only",
-           worst_q);
+    printf("int8 queries: the %s and AVX2 kernels bit-identical to the portable one; max rel. difference to float "
+           "queries %.3g\n",
+           int8_kernel_here(), worst_q);
 }
 
 /* attn__forward_kv_bytes (bench_decode's K/V byte count): every visible row
