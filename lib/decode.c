@@ -107,7 +107,7 @@ size_t attn__decode_part_floats(const attn_layer *l, int t, int heads)
     return round16(rows * (2 + (size_t)l->d_v));
 }
 
-/* Scratch floats of a job's int8 queries (INT8 caches on VNNI CPUs): rows
+/* Scratch floats of a job's int8 queries (INT8 caches): rows
  * of d_k int8 padded to whole 64-byte blocks, and each row's scale and sum. */
 static size_t q8_floats(const attn_layer *l, size_t rows)
 {
@@ -932,7 +932,7 @@ static void pv_run(int avx2, const float *p, int ldp, const dims *x, const void 
  * sum[r] the sum of the row's int8 elements. The score of (row, key) is
  * then the exact integer dot product of two int8 rows, scaled: every kernel
  * below computes the same integer, whatever its order, so they agree to the
- * bit (test_decode's int8_queries_vnni_equals_portable). */
+ * bit (test_decode's int8_queries_kernels_agree). */
 typedef struct qk8 {
     const int8_t *q;
     const float *scale;
@@ -961,7 +961,7 @@ static void qk8_portable(const qk8 *q, const dims *x, const void *k, const float
 #ifdef DECODE_AVX2
 #define VNNI_FN __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define VNNI_INLINE __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"), always_inline)) static inline
-#define Q8_MAX_BLOCKS 8 /* 64-byte blocks of a K row the VNNI kernel takes: d_k <= 512 */
+#define Q8_MAX_BLOCKS 8 /* 64-byte blocks of a K row the integer kernels take: d_k <= 512 */
 
 /* The prefetches of the int8 kernels' group of n keys from key j, as
  * QK_FOURS's: the pass's own next rows (the three-phase tiles), or the
